@@ -1,0 +1,44 @@
+"""The mechanism side: a ``WorkerBackend`` makes workers exist or go away.
+
+A backend never decides anything. It starts workers of a given shape, tells
+which master connection (``ip:port``) is which of its workers, reports the
+life of each worker (requested → connected → drained/lost) with the
+preparation latency it measured, and removes workers — ``drain`` only those
+the master shows idle, ``remove`` (for rivals that really do it) regardless.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from hta.model import PendingWorker, Resources
+from hta.scaling_log import WorkerRecord
+from workqueue_bridge.status import MasterSnapshot
+
+
+class WorkerBackend(Protocol):
+    name: str
+
+    async def start(self, master_host: str, master_port: int) -> None:
+        """Get ready to start workers that connect to this master."""
+
+    async def request(self, n: int, shape: Resources, now: float) -> list[str]:
+        """Ask for ``n`` workers; returns their ids at once (they connect later)."""
+
+    async def refresh(self, snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
+        """Match the master's workers to ours; return the events since last time."""
+
+    def worker_ids(self) -> dict[str, str]:
+        """Master address ``ip:port`` → worker id, for connected workers."""
+
+    def pending(self) -> list[PendingWorker]:
+        """Workers asked for that have not connected yet."""
+
+    async def drain(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
+        """Stop the named workers that are idle in ``snap``; skip the others."""
+
+    async def remove(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
+        """Stop the named workers whether busy or not (their tasks go back to the queue)."""
+
+    async def stop_all(self, now: float) -> list[WorkerRecord]:
+        """Stop every worker and cancel every request; leave nothing running."""

@@ -1,0 +1,220 @@
+"""The embedded default backend: workers are local processes.
+
+Each worker is a ``work_queue_worker`` child process started with the chosen
+cores, memory and disk. An optional provisioning delay (fixed, plus optional
+jitter) is waited before the process starts, so the preparation latency that
+HTA measures and plans with is exercised without a cluster.
+
+Every process is tracked by PID and started with ``--parent-death`` (and its
+own session), so none survives HTA: not on a normal exit, not on a failure,
+not on SIGTERM/Ctrl-C, and not even when HTA is killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from hta.model import PendingWorker, Resources
+from hta.scaling_log import WorkerRecord
+from workqueue_bridge.status import MasterSnapshot
+
+
+@dataclass
+class LocalWorker:
+    id: str
+    shape: Resources
+    requested_at: float
+    started_at: float | None = None
+    connected_at: float | None = None
+    address: str | None = None
+    proc: asyncio.subprocess.Process | None = None
+    launcher: asyncio.Task | None = None
+    state: str = "provisioning"  # provisioning | starting | connected | stopping | gone
+    workdir: Path | None = None
+    events: list[WorkerRecord] = field(default_factory=list)
+
+
+def worker_command(shape: Resources, host: str, port: int, workdir: Path, idle_timeout_s: int) -> list[str]:
+    return [
+        "work_queue_worker",
+        f"--cores={int(shape.cores)}",
+        f"--memory={int(shape.memory_mb)}",
+        f"--disk={int(shape.disk_mb)}",
+        f"--idle-timeout={idle_timeout_s}",
+        "--connect-timeout=60",
+        "--parent-death",
+        f"--workdir={workdir}",
+        host,
+        str(port),
+    ]
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(
+        self,
+        run_dir: Path,
+        provision_delay_s: float = 0.0,
+        provision_jitter_s: float = 0.0,
+        idle_timeout_s: int = 900,
+        seed: int | None = None,
+    ):
+        self.run_dir = Path(run_dir)
+        self.provision_delay_s = provision_delay_s
+        self.provision_jitter_s = provision_jitter_s
+        self.idle_timeout_s = idle_timeout_s
+        self._rng = random.Random(seed)
+        self._workers: dict[str, LocalWorker] = {}
+        self._seq = 0
+        self._host = "127.0.0.1"
+        self._port = 0
+
+    # -- lifecycle -----------------------------------------------------------
+    async def start(self, master_host: str, master_port: int) -> None:
+        self._host, self._port = master_host, master_port
+        (self.run_dir / "workers").mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self._workers.values() if w.proc is not None and w.proc.returncode is None]
+
+    async def request(self, n: int, shape: Resources, now: float) -> list[str]:
+        ids = []
+        for _ in range(n):
+            self._seq += 1
+            w = LocalWorker(id=f"w{self._seq}", shape=shape, requested_at=now)
+            w.events.append(WorkerRecord(t=now, worker=w.id, event="requested", cores=shape.cores))
+            delay = max(0.0, self.provision_delay_s + self._rng.uniform(-1, 1) * self.provision_jitter_s)
+            w.launcher = asyncio.create_task(self._launch(w, delay, now))
+            self._workers[w.id] = w
+            ids.append(w.id)
+        return ids
+
+    async def _launch(self, w: LocalWorker, delay: float, requested_at: float) -> None:
+        await asyncio.sleep(delay)
+        w.workdir = self.run_dir / "workers" / w.id
+        w.workdir.mkdir(parents=True, exist_ok=True)
+        out = open(self.run_dir / "logs" / f"{w.id}.log", "wb")
+        try:
+            w.proc = await asyncio.create_subprocess_exec(
+                *worker_command(w.shape, self._host, self._port, w.workdir, self.idle_timeout_s),
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            out.close()
+        w.started_at = requested_at + delay
+        w.state = "starting"
+
+    # -- observation ---------------------------------------------------------
+    def _address_of(self, w: LocalWorker) -> str | None:
+        """The worker's end of its connection to the master, as the master names it."""
+        if w.proc is None or w.proc.returncode is not None:
+            return None
+        try:
+            p = psutil.Process(w.proc.pid)
+            conns = p.net_connections(kind="tcp") if hasattr(p, "net_connections") else p.connections(kind="tcp")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+        for c in conns:
+            if c.raddr and c.raddr.port == self._port and c.status == psutil.CONN_ESTABLISHED:
+                return f"{c.laddr.ip}:{c.laddr.port}"
+        return None
+
+    async def refresh(self, snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
+        seen = {w.address for w in snap.workers}
+        for w in self._workers.values():
+            if w.state == "starting":
+                addr = self._address_of(w)
+                if addr and addr in seen:
+                    w.address, w.connected_at, w.state = addr, now, "connected"
+                    phases = {"provisioning": round((w.started_at or now) - w.requested_at, 3),
+                              "starting+connecting": round(now - (w.started_at or now), 3)}
+                    w.events.append(WorkerRecord(t=now, worker=w.id, event="connected", cores=w.shape.cores,
+                                                 latency_s=round(now - w.requested_at, 3), phases=phases))
+            if w.state in ("starting", "connected") and w.proc is not None and w.proc.returncode is not None:
+                w.state = "gone"
+                w.events.append(WorkerRecord(t=now, worker=w.id, event="lost", cores=w.shape.cores))
+        return self._flush()
+
+    def _flush(self) -> list[WorkerRecord]:
+        out = []
+        for w in self._workers.values():
+            out.extend(w.events)
+            w.events.clear()
+        return out
+
+    def worker_ids(self) -> dict[str, str]:
+        return {w.address: w.id for w in self._workers.values() if w.address and w.state == "connected"}
+
+    def pending(self) -> list[PendingWorker]:
+        return [
+            PendingWorker(id=w.id, requested_at=w.requested_at, shape=w.shape)
+            for w in self._workers.values()
+            if w.state in ("provisioning", "starting")
+        ]
+
+    # -- scale down ----------------------------------------------------------
+    async def drain(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
+        busy = {w.address for w in snap.workers if w.tasks_running > 0}
+        for wid in ids:
+            w = self._workers.get(wid)
+            if w is None or w.state != "connected" or w.address in busy:
+                continue
+            await self._stop(w)
+            w.events.append(WorkerRecord(t=now, worker=w.id, event="drained", cores=w.shape.cores))
+        return self._flush()
+
+    async def remove(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
+        running = {w.address: w.tasks_running for w in snap.workers}
+        for wid in ids:
+            w = self._workers.get(wid)
+            if w is None or w.state == "gone":
+                continue
+            lost = running.get(w.address or "", 0)
+            await self._stop(w)
+            w.events.append(WorkerRecord(t=now, worker=w.id, event="removed", cores=w.shape.cores, tasks_lost=lost))
+        return self._flush()
+
+    async def _stop(self, w: LocalWorker, grace_s: float = 5.0) -> None:
+        w.state = "stopping"
+        if w.launcher is not None and not w.launcher.done():
+            w.launcher.cancel()
+            try:
+                await w.launcher
+            except (asyncio.CancelledError, Exception):
+                pass
+        if w.proc is not None and w.proc.returncode is None:
+            try:
+                w.proc.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(w.proc.wait(), grace_s)
+            except ProcessLookupError:
+                pass
+            except asyncio.TimeoutError:
+                try:
+                    os.killpg(w.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                await w.proc.wait()
+        w.state = "gone"
+        if w.workdir is not None:
+            shutil.rmtree(w.workdir, ignore_errors=True)
+
+    async def stop_all(self, now: float) -> list[WorkerRecord]:
+        live = [w for w in self._workers.values() if w.state != "gone"]
+        await asyncio.gather(*(self._stop(w) for w in live))
+        for w in live:
+            w.events.append(WorkerRecord(t=now, worker=w.id, event="stopped", cores=w.shape.cores))
+        shutil.rmtree(self.run_dir / "workers", ignore_errors=True)
+        return self._flush()

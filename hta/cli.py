@@ -1,0 +1,153 @@
+"""The ``hta`` command line.
+
+    hta makeflow [options] WORKFLOW [-- makeflow args]   run a workflow, autoscaled
+
+Bad input is one line on stderr starting ``hta: error:`` and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from hta.model import Resources
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def _positive_int(name: str, minimum: int = 1):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number, not {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be at least {minimum}, not {v}")
+        return v
+    return parse
+
+
+def _seconds(name: str, minimum: float = 0.0):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number of seconds, not {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be at least {minimum:g}s, not {v:g}")
+        return v
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, with the fix
+        self.exit(EXIT_USAGE, f"hta: error: {message} (see: {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="hta", description="High-Throughput Autoscaler for Makeflow / Work Queue workflows")
+    p.add_argument("-v", "--verbose", action="store_true", help="log every decision to stderr")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    m = sub.add_parser("makeflow", help="run a Makeflow workflow on autoscaled Work Queue workers",
+                       description="Run WORKFLOW with the real `makeflow -T wq` (in the workflow's directory, "
+                                   "resource monitoring on) and scale its workers. Arguments after `--` go to "
+                                   "makeflow.")
+    m.add_argument("workflow", type=Path, help="the Makeflow file")
+    m.add_argument("makeflow_args", nargs=argparse.REMAINDER, help="extra makeflow arguments, after --")
+    m.add_argument("--backend", choices=["local"], default="local",
+                   help="where workers run: local processes (default)")
+    m.add_argument("--policy", default="hta", help="scaling policy (default: hta)")
+    m.add_argument("--min-workers", type=_positive_int("--min-workers", 0), default=0)
+    m.add_argument("--max-workers", type=_positive_int("--max-workers"), default=4)
+    m.add_argument("--worker-cores", type=_positive_int("--worker-cores"), default=1)
+    m.add_argument("--worker-memory", type=_positive_int("--worker-memory"), default=1024, metavar="MB")
+    m.add_argument("--worker-disk", type=_positive_int("--worker-disk"), default=4096, metavar="MB")
+    m.add_argument("--provision-delay", type=_seconds("--provision-delay"), default=0.0, metavar="S",
+                   help="local backend: emulated time from asking for a worker to starting it")
+    m.add_argument("--provision-jitter", type=_seconds("--provision-jitter"), default=0.0, metavar="S")
+    m.add_argument("--idle-timeout", type=_positive_int("--idle-timeout", 5), default=900, metavar="S",
+                   help="a worker leaves on its own after this long without work")
+    m.add_argument("--poll-interval", type=_seconds("--poll-interval", 0.1), default=1.0, metavar="S")
+    m.add_argument("--min-interval", type=_seconds("--min-interval", 0.1), default=2.0, metavar="S",
+                   help="decide at most this often, whatever the latency")
+    m.add_argument("--max-interval", type=_seconds("--max-interval", 0.1), default=300.0, metavar="S",
+                   help="decide at least this often, whatever the latency")
+    m.add_argument("--latency-prior", type=_seconds("--latency-prior", 0.1), default=None, metavar="S",
+                   help="preparation latency assumed until one is measured (default: provision delay + 2s)")
+    m.add_argument("--log", type=Path, default=None, metavar="FILE",
+                   help="scaling log (default: WORKFLOW.scaling.jsonl next to the makeflow logs)")
+    m.set_defaults(func=cmd_makeflow)
+    return p
+
+
+def cmd_makeflow(args: argparse.Namespace) -> int:
+    from hta.backends.local import LocalBackend
+    from hta.controller import ControllerConfig
+    from hta.policies.base import make_policy
+    from hta.submit import paths_for, submit
+    from hta.summary_view import print_summary
+    from workqueue_bridge.makeflow import MakeflowError, check_extra_args, check_installed
+
+    wf: Path = args.workflow
+    if not wf.is_file():
+        raise UsageError(f"workflow file {str(wf)!r} not found: give the path to a Makeflow file")
+    extra = list(args.makeflow_args)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    if args.min_workers > args.max_workers:
+        raise UsageError(f"--min-workers ({args.min_workers}) is above --max-workers ({args.max_workers})")
+    if args.min_interval > args.max_interval:
+        raise UsageError(f"--min-interval ({args.min_interval:g}) is above --max-interval ({args.max_interval:g})")
+    try:
+        policy = make_policy(args.policy)
+        check_installed()
+        check_extra_args(extra)
+    except (ValueError, MakeflowError) as exc:
+        raise UsageError(str(exc)) from None
+
+    shape = Resources(cores=args.worker_cores, memory_mb=args.worker_memory, disk_mb=args.worker_disk)
+    prior = args.latency_prior if args.latency_prior is not None else args.provision_delay + 2.0
+    config = ControllerConfig(
+        worker_shape=shape, min_workers=args.min_workers, max_workers=args.max_workers,
+        poll_interval_s=args.poll_interval, min_interval_s=args.min_interval,
+        max_interval_s=args.max_interval, latency_prior_s=prior,
+    )
+    run_dir, _ = paths_for(wf)
+
+    async def go():
+        backend = LocalBackend(run_dir, provision_delay_s=args.provision_delay,
+                               provision_jitter_s=args.provision_jitter, idle_timeout_s=args.idle_timeout)
+        return await submit(wf, policy=policy, backend=backend, config=config, makeflow_args=extra,
+                            scaling_log_path=args.log)
+
+    result = asyncio.run(go())
+    print_summary(result.summary, result.scaling_log)
+    if result.error:
+        print(f"hta: error: {result.error}", file=sys.stderr)
+    return result.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(message)s")
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"hta: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""How many workers? The queue-drain estimator behind HTA's policy.
+
+Given an :class:`~hta.model.Observation` and the preparation latency L, play
+the next L seconds forward: running tasks finish at their category's measured
+runtime, freed resources take waiting tasks first-in first-out (Work Queue's
+rule: the first worker with room), pending workers arrive one L after they
+were asked for, and — with lookahead — tasks the DAG releases join the queue
+when their parents finish. What still waits at the horizon is the shortage to
+buy now (packed into the worker shape); workers idle now that the play never
+needed are the waste to drain.
+
+Unlike the thesis's Algorithm 1 (a loop over every second and every waiting
+task, O(L·n)), this is event-driven and aggregated: waiting tasks are runs of
+alike tasks (category, request), a dispatch starts k tasks at once and their
+completion is one event. The cost grows with the number of distinct
+completion times within the horizon, not with the number of tasks.
+
+A category never measured has no runtime: its tasks are assumed to run past
+the horizon (they hold their worker), which is what the first tasks of a new
+stage do until one completes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+from hta.model import CategoryModel, Observation, Resources, TaskGroup
+
+#: a running task past its expected runtime is assumed to need this fraction more
+OVERDUE_FRACTION = 0.1
+
+
+@dataclass
+class EstimatorOptions:
+    #: tasks the DAG releases within the horizon join the queue
+    lookahead: bool = True
+    #: do not buy workers that would arrive after the work they are bought for is gone
+    tail_aware: bool = True
+
+
+@dataclass
+class Estimate:
+    horizon_s: float
+    #: waiting tasks left at the horizon, in queue order
+    left_waiting: list[TaskGroup]
+    #: workers idle now that the play never gave a task
+    unused_idle: list[str]
+    #: workers to buy (after packing and tail awareness, before max_workers)
+    workers_needed: int
+    #: workers the leftover tasks would fill, before tail awareness
+    packed_need: int
+    backlog_core_s: float = 0.0
+
+    @property
+    def left_count(self) -> int:
+        return sum(g.count for g in self.left_waiting)
+
+
+@dataclass
+class _Slot:
+    id: str
+    cap_c: float
+    cap_m: float
+    cap_d: float
+    free_c: float
+    free_m: float
+    free_d: float
+    idle_now: bool
+    used: bool = False
+
+
+@dataclass
+class _Group:
+    category: str
+    count: int
+    req: Resources
+    whole: bool
+    runtime: float | None
+    releases: list = field(default_factory=list)
+
+
+def _runtime(models: dict[str, CategoryModel], category: str) -> float | None:
+    m = models.get(category)
+    if m is None or not m.measured:
+        return None
+    return m.runtime_mean_s
+
+
+class QueueDrainEstimator:
+    """The estimator. Stateless: ``estimate()`` is a pure function of its input."""
+
+    def __init__(self, options: EstimatorOptions | None = None):
+        self.options = options or EstimatorOptions()
+
+    def estimate(self, obs: Observation, horizon_s: float) -> Estimate:
+        now = obs.time
+        end = now + horizon_s
+        models = obs.categories
+        shape = obs.worker_shape
+
+        slots: list[_Slot] = []
+        events: list[tuple[float, int, int, float, float, float, str | None]] = []
+        seq = 0
+
+        # connected workers: busy ones first, so idle ones stay idle unless needed
+        workers = sorted(obs.workers, key=lambda w: (w.idle, w.id))
+        index = {}
+        for w in workers:
+            free = w.free
+            index[w.id] = len(slots)
+            slots.append(_Slot(w.id, w.capacity.cores, w.capacity.memory_mb, w.capacity.disk_mb,
+                               max(free.cores, 0), max(free.memory_mb, 0), max(free.disk_mb, 0), w.idle))
+
+        # running tasks free their allocation when their category's runtime is over
+        finishing: dict[tuple[int, float], list[float]] = {}
+        done_by_category: dict[str, list[float]] = {}
+        for t in obs.running:
+            rt = _runtime(models, t.category)
+            slot = index.get(t.worker or "")
+            if rt is None:
+                continue
+            elapsed = now - t.started_at
+            left = rt - elapsed if elapsed < rt else OVERDUE_FRACTION * rt
+            at = now + max(left, 0.0)
+            done_by_category.setdefault(t.category, []).append(at)
+            if at > end or slot is None:
+                continue
+            key = (slot, round(at, 3))
+            acc = finishing.setdefault(key, [0.0, 0.0, 0.0])
+            acc[0] += t.allocation.cores
+            acc[1] += t.allocation.memory_mb
+            acc[2] += t.allocation.disk_mb
+        for (slot, at), (c, m, d) in finishing.items():
+            events.append((at, seq, slot, c, m, d, None))
+            seq += 1
+
+        # pending workers arrive one latency after they were asked for
+        latency = horizon_s
+        for p in obs.pending:
+            at = max(now, p.requested_at + latency)
+            if at > end:
+                continue
+            slots.append(_Slot(p.id, p.shape.cores, p.shape.memory_mb, p.shape.disk_mb, 0, 0, 0, False))
+            events.append((at, seq, len(slots) - 1, p.shape.cores, p.shape.memory_mb, p.shape.disk_mb, None))
+            seq += 1
+
+        queue = [
+            _Group(g.category, g.count, g.request, g.whole_worker, _runtime(models, g.category))
+            for g in obs.waiting
+        ]
+
+        # lookahead: a DAG node whose parents all finish within the horizon is
+        # released then. Parents are named by category; we know when the
+        # running tasks of a category finish, and waiting ones as they run.
+        releases: list[tuple[float, int, TaskGroup]] = []
+        if self.options.lookahead and obs.upcoming:
+            waiting_cats = {g.category for g in obs.waiting}
+            for up in obs.upcoming:
+                if any(p in waiting_cats for p in up.parents):
+                    continue  # parents not yet started: not within one horizon, conservatively
+                times = [max(done_by_category.get(p, [now])) for p in up.parents] or [now]
+                if any(p not in done_by_category and p not in models for p in up.parents):
+                    continue
+                at = max(times)
+                if at <= end:
+                    releases.append((at, seq, TaskGroup(category=up.category, count=up.count, request=up.request)))
+                    seq += 1
+        for at, s, g in releases:
+            events.append((at, s, -1, 0.0, 0.0, 0.0, g.category))
+        release_groups = {s: g for _, s, g in releases}
+        heapq.heapify(events)
+
+        head = 0
+
+        def fill(i: int, t: float) -> None:
+            nonlocal head, seq
+            s = slots[i]
+            while head < len(queue) and queue[head].count == 0:
+                head += 1
+            for g in queue[head:]:
+                if g.count == 0:
+                    continue
+                if g.whole:
+                    if s.free_c < s.cap_c - 1e-9 or s.free_m < s.cap_m - 1e-9:
+                        continue
+                    k, c, m, d = 1, s.cap_c, s.cap_m, s.cap_d
+                else:
+                    c, m, d = g.req.cores, g.req.memory_mb, g.req.disk_mb
+                    k = g.count
+                    if c > 0:
+                        k = min(k, math.floor(s.free_c / c + 1e-9))
+                    if m > 0:
+                        k = min(k, math.floor(s.free_m / m + 1e-9))
+                    if d > 0:
+                        k = min(k, math.floor(s.free_d / d + 1e-9))
+                    if c <= 0 and m <= 0 and d <= 0:
+                        k = 0
+                if k <= 0:
+                    continue
+                g.count -= k
+                s.free_c -= k * c
+                s.free_m -= k * m
+                s.free_d -= k * d
+                s.used = True
+                if g.runtime is not None and t + g.runtime <= end:
+                    heapq.heappush(events, (t + g.runtime, seq, i, k * c, k * m, k * d, None))
+                    seq += 1
+                if s.free_c <= 1e-9:
+                    break
+
+        for i in range(len(slots)):
+            if i < len(workers):
+                fill(i, now)
+
+        while events:
+            at, s_id, i, c, m, d, released = heapq.heappop(events)
+            if at > end:
+                break
+            if i < 0:
+                g = release_groups[s_id]
+                queue.append(_Group(g.category, g.count, g.request, g.whole_worker, _runtime(models, g.category)))
+                for j in range(len(slots)):
+                    fill(j, at)
+                continue
+            s = slots[i]
+            s.free_c += c
+            s.free_m += m
+            s.free_d += d
+            fill(i, at)
+
+        left = [TaskGroup(category=g.category, count=g.count, request=g.req) for g in queue if g.count > 0]
+        unused = [s.id for s in slots[: len(workers)] if s.idle_now and not s.used]
+        packed = self._pack(left, shape)
+        backlog = sum(
+            g.count * (shape.cores if g.whole_worker else g.request.cores) * (_runtime(models, g.category) or 0.0)
+            for g in left
+        )
+        needed = packed
+        if self.options.tail_aware and packed > 0:
+            needed = min(packed, self._tail_cap(obs, left, backlog))
+        return Estimate(horizon_s, left, unused, needed, packed, backlog)
+
+    @staticmethod
+    def _pack(left: list[TaskGroup], shape: Resources) -> int:
+        """Workers of ``shape`` that hold the leftover tasks (fractional bin packing, rounded up)."""
+        need = 0.0
+        for g in left:
+            per = 1 if g.whole_worker else g.request.count_in(shape)
+            if per <= 0:
+                continue  # never fits a worker of this shape: buying does not help
+            need += g.count / per
+        return math.ceil(need - 1e-9)
+
+    @staticmethod
+    def _tail_cap(obs: Observation, left: list[TaskGroup], backlog_core_s: float) -> int:
+        """Buy no more workers than the backlog keeps busy for one task runtime.
+
+        After the horizon the backlog B (core·s) drains on the capacity C that
+        exists or is coming; a new worker of c cores earns its keep only if the
+        drain still lasts at least one task runtime r once it is there:
+        B / (C + n·c) ≥ r  ⇔  n ≤ (B/r − C)/c (rounded up: tasks are whole).
+        Categories never measured have no runtime, so no cap applies to them.
+        """
+        if any(_runtime(obs.categories, g.category) is None for g in left):
+            return 10**9
+        tasks = sum(g.count for g in left)
+        if tasks == 0 or backlog_core_s <= 0:
+            return 0
+        runtimes = [(_runtime(obs.categories, g.category) or 0.0, g.count) for g in left]
+        r = sum(rt * n for rt, n in runtimes) / tasks
+        capacity = sum(w.capacity.cores for w in obs.workers) + sum(p.shape.cores for p in obs.pending)
+        c = obs.worker_shape.cores or 1.0
+        return max(0, math.ceil((backlog_core_s / r - capacity) / c - 1e-9))

@@ -1,0 +1,220 @@
+"""The domain model every layer speaks: what HTA observes and what it decides.
+
+An :class:`Observation` is everything a policy may know at one instant — the
+same fields in production (filled from the Work Queue master, the resource
+monitor and the backend) and in the simulator (filled from the simulated
+world, never from its ground truth). A :class:`ScaleDecision` is what a policy
+answers. Times are seconds on one clock chosen by whoever builds the
+observation (the controller uses seconds since the run started).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Resources(BaseModel):
+    """Cores, memory (MB) and disk (MB); a bundle Work Queue allocates as one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cores: float = 0.0
+    memory_mb: float = 0.0
+    disk_mb: float = 0.0
+
+    def fits_in(self, free: "Resources") -> bool:
+        eps = 1e-9
+        return (
+            self.cores <= free.cores + eps
+            and self.memory_mb <= free.memory_mb + eps
+            and self.disk_mb <= free.disk_mb + eps
+        )
+
+    def count_in(self, free: "Resources") -> int:
+        """How many of these fit in ``free`` (dimensions asked as 0 do not limit)."""
+        counts = []
+        for want, have in (
+            (self.cores, free.cores),
+            (self.memory_mb, free.memory_mb),
+            (self.disk_mb, free.disk_mb),
+        ):
+            if want > 0:
+                counts.append(math.floor(have / want + 1e-9))
+        return max(0, min(counts)) if counts else 0
+
+    def plus(self, other: "Resources") -> "Resources":
+        return Resources(
+            cores=self.cores + other.cores,
+            memory_mb=self.memory_mb + other.memory_mb,
+            disk_mb=self.disk_mb + other.disk_mb,
+        )
+
+    def minus(self, other: "Resources") -> "Resources":
+        return Resources(
+            cores=self.cores - other.cores,
+            memory_mb=self.memory_mb - other.memory_mb,
+            disk_mb=self.disk_mb - other.disk_mb,
+        )
+
+    def times(self, k: float) -> "Resources":
+        return Resources(cores=self.cores * k, memory_mb=self.memory_mb * k, disk_mb=self.disk_mb * k)
+
+
+class CategoryModel(BaseModel):
+    """What completed tasks of one category really used (resource monitor).
+
+    ``samples == 0`` means never measured: Work Queue then gives such a task a
+    whole worker, and so does every estimate made from this model.
+    """
+
+    name: str
+    samples: int = 0
+    peak: Resources = Resources()
+    runtime_mean_s: float | None = None
+    runtime_median_s: float | None = None
+    runtime_p90_s: float | None = None
+    declared: Resources | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.samples > 0
+
+
+class TaskGroup(BaseModel):
+    """``count`` waiting tasks of one category, each asking ``request``.
+
+    Groups are kept in the master's dispatch order (FIFO). A request of zero
+    cores, memory and disk means "a whole worker" (Work Queue's answer for a
+    task that declares nothing).
+    """
+
+    category: str
+    count: int
+    request: Resources = Resources()
+
+    @property
+    def whole_worker(self) -> bool:
+        return self.request.cores <= 0 and self.request.memory_mb <= 0 and self.request.disk_mb <= 0
+
+
+class RunningTask(BaseModel):
+    task_id: int
+    category: str
+    allocation: Resources
+    started_at: float
+    worker: str | None = None
+
+
+class WorkerInfo(BaseModel):
+    """A worker connected to the master."""
+
+    id: str
+    capacity: Resources
+    in_use: Resources = Resources()
+    running: int = 0
+    connected_at: float | None = None
+    #: fraction of the worker's cores its processes keep busy (for CPU-based rivals)
+    cpu_utilization: float | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self.running == 0
+
+    @property
+    def free(self) -> Resources:
+        return self.capacity.minus(self.in_use)
+
+
+class PendingWorker(BaseModel):
+    """A worker asked of the backend that has not connected yet."""
+
+    id: str
+    requested_at: float
+    shape: Resources
+
+
+class UpcomingTasks(BaseModel):
+    """Tasks the workflow DAG will release: ``count`` of ``category`` once
+    ``parents_left`` parent tasks (all currently waiting or running) complete."""
+
+    category: str
+    count: int
+    request: Resources = Resources()
+    parents: list[str] = Field(default_factory=list)
+
+
+class LatencyStats(BaseModel):
+    """Resource preparation latency L: request → worker connected."""
+
+    samples: list[float] = Field(default_factory=list)
+    prior_s: float = 60.0
+
+    def estimate(self, statistic: Literal["last", "median"] = "median", window: int = 10) -> float:
+        if not self.samples:
+            return self.prior_s
+        if statistic == "last":
+            return self.samples[-1]
+        recent = sorted(self.samples[-window:])
+        n = len(recent)
+        mid = n // 2
+        return recent[mid] if n % 2 else (recent[mid - 1] + recent[mid]) / 2
+
+
+class Observation(BaseModel):
+    """Everything a policy may see at one instant."""
+
+    time: float
+    waiting: list[TaskGroup] = Field(default_factory=list)
+    running: list[RunningTask] = Field(default_factory=list)
+    workers: list[WorkerInfo] = Field(default_factory=list)
+    pending: list[PendingWorker] = Field(default_factory=list)
+    categories: dict[str, CategoryModel] = Field(default_factory=dict)
+    upcoming: list[UpcomingTasks] = Field(default_factory=list)
+    latency: LatencyStats = Field(default_factory=LatencyStats)
+    worker_shape: Resources
+    min_workers: int = 0
+    max_workers: int = 1
+    tasks_done: int = 0
+    tasks_failed: int = 0
+
+    @property
+    def waiting_count(self) -> int:
+        return sum(g.count for g in self.waiting)
+
+    def waiting_cores(self) -> float:
+        """Cores the waiting tasks want (a whole-worker task wants a worker's cores)."""
+        return sum(
+            g.count * (self.worker_shape.cores if g.whole_worker else g.request.cores) for g in self.waiting
+        )
+
+    def supply_cores(self) -> float:
+        return sum(w.capacity.cores for w in self.workers)
+
+    def in_use_cores(self) -> float:
+        return sum(w.in_use.cores for w in self.workers)
+
+
+class ScaleDecision(BaseModel):
+    """A policy's answer.
+
+    ``add``: new workers of ``shape`` to ask for. ``drain``: idle workers to
+    remove (the mechanism re-checks that they are idle). ``remove``: workers
+    to delete whether busy or not — only the rivals that really do that
+    (Kubernetes HPA) use it; HTA never does. ``next_decision_s``: when the
+    policy wants to be asked again (HTA: one preparation latency).
+    """
+
+    add: int = 0
+    shape: Resources | None = None
+    drain: list[str] = Field(default_factory=list)
+    remove: list[str] = Field(default_factory=list)
+    next_decision_s: float = 15.0
+    target_workers: int | None = None
+    reason: str = ""
+
+    @property
+    def acts(self) -> bool:
+        return bool(self.add or self.drain or self.remove)

@@ -1,0 +1,42 @@
+"""The policy contract and the registry of policies by name.
+
+A policy is an object with a ``name`` and ``decide(obs) -> ScaleDecision``.
+It may keep state between calls (HPA's stabilisation window, HTA's
+hysteresis) but sees nothing but the :class:`~hta.model.Observation`: what
+production can observe. It never acts; the controller (or the simulator)
+carries the decision out and asks again after ``decision.next_decision_s``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol, runtime_checkable
+
+from hta.model import Observation, ScaleDecision
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+
+    def decide(self, obs: Observation) -> ScaleDecision: ...
+
+
+def _registry() -> dict[str, Callable[[str], Policy]]:
+    from hta.policies.hta_policy import HTAPolicy
+
+    return {"hta": lambda spec: HTAPolicy()}
+
+
+def policy_names() -> list[str]:
+    return sorted(_registry())
+
+
+def make_policy(spec: str) -> Policy:
+    """``"hta"``, or a rival with its parameter, e.g. ``"hpa-20"``."""
+    family = spec.split("-", 1)[0]
+    reg = _registry()
+    if spec in reg:
+        return reg[spec](spec)
+    if family in reg:
+        return reg[family](spec)
+    raise ValueError(f"unknown policy {spec!r}: choose one of {', '.join(policy_names())}")

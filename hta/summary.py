@@ -1,0 +1,125 @@
+"""What one run did, computed from its scaling-log records.
+
+``hta makeflow`` prints this at the end of a run, ``hta simulate`` tabulates
+it per run and ``hta report`` renders it; all three go through
+:func:`summarize` so a number means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from pydantic import BaseModel
+
+from hta.accounting import CoreSample, integrate, node_seconds
+from hta.model import CategoryModel
+from hta.scaling_log import (
+    CategoriesRecord,
+    DecisionRecord,
+    EndRecord,
+    ObservationRecord,
+    RunRecord,
+    WorkerRecord,
+)
+from resource_monitor.categories import percentile
+
+
+class RunSummary(BaseModel):
+    source: str | None = None
+    workflow: str | None = None
+    workload: str | None = None
+    policy: str
+    backend: str
+    seed: int | None = None
+    simulated: bool = False
+    complete: bool
+    exit_code: int | None = None
+    runtime_s: float
+    tasks_done: int
+    tasks_failed: int
+    tasks_retried: int
+    waste_core_s: float
+    shortage_core_s: float
+    node_s: float
+    lost_work_core_s: float = 0.0
+    utilization: float | None = None
+    scale_actions: int
+    scale_up_actions: int
+    scale_down_actions: int
+    workers_requested: int
+    workers_connected: int
+    workers_drained: int
+    workers_removed: int = 0
+    peak_workers: int = 0
+    latency_count: int = 0
+    latency_median_s: float | None = None
+    latency_p90_s: float | None = None
+    latency_phases_median_s: dict[str, float] = {}
+    categories: dict[str, CategoryModel] = {}
+
+
+def summarize(records: list, source: str | None = None) -> RunSummary:
+    run = next((r for r in records if isinstance(r, RunRecord)), None)
+    if run is None:
+        raise ValueError("no run record")
+    obs = [r for r in records if isinstance(r, ObservationRecord)]
+    decisions = [r for r in records if isinstance(r, DecisionRecord)]
+    workers = [r for r in records if isinstance(r, WorkerRecord)]
+    cats = [r for r in records if isinstance(r, CategoriesRecord)]
+    end = next((r for r in records if isinstance(r, EndRecord)), None)
+
+    last_t = max([r.t for r in records if hasattr(r, "t")] or [0.0])
+    t_end = end.t if end else last_t
+    totals = integrate((CoreSample(o.t, o.supply_cores, o.in_use_cores, o.demand_cores) for o in obs), t_end)
+
+    asked: dict[str, float] = {}
+    gone: dict[str, float] = {}
+    for w in workers:
+        if w.event == "requested":
+            asked.setdefault(w.worker, w.t)
+        elif w.event in ("drained", "removed", "stopped", "lost", "failed"):
+            gone.setdefault(w.worker, w.t)
+    node_s = node_seconds(((t0, gone.get(wid)) for wid, t0 in asked.items()), t_end)
+
+    connected = [w for w in workers if w.event == "connected"]
+    lat = [w.latency_s for w in connected if w.latency_s is not None]
+    phase_names = sorted({k for w in connected for k in w.phases})
+    phases = {
+        k: statistics.median([w.phases[k] for w in connected if k in w.phases]) for k in phase_names
+    }
+    ups = sum(1 for d in decisions if d.add > 0)
+    downs = sum(1 for d in decisions if d.drain or d.remove)
+    last_obs = obs[-1] if obs else None
+    return RunSummary(
+        source=source,
+        workflow=run.workflow,
+        workload=run.workload,
+        policy=run.policy,
+        backend=run.backend,
+        seed=run.seed,
+        simulated=run.simulated,
+        complete=end is not None,
+        exit_code=end.exit_code if end else None,
+        runtime_s=end.runtime_s if end else t_end,
+        tasks_done=end.tasks_done if end else (last_obs.tasks_done if last_obs else 0),
+        tasks_failed=end.tasks_failed if end else (last_obs.tasks_failed if last_obs else 0),
+        tasks_retried=end.tasks_retried if end else 0,
+        waste_core_s=totals.waste_core_s,
+        shortage_core_s=totals.shortage_core_s,
+        node_s=node_s,
+        lost_work_core_s=end.lost_work_core_s if end else 0.0,
+        utilization=totals.utilization,
+        scale_actions=ups + downs,
+        scale_up_actions=ups,
+        scale_down_actions=downs,
+        workers_requested=sum(1 for w in workers if w.event == "requested"),
+        workers_connected=len(connected),
+        workers_drained=sum(1 for w in workers if w.event == "drained"),
+        workers_removed=sum(1 for w in workers if w.event == "removed"),
+        peak_workers=max((o.workers for o in obs), default=0),
+        latency_count=len(lat),
+        latency_median_s=statistics.median(lat) if lat else None,
+        latency_p90_s=percentile(lat, 90) if lat else None,
+        latency_phases_median_s=phases,
+        categories=cats[-1].categories if cats else {},
+    )

@@ -1,0 +1,48 @@
+"""The one-screen summary ``hta makeflow`` prints at the end of a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from hta.summary import RunSummary
+
+
+def _s(v: float | None, unit: str = "s", digits: int = 1) -> str:
+    return "—" if v is None else f"{v:,.{digits}f} {unit}".strip()
+
+
+def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
+    lat = "none measured"
+    if s.latency_count:
+        lat = f"median {_s(s.latency_median_s)}, p90 {_s(s.latency_p90_s)} ({s.latency_count} workers)"
+    util = "—" if s.utilization is None else f"{100 * s.utilization:.0f} %"
+    return [
+        ("workflow", s.workflow or s.workload or "—"),
+        ("result", "complete" if s.exit_code == 0 else f"exit code {s.exit_code}"),
+        ("runtime", _s(s.runtime_s)),
+        ("tasks", f"{s.tasks_done} done, {s.tasks_failed} failed, {s.tasks_retried} re-run"),
+        ("workers", f"{s.workers_requested} requested, {s.workers_connected} connected, "
+                    f"{s.workers_drained} drained, peak {s.peak_workers}"),
+        ("scale actions", f"{s.scale_up_actions} up, {s.scale_down_actions} down"),
+        ("waste", _s(s.waste_core_s, "core·s")),
+        ("shortage", _s(s.shortage_core_s, "core·s")),
+        ("node time paid", _s(s.node_s, "worker·s")),
+        ("utilisation", util),
+        ("preparation latency", lat),
+    ]
+
+
+def print_summary(s: RunSummary, log_path: Path | str | None = None, console: Console | None = None) -> None:
+    console = console or Console(width=100)
+    t = Table(title=f"HTA run summary — policy {s.policy}, backend {s.backend}", show_header=False,
+              title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    for k, v in summary_rows(s):
+        t.add_row(k, v)
+    console.print(t)
+    if log_path:
+        console.print(f"scaling log: {log_path}")

@@ -1,0 +1,88 @@
+"""The category learner: measured task summaries in, :class:`CategoryModel` out."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from hta.model import CategoryModel, Resources
+from workqueue_bridge.monitor_summaries import TaskSummary
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))
+    return s[k]
+
+
+@dataclass
+class _Samples:
+    runtimes: list[float] = field(default_factory=list)
+    cores: float = 0.0
+    memory_mb: float = 0.0
+    disk_mb: float = 0.0
+
+
+class CategoryLearner:
+    """Accumulates summaries per category.
+
+    Peak cores are rounded up to whole cores (at least one), the unit Work
+    Queue allocates; memory and disk are the peaks seen. Only successful
+    tasks teach runtimes; every task teaches peaks (a task killed for
+    exceeding its allocation shows what it really needs).
+    """
+
+    def __init__(self) -> None:
+        self._cats: dict[str, _Samples] = {}
+        self._declared: dict[str, Resources] = {}
+
+    def add(self, summary: TaskSummary) -> None:
+        s = self._cats.setdefault(summary.category, _Samples())
+        s.cores = max(s.cores, summary.cores)
+        s.memory_mb = max(s.memory_mb, summary.memory_mb)
+        s.disk_mb = max(s.disk_mb, summary.disk_mb)
+        if summary.succeeded:
+            s.runtimes.append(summary.wall_time_s)
+
+    def add_all(self, summaries: list[TaskSummary]) -> None:
+        for s in summaries:
+            self.add(s)
+
+    def declare(self, category: str, resources: Resources) -> None:
+        """Record what the workflow declared for a category (from the master)."""
+        self._declared[category] = resources
+
+    def model(self, category: str) -> CategoryModel:
+        s = self._cats.get(category)
+        declared = self._declared.get(category)
+        if s is None or not s.runtimes:
+            return CategoryModel(name=category, samples=0, declared=declared,
+                                 peak=self._peak(s) if s else Resources())
+        rt = s.runtimes
+        return CategoryModel(
+            name=category,
+            samples=len(rt),
+            peak=self._peak(s),
+            runtime_mean_s=statistics.fmean(rt),
+            runtime_median_s=statistics.median(rt),
+            runtime_p90_s=percentile(rt, 90),
+            declared=declared,
+        )
+
+    @staticmethod
+    def _peak(s: _Samples) -> Resources:
+        return Resources(cores=max(1.0, math.ceil(s.cores - 1e-6)), memory_mb=s.memory_mb, disk_mb=s.disk_mb)
+
+    def models(self) -> dict[str, CategoryModel]:
+        names = set(self._cats) | set(self._declared)
+        return {n: self.model(n) for n in sorted(names)}
+
+
+def first_allocation(model: CategoryModel | None, worker: Resources) -> Resources:
+    """What a task of this category is given: its measured peak once measured,
+    a whole worker before (as Work Queue does for a category never seen)."""
+    if model is None or not model.measured:
+        return worker
+    return model.peak

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The demo: install what is missing, then run the BLAST-shaped workflow on
+# autoscaled local workers (the embedded default) and print the report.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/setup.sh"
+cd "$root"
+wf=workflows/blast/Makeflow
+# start from a clean slate so makeflow runs every rule again
+(cd workflows/blast && makeflow -c Makeflow >/dev/null 2>&1 || true)
+.venv/bin/hta makeflow --max-workers 4 --worker-cores 1 --provision-delay 4 "$wf" "$@"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what HTA needs, idempotently; a second run takes about a second.
+#   - Debian packages: CCTools (makeflow, work_queue_worker, resource_monitor,
+#     the work_queue Python module), openmpi-bin (makeflow aborts in MPI_Init
+#     without it), and the real workloads the CSS tests run (stress-ng, fio).
+#   - The project venv at .venv with `pip install -e .[test]`.
+#   - Debian's work_queue module made importable in the venv through a .pth
+#     file naming a folder of symlinks (not all of dist-packages).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+say() { echo "[setup] $*" >&2; }
+
+# --- Debian packages -------------------------------------------------------
+debs=(coop-computing-tools python3-workqueue openmpi-bin stress-ng fio)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  say "installing Debian packages: ${missing[*]}"
+  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- Python venv -------------------------------------------------------------
+py="${HTA_PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $($py --version)"
+  "$py" -m venv .venv
+fi
+stamp=.venv/.hta-installed
+want="$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  say "pip install -e .[test]"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e ".[test]"
+  echo "$want" > "$stamp"
+fi
+
+# --- Debian's work_queue module, and nothing else from dist-packages --------
+site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+links=.venv/cctools-python
+mkdir -p "$links"
+for f in /usr/lib/python3/dist-packages/work_queue.py /usr/lib/python3/dist-packages/_work_queue*.so; do
+  [ -e "$f" ] && ln -sf "$f" "$links/$(basename "$f")"
+done
+echo "$root/$links" > "$site/cctools-work-queue.pth"
+.venv/bin/python -c 'import workqueue_bridge.wq as w; w.load()' \
+  || { say "the work_queue module does not import in .venv"; exit 1; }
+say "ready: $(makeflow -v 2>&1 | head -1)"
