@@ -112,6 +112,7 @@ class Controller:
             min_workers=self.config.min_workers,
             max_workers=self.config.max_workers,
             upcoming=self.upcoming() if self.upcoming else None,
+            retired=self.backend.retired(),
         )
         self.last_observation = obs
         sample = CoreSample(now, obs.supply_cores(), obs.in_use_cores(), obs.in_use_cores() + obs.waiting_cores())

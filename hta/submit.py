@@ -122,6 +122,11 @@ async def submit(
     last = mflog.latest
     now = time.time() - epoch
     writer.write(CategoriesRecord(t=round(now, 3), categories=learner.models()))
+    if exit_code == 0 and last is not None and (last.failed or last.aborted):
+        # makeflow 8.0 exits 0 even when rules failed for good; a user must not miss that
+        exit_code = 1
+        error = (f"makeflow finished but {last.failed + last.aborted} rule(s) failed "
+                 f"(makeflow's output: {mf.output_path})")
     # runtime: from submission (t = 0) until makeflow finished the workflow
     finished_at = (mflog.completed_at - epoch) if mflog.completed_at else now
     writer.write(EndRecord(

@@ -56,10 +56,14 @@ def build_observation(
     max_workers: int,
     upcoming: list[UpcomingTasks] | None = None,
     cpu_utilization: Mapping[str, float] | None = None,
+    retired: set[str] | None = None,
 ) -> Observation:
     """``epoch`` is the Unix time of t = 0; ``worker_ids`` maps a worker's
-    ``ip:port`` to the backend's name for it (unknown workers keep the address)."""
-    by_addr = {w.address: w for w in snap.workers}
+    ``ip:port`` to the backend's name for it (unknown workers keep the address);
+    ``retired`` addresses (workers the backend already stopped) are left out."""
+    gone = retired or set()
+    live = [w for w in snap.workers if w.address not in gone]
+    by_addr = {w.address: w for w in live}
     running = []
     for t in snap.tasks:
         if t.state != "running":
@@ -79,7 +83,7 @@ def build_observation(
         )
     cpu = cpu_utilization or {}
     workers = []
-    for w in snap.workers:
+    for w in live:
         wid = worker_ids.get(w.address, w.address)
         workers.append(
             WorkerInfo(

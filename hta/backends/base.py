@@ -31,6 +31,10 @@ class WorkerBackend(Protocol):
     def worker_ids(self) -> dict[str, str]:
         """Master address ``ip:port`` → worker id, for connected workers."""
 
+    def retired(self) -> set[str]:
+        """Master addresses of workers this backend stopped: the master may list
+        them for a while after they are gone; observations leave them out."""
+
     def pending(self) -> list[PendingWorker]:
         """Workers asked for that have not connected yet."""
 

@@ -158,6 +158,9 @@ class LocalBackend:
     def worker_ids(self) -> dict[str, str]:
         return {w.address: w.id for w in self._workers.values() if w.address and w.state == "connected"}
 
+    def retired(self) -> set[str]:
+        return {w.address for w in self._workers.values() if w.address and w.state in ("stopping", "gone")}
+
     def pending(self) -> list[PendingWorker]:
         return [
             PendingWorker(id=w.id, requested_at=w.requested_at, shape=w.shape)

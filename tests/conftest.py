@@ -1,0 +1,46 @@
+"""Shared test helpers. Real CCTools everywhere: no fake of makeflow or workers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+HTA = [str(ROOT / ".venv" / "bin" / "hta")] if (ROOT / ".venv" / "bin" / "hta").exists() else ["hta"]
+
+
+def cctools_processes(marker: str | None = None) -> list[psutil.Process]:
+    """Live makeflow / work_queue_worker processes (optionally whose cwd or args mention ``marker``)."""
+    out = []
+    for p in psutil.process_iter(["name", "cmdline", "cwd", "status"]):
+        if p.info["name"] not in ("makeflow", "work_queue_worker"):
+            continue
+        if p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        text = " ".join(p.info["cmdline"] or []) + " " + (p.info["cwd"] or "")
+        if marker is None or marker in text:
+            out.append(p)
+    return out
+
+
+@pytest.fixture
+def blast_copy(tmp_path: Path) -> Path:
+    """A small copy of the BLAST-shaped workflow (widths 6/1/4) in a temp dir."""
+    src = ROOT / "workflows" / "blast"
+    dst = tmp_path / "blast"
+    dst.mkdir()
+    for f in ("gendb.py", "seqio.py", "split.py", "align.py", "reduce.py", "make_makeflow.py"):
+        shutil.copy(src / f, dst / f)
+    subprocess.run(["python3", "make_makeflow.py", "6", "1", "4", "30"], cwd=dst, check=True)
+    return dst
+
+
+def run_hta(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None):
+    return subprocess.run([*HTA, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})

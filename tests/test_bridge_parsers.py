@@ -1,0 +1,146 @@
+"""The bridge's readers, on JSON and logs captured from a real CCTools 8.0 master."""
+
+import json
+
+from hta.model import Resources
+from workqueue_bridge.makeflow_log import MakeflowLog, NodeState
+from workqueue_bridge.monitor_summaries import SummaryDirectory, parse_summary
+from workqueue_bridge.observation import build_observation, group_waiting
+from workqueue_bridge.status import (
+    MasterSnapshot,
+    clean_category,
+    parse_queue_status,
+    parse_task_status,
+    parse_worker_status,
+)
+from hta.model import LatencyStats
+
+from conftest import DATA
+
+
+def load(name):
+    return json.loads((DATA / name).read_text())
+
+
+def test_category_quotes_are_stripped():
+    assert clean_category('"align"') == "align"
+    assert clean_category("align") == "align"
+    assert clean_category(None) == "default"
+
+
+def test_queue_status_from_real_master():
+    q = parse_queue_status(load("queue_status_waiting.json"))
+    assert q.tasks_waiting == 3 and q.tasks_running == 0
+    assert [c.name for c in q.categories] == ["align"]  # "whole queue" is not a category
+    assert q.categories[0].waiting == 3
+
+
+def test_task_status_from_real_master():
+    tasks = parse_task_status(load("task_status_running.json"))
+    assert [t.task_id for t in tasks] == [1, 2, 3]  # dispatch order
+    states = {t.task_id: t.state for t in tasks}
+    assert states == {1: "waiting", 2: "running", 3: "running"}
+    t3 = tasks[2]
+    assert t3.category == "align" and t3.cores == 1 and t3.memory_mb == 200 and t3.disk_mb == 100
+    assert t3.worker == "127.0.0.1:51424" and t3.started_at > 1.7e9
+
+
+def test_worker_status_from_real_master():
+    (w,) = parse_worker_status(load("worker_status_running.json"))
+    assert w.address == "127.0.0.1:51424"
+    assert (w.cores, w.memory_mb, w.disk_mb) == (2, 1000, 1000)
+    assert w.cores_in_use == 2 and w.tasks_running == 2 and w.task_ids == [2, 3]
+
+
+def test_observation_from_real_master():
+    snap = MasterSnapshot(
+        taken_at=1795315971.9,
+        queue=parse_queue_status(load("queue_status_running.json")),
+        tasks=parse_task_status(load("task_status_running.json")),
+        workers=parse_worker_status(load("worker_status_running.json")),
+    )
+    epoch = 1795315968.0
+    obs = build_observation(
+        snap, epoch=epoch, worker_shape=Resources(cores=2, memory_mb=1000, disk_mb=1000), categories={},
+        worker_ids={"127.0.0.1:51424": "w1"}, pending=[], latency=LatencyStats(), min_workers=0, max_workers=3,
+    )
+    assert abs(obs.time - 3.9) < 1e-6
+    assert [(g.category, g.count) for g in obs.waiting] == [("align", 1)]
+    assert obs.waiting[0].request == Resources(cores=1, memory_mb=200, disk_mb=100)
+    assert sorted(t.task_id for t in obs.running) == [2, 3]
+    assert all(t.worker == "w1" and 1.7 < t.started_at < 1.9 for t in obs.running)
+    (w,) = obs.workers
+    assert w.id == "w1" and w.running == 2 and w.free.cores == 0
+    assert obs.supply_cores() == 2 and obs.in_use_cores() == 2 and obs.waiting_cores() == 1
+
+
+def test_waiting_groups_keep_fifo_order_and_merge_runs():
+    from workqueue_bridge.status import TaskStatus
+
+    ts = [TaskStatus(task_id=i, state="waiting", category=c, cores=1)
+          for i, c in enumerate(["a", "a", "b", "a", "a"], start=1)]
+    ts.append(TaskStatus(task_id=9, state="waiting", category="c"))  # nothing declared → whole worker
+    groups = group_waiting(ts)
+    assert [(g.category, g.count) for g in groups] == [("a", 2), ("b", 1), ("a", 2), ("c", 1)]
+    assert groups[-1].whole_worker and not groups[0].whole_worker
+
+
+def test_makeflow_log_from_real_run():
+    log = MakeflowLog(DATA / "Makeflow.makeflowlog")
+    events = log.poll()
+    assert log.started_at and log.completed_at and log.completed_at > log.started_at
+    assert len(events) == 8
+    assert [e.state for e in events[:3]] == [NodeState.RUNNING] * 3
+    assert events[-1].complete == 4 and events[-1].total == 4 and events[-1].failed == 0
+    assert log.retried == 0
+    assert log.poll() == []  # incremental: nothing new
+
+
+def test_makeflow_log_is_read_incrementally(tmp_path):
+    lines = (DATA / "Makeflow.makeflowlog").read_text().splitlines(keepends=True)
+    p = tmp_path / "x.makeflowlog"
+    log = MakeflowLog(p)
+    p.write_text("".join(lines[:10]) + lines[10][:5])  # a half-written line is not read
+    first = log.poll()
+    with open(p, "a") as fh:
+        fh.write(lines[10][5:] + "".join(lines[11:]))
+    second = log.poll()
+    assert len(first) + len(second) == 8
+
+
+def test_monitor_summary_from_real_run():
+    s = parse_summary((DATA / "monitor" / "resource-rule-0.summary").read_text())
+    assert s.category == "align" and s.succeeded
+    assert 4.0 <= s.wall_time_s < 4.1 and s.memory_mb == 3 and s.disk_mb == 1
+
+
+def test_monitor_summary_with_bad_escape_is_repaired():
+    text = (DATA / "monitor" / "resource-rule-0.summary").read_text()
+    broken = text.replace('"command":"sleep 4;', '"command":"echo \\\'hi\\\' \\d; sleep 4;')
+    assert "\\'" in broken
+    s = parse_summary(broken)
+    assert "hi" in s.command and s.category == "align"
+
+
+def test_summary_directory_retries_a_partial_file(tmp_path):
+    full = (DATA / "monitor" / "resource-rule-0.summary").read_text()
+    (tmp_path / "a.summary").write_text(full[:50])
+    d = SummaryDirectory(tmp_path)
+    assert d.poll() == []
+    (tmp_path / "a.summary").write_text(full)
+    assert len(d.poll()) == 1
+    assert d.poll() == []
+
+
+def test_workers_the_backend_retired_are_left_out():
+    snap = MasterSnapshot(
+        taken_at=1795315971.9,
+        queue=parse_queue_status(load("queue_status_running.json")),
+        tasks=parse_task_status(load("task_status_running.json")),
+        workers=parse_worker_status(load("worker_status_running.json")),
+    )
+    obs = build_observation(
+        snap, epoch=1795315968.0, worker_shape=Resources(cores=2), categories={}, worker_ids={},
+        pending=[], latency=LatencyStats(), min_workers=0, max_workers=3, retired={"127.0.0.1:51424"},
+    )
+    assert obs.workers == [] and obs.supply_cores() == 0

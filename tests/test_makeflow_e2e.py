@@ -1,0 +1,164 @@
+"""`hta makeflow` end to end: the real makeflow, real work_queue_workers, no mocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import HTA, cctools_processes, run_hta
+
+pytestmark = pytest.mark.slow
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_gone(marker: str, timeout: float = 15.0) -> list:
+    deadline = time.time() + timeout
+    left = cctools_processes(marker)
+    while left and time.time() < deadline:
+        time.sleep(0.2)
+        left = cctools_processes(marker)
+    return left
+
+
+def test_blast_completes_with_correct_outputs_and_scales_up_then_down(blast_copy: Path, tmp_path: Path):
+    # reference: the same workflow run serially by plain makeflow -T local
+    ref = tmp_path / "ref"
+    shutil.copytree(blast_copy, ref)
+    subprocess.run(["makeflow", "-T", "local", "-j", "2", "Makeflow"], cwd=ref, check=True, capture_output=True)
+
+    r = run_hta("makeflow", "--max-workers", "3", "--worker-cores", "1", "--provision-delay", "2",
+                "--min-interval", "1", str(blast_copy / "Makeflow"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "HTA run summary" in r.stdout and "waste" in r.stdout and "preparation latency" in r.stdout
+
+    for s in (1, 2, 3):
+        got = (blast_copy / f"result{s}.txt").read_text()
+        assert got == (ref / f"result{s}.txt").read_text()
+        queries, correct = got.splitlines()[0].split()[2::2]
+        assert queries == correct and int(queries) > 0
+
+    recs = records(blast_copy / "Makeflow.scaling.jsonl")
+    kinds = [x["kind"] for x in recs]
+    assert kinds[0] == "run" and kinds[-1] == "end" and recs[-1]["exit_code"] == 0
+    assert recs[-1]["tasks_done"] == 1 + 3 * 2 + 6 + 1 + 4  # prepare + 3×(split, reduce) + aligns
+    adds = [x["t"] for x in recs if x["kind"] == "decision" and x["add"] > 0]
+    drains = [x["t"] for x in recs if x["kind"] == "worker" and x["event"] == "drained"]
+    assert adds and drains and min(adds) < min(drains), "workers must be added, then drained"
+    peak = max(x["workers"] for x in recs if x["kind"] == "observation")
+    assert peak >= 2
+    connected = [x for x in recs if x["kind"] == "worker" and x["event"] == "connected"]
+    assert connected and all(x["latency_s"] >= 2.0 for x in connected)  # the emulated provisioning delay
+    # a worker is never drained while it runs a task: every drained worker was idle in the last observation
+    assert not wait_gone(str(blast_copy))
+
+
+def test_failing_workflow_exits_nonzero_and_leaves_nothing(tmp_path: Path):
+    wf = tmp_path / "fail"
+    wf.mkdir()
+    (wf / "Makeflow").write_text("CATEGORY=x\nCORES=1\n\nout.txt:\n\tsleep 1; exit 3\n")
+    r = run_hta("makeflow", "--max-workers", "1", str(wf / "Makeflow"), timeout=300)
+    assert r.returncode != 0
+    assert "hta: error: makeflow finished but 1 rule(s) failed" in r.stderr
+    assert not wait_gone(str(wf))
+    end = records(wf / "Makeflow.scaling.jsonl")[-1]
+    assert end["kind"] == "end" and end["exit_code"] == r.returncode
+
+
+def _sleep_workflow(tmp_path: Path, n: int = 6, seconds: int = 60) -> Path:
+    wf = tmp_path / "sleepy"
+    wf.mkdir()
+    rules = "".join(f"s{i}.txt:\n\tsleep {seconds}; echo {i} > s{i}.txt\n\n" for i in range(n))
+    (wf / "Makeflow").write_text("CATEGORY=sleep\nCORES=1\nMEMORY=50\nDISK=50\n\n" + rules)
+    return wf
+
+
+def _start_and_wait_for_workers(wf: Path) -> subprocess.Popen:
+    p = subprocess.Popen([*HTA, "makeflow", "--max-workers", "2", str(wf / "Makeflow")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = wf / "Makeflow.scaling.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if log.exists() and '"connected"' in log.read_text():
+            break
+        time.sleep(0.3)
+    else:
+        p.kill()
+        pytest.fail("no worker connected within 60 s")
+    assert cctools_processes(str(wf))  # makeflow and its workers are running
+    return p
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_makeflow_and_every_worker(tmp_path: Path, sig: int):
+    wf = _sleep_workflow(tmp_path)
+    p = _start_and_wait_for_workers(wf)
+    workers = [x for x in cctools_processes() if x.name() == "work_queue_worker"]
+    assert workers
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + sig
+    assert "interrupted" in err
+    assert not wait_gone(str(wf))
+    assert not [w for w in workers if w.is_running() and w.status() != "zombie"]
+
+
+def test_sigkill_of_hta_leaves_no_orphans(tmp_path: Path):
+    wf = _sleep_workflow(tmp_path)
+    p = _start_and_wait_for_workers(wf)
+    p.kill()
+    p.wait()
+    assert not wait_gone(str(wf), timeout=20), "makeflow/workers outlived a SIGKILLed hta"
+
+
+def test_missing_workflow_is_one_line_exit_2(tmp_path: Path):
+    r = run_hta("makeflow", str(tmp_path / "nope" / "Makeflow"))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "not found" in r.stderr and "hta: error:" in r.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--max-workers", "0"], "--max-workers must be at least 1"),
+    (["--worker-cores", "two"], "--worker-cores must be a whole number"),
+    (["--min-workers", "5", "--max-workers", "2"], "--min-workers (5) is above --max-workers (2)"),
+    (["--policy", "magic"], "unknown policy 'magic'"),
+])
+def test_invalid_options_are_one_line_exit_2(tmp_path: Path, args, needle):
+    wf = _sleep_workflow(tmp_path, n=1, seconds=1)
+    r = run_hta("makeflow", *args, str(wf / "Makeflow"))
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and r.stderr.strip().count("\n") == 0
+    assert not cctools_processes(str(wf))
+
+
+def test_reserved_makeflow_argument_is_refused(tmp_path: Path):
+    wf = _sleep_workflow(tmp_path, n=1, seconds=1)
+    r = run_hta("makeflow", str(wf / "Makeflow"), "--", "-T", "local")
+    assert r.returncode == 2 and "-T is set by hta" in r.stderr
+
+
+def test_makeflow_syntax_error_surfaces_makeflows_message(tmp_path: Path):
+    wf = tmp_path / "bad"
+    wf.mkdir()
+    (wf / "Makeflow").write_text("out.txt: in.txt\n\tcat in.txt > out.txt\nthis is : not : valid\n")
+    r = run_hta("makeflow", str(wf / "Makeflow"), timeout=120)
+    assert r.returncode != 0
+    err = r.stderr.strip().splitlines()[-1]
+    assert err.startswith("hta: error: makeflow exited") and "makeflow" in err
+    assert not wait_gone(str(wf))
+
+
+def test_makeflow_not_installed_is_one_line(tmp_path: Path):
+    wf = _sleep_workflow(tmp_path, n=1, seconds=1)
+    venv_bin = str(Path(HTA[0]).parent)
+    r = run_hta("makeflow", str(wf / "Makeflow"), env={"PATH": venv_bin})
+    assert r.returncode == 2 and "makeflow not found on PATH" in r.stderr and "setup.sh" in r.stderr

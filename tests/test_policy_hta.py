@@ -1,0 +1,104 @@
+"""HTA's policy and its estimator on small, hand-checked scenarios."""
+
+from hta.estimator import EstimatorOptions, QueueDrainEstimator
+from hta.model import (CategoryModel, LatencyStats, Observation, PendingWorker, Resources, RunningTask,
+                       TaskGroup, WorkerInfo)
+from hta.policies.hta_policy import HTAPolicy
+
+SHAPE = Resources(cores=2, memory_mb=2000, disk_mb=2000)
+ONE = Resources(cores=1, memory_mb=100, disk_mb=100)
+
+
+def cat(name, runtime):
+    return CategoryModel(name=name, samples=5, peak=ONE, runtime_mean_s=runtime, runtime_median_s=runtime,
+                         runtime_p90_s=runtime)
+
+
+def worker(wid, running=0, busy_cores=0):
+    return WorkerInfo(id=wid, capacity=SHAPE, in_use=Resources(cores=busy_cores, memory_mb=100 * busy_cores,
+                                                                disk_mb=100 * busy_cores), running=running)
+
+
+def obs(**kw):
+    base = dict(time=100.0, worker_shape=SHAPE, max_workers=10, latency=LatencyStats(samples=[10.0]))
+    base.update(kw)
+    return Observation(**base)
+
+
+def test_buys_for_what_still_waits_after_one_latency():
+    # 1 worker (2 cores) busy until t=105 with 2 tasks of 100 s; 10 more waiting.
+    o = obs(
+        workers=[worker("w1", 2, 2)],
+        running=[RunningTask(task_id=i, category="a", allocation=ONE, started_at=5.0, worker="w1") for i in (1, 2)],
+        waiting=[TaskGroup(category="a", count=10, request=ONE)],
+        categories={"a": cat("a", 100.0)},
+    )
+    est = QueueDrainEstimator(EstimatorOptions(tail_aware=False)).estimate(o, 10.0)
+    # at t=105 the two running tasks end and two waiting ones start: 8 still wait at t=110
+    assert est.left_count == 8 and est.packed_need == 4
+    d = HTAPolicy(options=EstimatorOptions(tail_aware=False)).decide(o)
+    assert d.add == 4 and d.next_decision_s == 10.0 and not d.drain
+    # tail-aware: 3 new workers + the 2 cores freed at t=205 drain the 800 core·s backlog in
+    # one task runtime; a 4th worker would idle after its first task.
+    assert HTAPolicy().decide(o).add == 3
+
+
+def test_pending_workers_count_as_coming_capacity():
+    o = obs(
+        waiting=[TaskGroup(category="a", count=4, request=ONE)],
+        pending=[PendingWorker(id="p1", requested_at=95.0, shape=SHAPE),
+                 PendingWorker(id="p2", requested_at=95.0, shape=SHAPE)],
+        categories={"a": cat("a", 100.0)},
+    )
+    assert HTAPolicy().decide(o).add == 0  # both arrive at t=105 and take all four
+
+
+def test_drains_only_idle_unneeded_workers_and_respects_min():
+    o = obs(
+        workers=[worker("busy", 1, 1), worker("idle1"), worker("idle2")],
+        running=[RunningTask(task_id=1, category="a", allocation=ONE, started_at=95.0, worker="busy")],
+        categories={"a": cat("a", 100.0)},
+        min_workers=2,
+    )
+    d = HTAPolicy().decide(o)
+    assert d.add == 0 and d.drain == ["idle1"]  # one may go: min_workers keeps two
+    assert "busy" not in d.drain
+
+
+def test_idle_worker_needed_for_waiting_work_is_kept():
+    o = obs(workers=[worker("w1"), worker("w2")], waiting=[TaskGroup(category="a", count=3, request=ONE)],
+            categories={"a": cat("a", 100.0)})
+    d = HTAPolicy().decide(o)
+    assert d.drain == [] and d.add == 0
+
+
+def test_unmeasured_category_takes_whole_workers_up_to_max():
+    o = obs(waiting=[TaskGroup(category="new", count=30)], max_workers=6)  # nothing declared, never measured
+    d = HTAPolicy().decide(o)
+    assert d.add == 6
+
+
+def test_tail_awareness_skips_workers_that_would_arrive_too_late():
+    # 20 busy 1-core slots finishing over the next 30 s; 2 tasks of 60 s left at the horizon.
+    workers = [worker(f"w{i}", 2, 2) for i in range(10)]
+    running = [RunningTask(task_id=i, category="a", allocation=ONE, started_at=100.0 - 45 - i, worker=f"w{i // 2}")
+               for i in range(20)]
+    o = obs(workers=workers, running=running, waiting=[TaskGroup(category="a", count=22, request=ONE)],
+            categories={"a": cat("a", 60.0)}, latency=LatencyStats(samples=[10.0]), max_workers=20)
+    plain = HTAPolicy(options=EstimatorOptions(tail_aware=False)).decide(o)
+    aware = HTAPolicy().decide(o)
+    assert plain.add >= 1
+    assert aware.add == 0  # the 20 cores already there clear the backlog within one task runtime
+
+
+def test_hysteresis_drains_after_repeated_proposals():
+    o = obs(workers=[worker("w1")])
+    p = HTAPolicy(drain_after=2)
+    assert p.decide(o).drain == []
+    assert p.decide(o).drain == ["w1"]
+
+
+def test_latency_statistic_is_robust_to_an_outlier():
+    lat = LatencyStats(samples=[10, 11, 9, 10, 300])
+    assert lat.estimate("median") == 10 and lat.estimate("last") == 300
+    assert LatencyStats(prior_s=42).estimate() == 42
