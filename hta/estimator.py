@@ -30,6 +30,10 @@ from hta.model import CategoryModel, Observation, Resources, TaskGroup
 
 #: a running task past its expected runtime is assumed to need this fraction more
 OVERDUE_FRACTION = 0.1
+#: lookahead's guess for a task of a never-measured category that has not started:
+#: short (its dependents are expected soon, so workers are kept for them), while
+#: for buying the same task is assumed to hold its worker through the horizon
+UNKNOWN_RELEASE_PRIOR_S = 1.0
 
 
 @dataclass
@@ -52,6 +56,8 @@ class Estimate:
     #: workers the leftover tasks would fill, before tail awareness
     packed_need: int
     backlog_core_s: float = 0.0
+    #: (time, tasks) the DAG is expected to release within the horizon
+    releases: list[tuple[float, int]] = field(default_factory=list)
 
     @property
     def left_count(self) -> int:
@@ -73,12 +79,18 @@ class _Slot:
 
 @dataclass
 class _Group:
+    """Waiting (or released) tasks of one kind, with what lookahead needs:
+    batches still running and when the group's last task finished."""
+
+    id: str | None
     category: str
     count: int
     req: Resources
     whole: bool
     runtime: float | None
-    releases: list = field(default_factory=list)
+    inflight: int = 0
+    blocked: bool = False  # a task of it will not finish within the horizon
+    finished_at: float | None = None
 
 
 def _runtime(models: dict[str, CategoryModel], category: str) -> float | None:
@@ -86,6 +98,9 @@ def _runtime(models: dict[str, CategoryModel], category: str) -> float | None:
     if m is None or not m.measured:
         return None
     return m.runtime_mean_s
+
+
+INF = float("inf")
 
 
 class QueueDrainEstimator:
@@ -101,7 +116,10 @@ class QueueDrainEstimator:
         shape = obs.worker_shape
 
         slots: list[_Slot] = []
-        events: list[tuple[float, int, int, float, float, float, str | None]] = []
+        # events: (time, seq, kind, slot or group index, cores, memory, disk)
+        # kind 0: resources freed on a slot (group index in the last place, or -1)
+        # kind 1: an upcoming group is released
+        events: list[tuple] = []
         seq = 0
 
         # connected workers: busy ones first, so idle ones stay idle unless needed
@@ -115,71 +133,89 @@ class QueueDrainEstimator:
 
         # running tasks free their allocation when their category's runtime is over
         finishing: dict[tuple[int, float], list[float]] = {}
-        done_by_category: dict[str, list[float]] = {}
+        task_done: dict[str, float] = {}
         for t in obs.running:
             rt = _runtime(models, t.category)
-            slot = index.get(t.worker or "")
             if rt is None:
+                # never measured: it holds its resources through the horizon, and (for
+                # lookahead only) is expected to run as long again as it has so far
+                task_done[f"task:{t.task_id}"] = now + max(now - t.started_at, UNKNOWN_RELEASE_PRIOR_S)
                 continue
             elapsed = now - t.started_at
             left = rt - elapsed if elapsed < rt else OVERDUE_FRACTION * rt
             at = now + max(left, 0.0)
-            done_by_category.setdefault(t.category, []).append(at)
+            task_done[f"task:{t.task_id}"] = at
+            slot = index.get(t.worker or "")
             if at > end or slot is None:
                 continue
-            key = (slot, round(at, 3))
-            acc = finishing.setdefault(key, [0.0, 0.0, 0.0])
+            acc = finishing.setdefault((slot, round(at, 3)), [0.0, 0.0, 0.0])
             acc[0] += t.allocation.cores
             acc[1] += t.allocation.memory_mb
             acc[2] += t.allocation.disk_mb
         for (slot, at), (c, m, d) in finishing.items():
-            events.append((at, seq, slot, c, m, d, None))
+            events.append((at, seq, 0, slot, c, m, d, -1))
             seq += 1
 
         # pending workers arrive one latency after they were asked for
-        latency = horizon_s
         for p in obs.pending:
-            at = max(now, p.requested_at + latency)
+            at = max(now, p.requested_at + horizon_s)
             if at > end:
                 continue
             slots.append(_Slot(p.id, p.shape.cores, p.shape.memory_mb, p.shape.disk_mb, 0, 0, 0, False))
-            events.append((at, seq, len(slots) - 1, p.shape.cores, p.shape.memory_mb, p.shape.disk_mb, None))
+            events.append((at, seq, 0, len(slots) - 1, p.shape.cores, p.shape.memory_mb, p.shape.disk_mb, -1))
             seq += 1
 
-        queue = [
-            _Group(g.category, g.count, g.request, g.whole_worker, _runtime(models, g.category))
-            for g in obs.waiting
-        ]
+        queue = [_Group(g.id, g.category, g.count, g.request, g.whole_worker, _runtime(models, g.category))
+                 for g in obs.waiting]
 
-        # lookahead: a DAG node whose parents all finish within the horizon is
-        # released then. Parents are named by category; we know when the
-        # running tasks of a category finish, and waiting ones as they run.
-        releases: list[tuple[float, int, TaskGroup]] = []
-        if self.options.lookahead and obs.upcoming:
-            waiting_cats = {g.category for g in obs.waiting}
-            for up in obs.upcoming:
-                if any(p in waiting_cats for p in up.parents):
-                    continue  # parents not yet started: not within one horizon, conservatively
-                times = [max(done_by_category.get(p, [now])) for p in up.parents] or [now]
-                if any(p not in done_by_category and p not in models for p in up.parents):
-                    continue
-                at = max(times)
-                if at <= end:
-                    releases.append((at, seq, TaskGroup(category=up.category, count=up.count, request=up.request)))
+        # lookahead: the DAG's upcoming groups, released when all they wait for completes
+        upcoming = obs.upcoming if self.options.lookahead else []
+        done_at: dict[str, float] = dict(task_done)  # ref → completion time (INF: not in horizon)
+        waits: dict[str, list[int]] = {}  # ref → upcoming groups waiting for it
+        missing: list[int] = []  # per upcoming group: refs not yet complete
+        for k, up in enumerate(upcoming):
+            missing.append(0)
+            for ref in up.after:
+                waits.setdefault(ref, []).append(k)
+                missing[k] += 1
+        released_at: list[float] = [INF] * len(upcoming)
+
+        def complete(ref: str, t: float) -> None:
+            """``ref`` completed at ``t``: release what waited only for it."""
+            nonlocal seq
+            for k in waits.get(ref, ()):
+                missing[k] -= 1
+                released_at[k] = t if released_at[k] == INF else max(released_at[k], t)
+                if missing[k] == 0 and released_at[k] <= end:
+                    heapq.heappush(events, (released_at[k], seq, 1, k, 0.0, 0.0, 0.0, -1))
                     seq += 1
-        for at, s, g in releases:
-            events.append((at, s, -1, 0.0, 0.0, 0.0, g.category))
-        release_groups = {s: g for _, s, g in releases}
+
+        if upcoming:
+            for ref, at in task_done.items():
+                if at <= end and ref in waits:
+                    complete(ref, at)
+            for k, up in enumerate(upcoming):
+                if not up.after:
+                    heapq.heappush(events, (now, seq, 1, k, 0.0, 0.0, 0.0, -1))
+                    seq += 1
         heapq.heapify(events)
 
+        def group_progress(gi: int, t: float) -> None:
+            g = queue[gi]
+            if g.count == 0 and g.inflight == 0 and not g.blocked and g.finished_at is None and g.id:
+                g.finished_at = t
+                complete(g.id, t)
+
         head = 0
+        releases: list[tuple[float, int]] = []
 
         def fill(i: int, t: float) -> None:
             nonlocal head, seq
             s = slots[i]
             while head < len(queue) and queue[head].count == 0:
                 head += 1
-            for g in queue[head:]:
+            for gi in range(head, len(queue)):
+                g = queue[gi]
                 if g.count == 0:
                     continue
                 if g.whole:
@@ -205,32 +241,49 @@ class QueueDrainEstimator:
                 s.free_d -= k * d
                 s.used = True
                 if g.runtime is not None and t + g.runtime <= end:
-                    heapq.heappush(events, (t + g.runtime, seq, i, k * c, k * m, k * d, None))
+                    g.inflight += 1
+                    heapq.heappush(events, (t + g.runtime, seq, 0, i, k * c, k * m, k * d, gi))
                     seq += 1
+                elif g.runtime is None and upcoming and t + UNKNOWN_RELEASE_PRIOR_S <= end:
+                    # resources stay held; only the dependents' release is predicted
+                    g.inflight += 1
+                    heapq.heappush(events, (t + UNKNOWN_RELEASE_PRIOR_S, seq, 2, i, 0.0, 0.0, 0.0, gi))
+                    seq += 1
+                else:
+                    g.blocked = True
                 if s.free_c <= 1e-9:
                     break
 
-        for i in range(len(slots)):
-            if i < len(workers):
-                fill(i, now)
+        for i in range(len(workers)):
+            fill(i, now)
 
         while events:
-            at, s_id, i, c, m, d, released = heapq.heappop(events)
+            at, _, kind, i, c, m, d, gi = heapq.heappop(events)
             if at > end:
                 break
-            if i < 0:
-                g = release_groups[s_id]
-                queue.append(_Group(g.category, g.count, g.request, g.whole_worker, _runtime(models, g.category)))
+            if kind == 1:
+                up = upcoming[i]
+                releases.append((at, up.count))
+                queue.append(_Group(up.id, up.category, up.count, up.request, up.whole_worker,
+                                    _runtime(models, up.category)))
                 for j in range(len(slots)):
-                    fill(j, at)
+                    if slots[j].free_c > 1e-9:
+                        fill(j, at)
+                continue
+            if kind == 2:  # a never-measured batch is assumed done (for release only)
+                queue[gi].inflight -= 1
+                group_progress(gi, at)
                 continue
             s = slots[i]
             s.free_c += c
             s.free_m += m
             s.free_d += d
+            if gi >= 0:
+                queue[gi].inflight -= 1
+                group_progress(gi, at)
             fill(i, at)
 
-        left = [TaskGroup(category=g.category, count=g.count, request=g.req) for g in queue if g.count > 0]
+        left = [TaskGroup(category=g.category, count=g.count, request=g.req, id=g.id) for g in queue if g.count > 0]
         unused = [s.id for s in slots[: len(workers)] if s.idle_now and not s.used]
         packed = self._pack(left, shape)
         backlog = sum(
@@ -240,7 +293,7 @@ class QueueDrainEstimator:
         needed = packed
         if self.options.tail_aware and packed > 0:
             needed = min(packed, self._tail_cap(obs, left, backlog))
-        return Estimate(horizon_s, left, unused, needed, packed, backlog)
+        return Estimate(horizon_s, left, unused, needed, packed, backlog, releases)
 
     @staticmethod
     def _pack(left: list[TaskGroup], shape: Resources) -> int:

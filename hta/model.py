@@ -94,6 +94,8 @@ class TaskGroup(BaseModel):
     category: str
     count: int
     request: Resources = Resources()
+    #: names the group for DAG lookahead (an upcoming group may wait for it)
+    id: str | None = None
 
     @property
     def whole_worker(self) -> bool:
@@ -116,6 +118,8 @@ class WorkerInfo(BaseModel):
     in_use: Resources = Resources()
     running: int = 0
     connected_at: float | None = None
+    #: since when the worker has run nothing (None: busy, or unknown)
+    idle_since: float | None = None
     #: fraction of the worker's cores its processes keep busy (for CPU-based rivals)
     cpu_utilization: float | None = None
 
@@ -137,13 +141,23 @@ class PendingWorker(BaseModel):
 
 
 class UpcomingTasks(BaseModel):
-    """Tasks the workflow DAG will release: ``count`` of ``category`` once
-    ``parents_left`` parent tasks (all currently waiting or running) complete."""
+    """Tasks the workflow DAG has not released yet (Makeflow releases a task
+    when all its parents completed).
 
+    ``after`` names what they wait for: ids of waiting groups or of other
+    upcoming groups, or ``"task:<id>"`` for a running task. The estimator
+    releases the group when all of them complete within its horizon.
+    """
+
+    id: str
     category: str
     count: int
     request: Resources = Resources()
-    parents: list[str] = Field(default_factory=list)
+    after: list[str] = Field(default_factory=list)
+
+    @property
+    def whole_worker(self) -> bool:
+        return self.request.cores <= 0 and self.request.memory_mb <= 0 and self.request.disk_mb <= 0
 
 
 class LatencyStats(BaseModel):

@@ -21,14 +21,29 @@ class Policy(Protocol):
     def decide(self, obs: Observation) -> ScaleDecision: ...
 
 
-def _registry() -> dict[str, Callable[[str], Policy]]:
-    from hta.policies.hta_policy import HTAPolicy
+def _param(spec: str) -> float:
+    try:
+        return float(spec.split("-", 1)[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"policy {spec!r} needs a number, e.g. {spec.split('-')[0]}-20") from None
 
-    return {"hta": lambda spec: HTAPolicy()}
+
+def _registry() -> dict[str, Callable[[str], Policy]]:
+    from hta.policies.factory import FactoryPolicy
+    from hta.policies.hpa import HPAPolicy
+    from hta.policies.hta_policy import HTAPolicy
+    from hta.policies.keda import KEDAPolicy
+
+    return {
+        "hta": lambda spec: HTAPolicy(),
+        "hpa": lambda spec: HPAPolicy(target_percent=_param(spec)),
+        "keda": lambda spec: KEDAPolicy(tasks_per_pod=_param(spec)),
+        "factory": lambda spec: FactoryPolicy(),
+    }
 
 
 def policy_names() -> list[str]:
-    return sorted(_registry())
+    return ["hta", "hpa-<cpu target %>", "keda-<tasks per pod>", "factory"]
 
 
 def make_policy(spec: str) -> Policy:

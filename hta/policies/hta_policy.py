@@ -1,11 +1,16 @@
 """HTA's policy: buy what the queue-drain estimate says will still wait after
 one preparation latency; drain what it says will sit idle.
 
-The decision is made once per preparation cycle L (``next_decision_s = L``,
-the thesis's adaptive stabilisation): asking sooner would count workers that
-are still on their way as missing. A worker is drained only when it is idle
-now and the estimate never needed it, on ``drain_after`` decisions in a row
-(hysteresis, as Dask's ``wait_count``), and never below ``min_workers``.
+Scale-up happens at most once per preparation cycle L (the thesis's adaptive
+stabilisation: workers bought now are still on their way for L seconds) —
+unless the workflow released work that the last estimate did not foresee,
+which is answered at once. Idle workers are checked every ``check_s``
+seconds: draining involves no latency, and a worker idle for a whole cycle is
+pure waste. A worker is drained only when it is idle now and the estimate
+(with DAG lookahead) never needs it within the horizon, on ``drain_after``
+checks in a row (hysteresis, as Dask's ``wait_count``), and never below
+``min_workers``. Workers on their way count as capacity arriving one L after
+they were asked for, so a decision never buys the same shortage twice.
 """
 
 from __future__ import annotations
@@ -23,10 +28,28 @@ class HTAPolicy:
     options: EstimatorOptions = field(default_factory=EstimatorOptions)
     latency_statistic: Literal["last", "median"] = "median"
     drain_after: int = 1
+    #: how often idle workers are checked (and surprises noticed)
+    check_s: float = 15.0
+    #: scale up at most once per latency cycle (the thesis's stabilisation)
+    stabilize: bool = True
     _proposed: dict[str, int] = field(default_factory=dict)
+    _next_up_at: float = float("-inf")
+    _expected: tuple[int, list[tuple[float, int]]] | None = None
 
     def __post_init__(self) -> None:
         self.estimator = QueueDrainEstimator(self.options)
+
+    @staticmethod
+    def _known(obs: Observation) -> int:
+        return obs.waiting_count + len(obs.running) + obs.tasks_done
+
+    def _surprised(self, obs: Observation) -> bool:
+        """More tasks released since the last scale-up than its estimate foresaw."""
+        if self._expected is None:
+            return True
+        known, releases = self._expected
+        foreseen = known + sum(n for t, n in releases if t <= obs.time)
+        return self._known(obs) > foreseen
 
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
@@ -35,9 +58,15 @@ class HTAPolicy:
 
         add = max(est.workers_needed, obs.min_workers - have, 0)
         add = max(0, min(add, obs.max_workers - have))
+        may_scale_up = not self.stabilize or obs.time >= self._next_up_at or self._surprised(obs)
+        if add and not may_scale_up:
+            add = 0
+        if add:
+            self._next_up_at = obs.time + latency
+            self._expected = (self._known(obs), est.releases)
 
         drain: list[str] = []
-        if add == 0 and est.left_count == 0:
+        if est.workers_needed == 0 and est.left_count == 0:
             candidates = set(est.unused_idle)
             self._proposed = {w: self._proposed.get(w, 0) + 1 for w in candidates}
             ready = sorted(w for w, n in self._proposed.items() if n >= self.drain_after)
@@ -57,7 +86,7 @@ class HTAPolicy:
             add=add,
             shape=obs.worker_shape,
             drain=drain,
-            next_decision_s=latency,
+            next_decision_s=min(latency, self.check_s),
             target_workers=have + add - len(drain),
             reason=reason,
         )

@@ -1,0 +1,38 @@
+"""KEDA ScaledObject on the master's waiting-task count — a rival.
+
+KEDA feeds an external metric (here: tasks waiting in the Work Queue master)
+to an HPA with target type AverageValue, so
+``desired = ceil(waiting / tasks_per_pod)`` (keda.sh/docs/latest/concepts/
+scaling-deployments), with the HPA's default behaviour: 15 s sync, 10 %
+tolerance, scale-up at most max(4 pods, 100 %) per 15 s, scale-down after a
+300 s stabilisation window (KEDA's cooldownPeriod is 300 s too), and
+minReplicaCount 0. Running tasks are invisible to the metric, so pods that
+run the last tasks are deleted once the window passes, busy or not.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hta.model import Observation, ScaleDecision
+from hta.policies.hpa import TOLERANCE, ReplicaBehaviour, replica_change
+
+
+@dataclass
+class KEDAPolicy:
+    tasks_per_pod: float = 3.0
+    name: str = ""
+    behaviour: ReplicaBehaviour = field(default_factory=lambda: ReplicaBehaviour(min_replicas=0))
+
+    def __post_init__(self) -> None:
+        self.name = self.name or f"keda-{self.tasks_per_pod:g}"
+
+    def decide(self, obs: Observation) -> ScaleDecision:
+        current = len(obs.workers) + len(obs.pending)
+        waiting = obs.waiting_count
+        desired = math.ceil(waiting / self.tasks_per_pod)
+        if current > 0 and abs(waiting / (self.tasks_per_pod * current) - 1) <= TOLERANCE:
+            desired = current
+        desired = self.behaviour.bound(obs.time, current, desired, obs.max_workers)
+        return replica_change(obs, current, desired, f"{waiting} waiting / {self.tasks_per_pod:g} per pod")

@@ -1,0 +1,133 @@
+"""Workloads for the simulator: WfCommons WfFormat instances and the built-in
+generators (which write the same format).
+
+A task's ``name`` is its category (``blast-3stage`` names them ``split``,
+``align``, ``reduce``). Fields read, WfFormat 1.4 or 1.5:
+``runtimeInSeconds`` (1.5) or ``runtime``; ``coreCount`` or ``cores``
+(default 1); ``avgCPU`` in percent of its cores (default 100);
+``memoryInBytes`` or ``memory`` (default 512 MB); ``parents``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_CORES = 1
+DEFAULT_AVG_CPU = 100.0
+DEFAULT_MEMORY_MB = 512.0
+
+
+@dataclass
+class SimTask:
+    id: str
+    category: str
+    runtime_s: float
+    cores: int = DEFAULT_CORES
+    memory_mb: float = DEFAULT_MEMORY_MB
+    cpu_util: float = 1.0  # fraction of its cores it keeps busy
+    parents: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Workload:
+    name: str
+    tasks: list[SimTask]
+
+    def by_id(self) -> dict[str, SimTask]:
+        return {t.id: t for t in self.tasks}
+
+
+def blast_3stage(seed: int = 0, widths: tuple[int, ...] = (200, 34, 164)) -> dict:
+    """The thesis's 3-stage BLAST: per stage split → align × width → reduce;
+    align ≈ 300 s ± 20 %, 1 core, high CPU; split/reduce short."""
+    rng = random.Random(seed)
+    tasks, prev = [], None
+    for s, w in enumerate(widths, start=1):
+        split = f"split_{s}"
+        tasks.append(_wf(split, "split", rng.uniform(20, 30), 1, 90.0, 256, [prev] if prev else []))
+        aligns = []
+        for i in range(w):
+            aid = f"align_{s}_{i}"
+            aligns.append(aid)
+            tasks.append(_wf(aid, "align", 300 * rng.uniform(0.8, 1.2), 1, 95.0, 1024, [split]))
+        prev = f"reduce_{s}"
+        tasks.append(_wf(prev, "reduce", rng.uniform(20, 30), 1, 90.0, 256, aligns))
+    return _instance("blast-3stage", tasks)
+
+
+def io_bound(seed: int = 0, n: int = 200) -> dict:
+    """200 parallel ``dd``-like tasks: 1 core, ≈130 s, ≈15 % CPU."""
+    rng = random.Random(seed)
+    tasks = [_wf(f"dd_{i}", "dd", 130 * rng.uniform(0.9, 1.1), 1, 15.0, 256, []) for i in range(n)]
+    return _instance("io-bound", tasks)
+
+
+GENERATORS = {"blast-3stage": blast_3stage, "io-bound": io_bound}
+
+
+def _wf(tid, name, runtime, cores, avg_cpu, mem_mb, parents) -> dict:
+    return {"id": tid, "name": name, "parents": list(parents), "runtimeInSeconds": round(runtime, 3),
+            "coreCount": cores, "avgCPU": avg_cpu, "memoryInBytes": int(mem_mb * 1024 * 1024)}
+
+
+def _instance(name: str, tasks: list[dict]) -> dict:
+    spec = [{"id": t["id"], "name": t["name"], "parents": t["parents"]} for t in tasks]
+    execution = [{k: t[k] for k in ("id", "runtimeInSeconds", "coreCount", "avgCPU", "memoryInBytes")}
+                 for t in tasks]
+    return {"name": name, "schemaVersion": "1.5",
+            "workflow": {"specification": {"tasks": spec}, "execution": {"tasks": execution}}}
+
+
+class WorkloadError(ValueError):
+    pass
+
+
+def parse_wfformat(data: dict, name: str | None = None) -> Workload:
+    wf = data.get("workflow")
+    if not isinstance(wf, dict):
+        raise WorkloadError("not a WfFormat instance: no 'workflow' object")
+    if "specification" in wf:  # WfFormat 1.5
+        spec = wf["specification"].get("tasks", [])
+        exe = {t["id"]: t for t in wf.get("execution", {}).get("tasks", [])}
+        raw = [{**t, **exe.get(t["id"], {})} for t in spec]
+    else:  # WfFormat 1.4 and older
+        raw = wf.get("tasks") or wf.get("jobs") or []
+    if not raw:
+        raise WorkloadError("the workflow has no tasks")
+    tasks = []
+    for t in raw:
+        tid = str(t.get("id") or t.get("name"))
+        runtime = t.get("runtimeInSeconds", t.get("runtime"))
+        if runtime is None:
+            raise WorkloadError(f"task {tid!r} has no runtimeInSeconds/runtime")
+        mem = t.get("memoryInBytes")
+        mem_mb = mem / 2**20 if mem else (t.get("memory") / 1024 if t.get("memory") else DEFAULT_MEMORY_MB)
+        cores = int(t.get("coreCount", t.get("cores", DEFAULT_CORES)) or DEFAULT_CORES)
+        # avgCPU is a percentage of one core (WfCommons); over 100 means several cores
+        avg = float(t.get("avgCPU", DEFAULT_AVG_CPU) or DEFAULT_AVG_CPU)
+        util = avg / 100.0 / cores if avg > 100 else avg / 100.0
+        tasks.append(SimTask(tid, str(t.get("name", tid)).split("_ID")[0], float(runtime), cores, mem_mb,
+                             min(1.0, max(0.0, util)), [str(x) for x in t.get("parents", [])]))
+    ids = {t.id for t in tasks}
+    for t in tasks:
+        missing = [p for p in t.parents if p not in ids]
+        if missing:
+            raise WorkloadError(f"task {t.id!r} names unknown parent {missing[0]!r}")
+    return Workload(name or data.get("name", "workflow"), tasks)
+
+
+def load_workload(spec: str, seed: int = 0) -> Workload:
+    """A generator name (``blast-3stage``, ``io-bound``) or a WfFormat JSON file."""
+    if spec in GENERATORS:
+        return parse_wfformat(GENERATORS[spec](seed), spec)
+    p = Path(spec)
+    if not p.is_file():
+        raise WorkloadError(f"workload {spec!r} is neither a file nor one of {', '.join(GENERATORS)}")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{p}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    return parse_wfformat(data, p.stem)
