@@ -1,7 +1,8 @@
 """Waste and shortage, defined once.
 
 supply S(t) = cores of connected workers; in-use U(t) = cores allocated to
-running tasks; demand D(t) = U(t) + cores wanted by waiting tasks.
+running tasks; demand D(t) = U(t) + cores wanted by waiting tasks — the cores
+each task declares (a task that declares nothing wants a whole worker).
 
     waste    = ∫ max(S − U, 0) dt      (core·s paid for and not used)
     shortage = ∫ (D − U) dt            (core·s of work that waited for cores)

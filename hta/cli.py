@@ -1,6 +1,7 @@
 """The ``hta`` command line.
 
     hta makeflow [options] WORKFLOW [-- makeflow args]   run a workflow, autoscaled
+    hta simulate [options]                               compare policies in the simulator
 
 Bad input is one line on stderr starting ``hta: error:`` and a non-zero exit.
 """
@@ -85,7 +86,61 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--log", type=Path, default=None, metavar="FILE",
                    help="scaling log (default: WORKFLOW.scaling.jsonl next to the makeflow logs)")
     m.set_defaults(func=cmd_makeflow)
+
+    s = sub.add_parser("simulate", help="compare policies on a simulated cluster",
+                       description="Run policies against a workload in the evaluation simulator and print one "
+                                   "comparison table (mean ± sd over seeds). Each run writes a scaling log.")
+    src = s.add_mutually_exclusive_group()
+    src.add_argument("--workload", default="blast-3stage",
+                     help="built-in generator: blast-3stage (default) or io-bound")
+    src.add_argument("--workflow", type=Path, metavar="FILE", help="a WfCommons WfFormat JSON instance")
+    s.add_argument("--policies", default="hta,hpa-20,hpa-50,keda-3,factory",
+                   help="comma-separated: hta, hpa-<cpu %%>, keda-<tasks per pod>, factory")
+    s.add_argument("--seeds", type=_positive_int("--seeds"), default=5)
+    s.add_argument("--out", type=Path, metavar="DIR", help="write one scaling log per run here")
+    s.add_argument("--format", choices=["table", "json"], default="table")
+    s.add_argument("--max-nodes", type=_positive_int("--max-nodes"), default=20)
+    s.add_argument("--start-nodes", type=_positive_int("--start-nodes", 0), default=1)
+    s.add_argument("--node-cores", type=_seconds("--node-cores", 1), default=3.0, metavar="N",
+                   help="allocatable cores of a node (default 3, a 4-vCPU node)")
+    s.add_argument("--node-memory", type=_seconds("--node-memory", 1), default=15000.0, metavar="MB")
+    s.add_argument("--latency-mean", type=_seconds("--latency-mean", 0), default=157.4, metavar="S",
+                   help="node preparation latency, mean (default: the thesis's GKE measurement)")
+    s.add_argument("--latency-sd", type=_seconds("--latency-sd", 0), default=4.2, metavar="S")
+    s.add_argument("--pull", type=_seconds("--pull", 0), default=0.0, metavar="S", help="image pull time")
+    s.set_defaults(func=cmd_simulate)
     return p
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    import json
+
+    from hta.sim.compare import compare, print_comparison
+    from hta.sim.workload import WorkloadError
+    from hta.sim.world import ClusterModel
+
+    if args.start_nodes > args.max_nodes:
+        raise UsageError(f"--start-nodes ({args.start_nodes}) is above --max-nodes ({args.max_nodes})")
+    if args.workflow is not None and not args.workflow.is_file():
+        raise UsageError(f"workflow file {str(args.workflow)!r} not found: give a WfCommons JSON instance")
+    cluster = ClusterModel(max_nodes=args.max_nodes, start_nodes=args.start_nodes, node_cores=args.node_cores,
+                           node_memory_mb=args.node_memory, latency_mean_s=args.latency_mean,
+                           latency_sd_s=args.latency_sd, pull_s=args.pull)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not policies:
+        raise UsageError("--policies is empty: name at least one, e.g. --policies hta,hpa-20")
+    workload = str(args.workflow) if args.workflow else args.workload
+    try:
+        result = compare(workload, policies, args.seeds, cluster, args.out)
+    except (ValueError, WorkloadError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.format == "json":
+        print(json.dumps(result.as_json(), indent=1))
+    else:
+        print_comparison(result)
+        if args.out:
+            print(f"scaling logs: {args.out}/")
+    return 0
 
 
 def cmd_makeflow(args: argparse.Namespace) -> int:

@@ -71,6 +71,10 @@ class ClusterModel(BaseModel):
     min_interval_s: float = 1.0
     max_interval_s: float = 600.0
     horizon_s: float = 48 * 3600.0  # give up after this long (a policy that never scales)
+    #: after the workflow ends the cluster keeps running until the policy has scaled it
+    #: down (HPA's 300 s window, the factory's idle timeout...) to its starting size, for
+    #: at most this long: waste and node time are counted through that teardown, runtime is not
+    teardown_s: float = 900.0
 
     @property
     def node_shape(self) -> Resources:
@@ -371,12 +375,9 @@ class SimWorld:
             w = self.workers[wid]
             supply += w.capacity.cores
             in_use += w.capacity.cores - w.free_c
-        shape = self.cluster.node_cores
-        want = 0.0
-        for tid in self.waiting:
-            t = self.tasks[tid]
-            m = self.learned.model(t.category)
-            want += shape if (tid in self.whole_worker or not m.measured) else m.peak.cores
+        # demand counts what each waiting task declares (WfFormat coreCount), as in
+        # production (Makeflow's CORES), not the whole worker Work Queue may give it
+        want = sum(self.tasks[tid].cores for tid in self.waiting)
         pending = sum(1 for w in self.workers.values() if w.connected_at is None and not w.gone)
         return supply, in_use, in_use + want, len(self.waiting), len(self.runs), len(self.order), pending
 
@@ -419,7 +420,10 @@ class SimWorld:
         return add
 
     def _control(self):
-        while self.finished_at is None:
+        while self.finished_at is None or (
+            self.env.now < self.finished_at + self.cluster.teardown_s
+            and sum(1 for w in self.workers.values() if not w.gone) > self.cluster.start_nodes
+        ):
             obs = self.observe()
             d = self.policy.decide(obs)
             add = self._apply(d)
@@ -427,7 +431,10 @@ class SimWorld:
             self.log.write(DecisionRecord(t=round(self.env.now, 3), add=add, drain=d.drain, remove=d.remove,
                                           target=d.target_workers, latency_s=round(obs.latency.estimate(), 3),
                                           next_decision_s=round(wait, 3), reason=d.reason))
-            yield self.env.timeout(wait) | self._finished
+            if self.finished_at is None:
+                yield self.env.timeout(wait) | self._finished
+            else:
+                yield self.env.timeout(wait)
 
     def run(self, workload_name: str | None = None) -> RunSummary:
         self.log.write(RunRecord(started_at=0.0, workload=workload_name or self.workload.name,
@@ -440,8 +447,10 @@ class SimWorld:
             if not t.parents:
                 self._release(t.id)
         self._dispatch()
-        self.env.process(self._control())
+        control = self.env.process(self._control())
         self.env.run(until=self._finished | self.env.timeout(self.cluster.horizon_s))
+        if self.finished_at is not None:
+            self.env.run(until=control | self.env.timeout(self.cluster.teardown_s))
         end = self.env.now
         for w in self.workers.values():
             if not w.gone:
@@ -450,7 +459,8 @@ class SimWorld:
         self.log.write(CategoriesRecord(t=round(end, 3), categories={
             c: self.learned.model(c) for c in sorted({t.category for t in self.workload.tasks})}))
         complete = self.finished_at is not None
-        self.log.write(EndRecord(t=round(end, 3), exit_code=0 if complete else 1, runtime_s=round(end, 3),
+        self.log.write(EndRecord(t=round(end, 3), exit_code=0 if complete else 1,
+                                 runtime_s=round(self.finished_at if complete else end, 3),
                                  tasks_done=len(self.done), tasks_failed=0 if complete else len(self.tasks) - len(self.done),
                                  tasks_retried=self.retries, lost_work_core_s=round(self.lost_work, 3)))
         self.log.close()

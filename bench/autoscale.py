@@ -1,0 +1,83 @@
+"""Benchmark: HTA against HPA, KEDA and work_queue_factory in the simulator,
+side by side in one process (5 seeds, same cluster model), with the ratios
+the issue sets as goals, then what each of HTA's options buys.
+
+    .venv/bin/python bench/autoscale.py [--seeds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rich.console import Console  # noqa: E402
+
+from hta.estimator import EstimatorOptions  # noqa: E402
+from hta.policies.hta_policy import HTAPolicy  # noqa: E402
+from hta.sim.compare import compare, print_comparison  # noqa: E402
+from hta.sim.workload import load_workload  # noqa: E402
+from hta.sim.world import SimWorld  # noqa: E402
+
+POLICIES = ["hta", "hpa-20", "hpa-50", "keda-3", "factory"]
+
+
+def check(label: str, value: float, goal: float, better: str = "below") -> str:
+    ok = value <= goal if better == "below" else value >= goal
+    return f"  {'PASS' if ok else 'MISS'}  {label}: {value:,.3g} (goal {'≤' if better == 'below' else '≥'} {goal:,.3g})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=5)
+    args = ap.parse_args()
+    console = Console(width=110)
+    results = {}
+    for wl in ("blast-3stage", "io-bound"):
+        c = compare(wl, POLICIES, args.seeds)
+        results[wl] = c
+        print_comparison(c, console)
+
+    b, io = results["blast-3stage"], results["io-bound"]
+    m = lambda c, p, k: c.mean(p, k)  # noqa: E731
+    print("\nGoals (means over seeds):")
+    best_hpa = min(m(b, "hpa-20", "runtime_s"), m(b, "hpa-50", "runtime_s"))
+    print(check("BLAST  HTA waste / HPA-20 waste", m(b, "hta", "waste_core_s") / m(b, "hpa-20", "waste_core_s"), 1 / 8))
+    print(check("BLAST  HTA runtime / best HPA runtime", m(b, "hta", "runtime_s") / best_hpa, 1.03))
+    print(check("I/O    HTA runtime / HPA-20 runtime", m(io, "hta", "runtime_s") / m(io, "hpa-20", "runtime_s"), 1 / 4))
+    print(check("I/O    HTA shortage / HPA-20 shortage",
+                m(io, "hta", "shortage_core_s") / m(io, "hpa-20", "shortage_core_s"), 1 / 10))
+    for c in (b, io):
+        for rival in ("factory", "keda-3"):
+            unfinished = sum(1 for r in c.by_policy()[rival] if r.exit_code != 0)
+            note = f"   ({rival} did not finish {unfinished} of {args.seeds} runs: its waste stops at the cut-off)" \
+                if unfinished else ""
+            print(check(f"{c.workload:12s} HTA waste / {rival} waste",
+                        m(c, "hta", "waste_core_s") / m(c, rival, "waste_core_s"), 0.5) + note)
+            print(check(f"{c.workload:12s} HTA runtime / {rival} runtime",
+                        m(c, "hta", "runtime_s") / m(c, rival, "runtime_s"), 1.0))
+        print(check(f"{c.workload:12s} HTA runtime / oracle bound", m(c, "hta", "runtime_s") / c.oracle_runtime_s,
+                    1.15))
+
+    print("\nWhat each HTA option buys (same seeds; default = all on, median latency):")
+    variants = {
+        "default": HTAPolicy,
+        "no lookahead": lambda: HTAPolicy(options=EstimatorOptions(lookahead=False)),
+        "no tail awareness": lambda: HTAPolicy(options=EstimatorOptions(tail_aware=False)),
+        "no stabilisation": lambda: HTAPolicy(stabilize=False),
+        "last latency": lambda: HTAPolicy(latency_statistic="last"),
+        "drain after 2 checks": lambda: HTAPolicy(drain_after=2),
+    }
+    for wl in ("blast-3stage", "io-bound"):
+        for name, make in variants.items():
+            rs = [SimWorld(load_workload(wl, s), make(), seed=s).run() for s in range(args.seeds)]
+            f = lambda k: statistics.fmean(getattr(r, k) for r in rs)  # noqa: E731
+            print(f"  {wl:13s} {name:22s} runtime {f('runtime_s'):7,.0f} s  waste {f('waste_core_s'):8,.0f}"
+                  f"  shortage {f('shortage_core_s'):9,.0f}  node {f('node_s'):8,.0f}")
+
+
+if __name__ == "__main__":
+    main()
