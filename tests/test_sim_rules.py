@@ -1,0 +1,259 @@
+"""The simulator's Work Queue / Makeflow rules, and each rival's defining behaviour."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hta.model import (LatencyStats, Observation, PendingWorker, Resources, RunningTask, ScaleDecision,
+                       TaskGroup, WorkerInfo)
+from hta.policies.factory import FactoryPolicy
+from hta.policies.hpa import HPAPolicy
+from hta.policies.hta_policy import HTAPolicy
+from hta.policies.keda import KEDAPolicy
+from hta.scaling_log import ScalingLogWriter
+from hta.sim.oracle import critical_path_s, oracle_runtime_s
+from hta.sim.workload import SimTask, Workload, WorkloadError, blast_3stage, load_workload, parse_wfformat
+from hta.sim.world import ClusterModel, SimWorld
+
+from conftest import ROOT
+
+NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)
+
+
+class Scripted:
+    """A test policy: returns queued decisions in order, then nothing; records observations."""
+
+    name = "scripted"
+
+    def __init__(self, decisions=(), every=5.0):
+        self.decisions = list(decisions)
+        self.every = every
+        self.seen: list[Observation] = []
+
+    def decide(self, obs):
+        self.seen.append(obs)
+        d = self.decisions.pop(0) if self.decisions else ScaleDecision()
+        return d.model_copy(update={"next_decision_s": self.every})
+
+
+def world(tasks, policy, **cluster):
+    base = dict(max_nodes=4, start_nodes=1, latency_mean_s=10.0, latency_sd_s=0.0, teardown_s=0.0)
+    base.update(cluster)
+    return SimWorld(Workload("t", tasks), policy, ClusterModel(**base), seed=0, log=ScalingLogWriter())
+
+
+def starts(w: SimWorld) -> dict[str, float]:
+    return {tid: r.start for tid, r in w.runs.items()}
+
+
+# -- Work Queue and Makeflow rules ---------------------------------------------------------
+
+def test_unmeasured_category_runs_alone_on_a_whole_worker_until_one_completes():
+    tasks = [SimTask(f"a{i}", "a", runtime_s=10 + i, cores=1) for i in range(4)]
+    w = world(tasks, Scripted())
+    s = w.run()
+    assert s.exit_code == 0
+    # one worker: a0 alone (0–10), then measured → three at once at 1 core each
+    recs = [r for r in w.log.records if r.kind == "observation"]
+    first = next(r for r in recs if r.running)
+    assert first.in_use_cores == 3 and first.running == 1 and first.waiting == 3  # whole worker allocated to one task
+    assert max(r.running for r in recs) == 3
+    assert abs(s.runtime_s - (10 + 13)) < 1e-6
+
+
+def test_fifo_dispatch_to_first_worker_with_room():
+    tasks = [SimTask("seed", "a", runtime_s=1)] + [SimTask(f"t{i}", "a", runtime_s=100) for i in range(5)]
+    for t in tasks[1:]:
+        t.parents = ["seed"]
+    w = world(tasks, Scripted(), start_nodes=2)
+    s = w.run()
+    assert s.exit_code == 0
+    # after "seed" is measured: n1 takes t0,t1,t2 (first worker with room), n2 takes t3,t4
+    log = w.log.records
+    assert s.runtime_s == pytest.approx(101)
+    assert max(r.running for r in log if r.kind == "observation") == 5
+
+
+def test_makeflow_releases_a_task_when_all_parents_completed():
+    tasks = [SimTask("p1", "a", 5), SimTask("p2", "a", 20), SimTask("c", "b", 5, parents=["p1", "p2"])]
+    w = world(tasks, Scripted(), start_nodes=2)
+    s = w.run()
+    assert s.runtime_s == pytest.approx(25)
+
+
+def test_task_exceeding_its_allocation_is_retried_on_a_whole_worker():
+    # the category's first task teaches "1 core, 100 MB"; the big one needs 4000 MB
+    tasks = [SimTask("small", "a", 10, memory_mb=100), SimTask("big", "a", 10, memory_mb=4000, parents=["small"])]
+    w = world(tasks, Scripted())
+    s = w.run()
+    assert s.tasks_retried == 1 and s.lost_work_core_s == pytest.approx(5 * 1)  # failed halfway at 1 core
+    assert s.runtime_s == pytest.approx(10 + 5 + 10)
+
+
+def test_removed_busy_worker_sends_tasks_back_and_lost_work_is_counted():
+    tasks = [SimTask(f"t{i}", "a", 100, cores=1) for i in range(2)]
+    policy = Scripted([ScaleDecision(), ScaleDecision(), ScaleDecision(remove=["n1"]),
+                       ScaleDecision(add=1)], every=20)
+    w = world(tasks, policy)
+    s = w.run()
+    assert s.exit_code == 0
+    assert s.lost_work_core_s == pytest.approx(40 * 3)  # t0 ran 40 s on a whole (3-core) worker
+    removed = [r for r in w.log.records if r.kind == "worker" and r.event == "removed"]
+    assert removed and removed[0].tasks_lost == 1
+
+
+def test_policy_sees_no_ground_truth():
+    tasks = [SimTask(f"t{i}", "a", 50 + i) for i in range(3)]
+    policy = Scripted()
+    world(tasks, policy).run()
+    first = policy.seen[0]
+    assert first.categories["a"].samples == 0 and first.categories["a"].runtime_mean_s is None
+    assert all(g.whole_worker for g in first.waiting)  # unmeasured: what Work Queue would allocate
+    later = policy.seen[-1]
+    assert later.categories["a"].samples >= 1
+
+
+def test_pending_workers_arrive_after_the_latency():
+    tasks = [SimTask(f"t{i}", "a", 100) for i in range(3)]
+    w = world(tasks, Scripted([ScaleDecision(add=2)]), latency_mean_s=30.0)
+    w.run()
+    connected = [r for r in w.log.records if r.kind == "worker" and r.event == "connected" and r.t > 0]
+    assert [r.latency_s for r in connected] == [30.0, 30.0]
+
+
+# -- workloads and the oracle ------------------------------------------------------------------
+
+def test_blast_generator_shape():
+    wl = load_workload("blast-3stage", seed=3)
+    cats = {}
+    for t in wl.tasks:
+        cats[t.category] = cats.get(t.category, 0) + 1
+    assert cats == {"split": 3, "align": 200 + 34 + 164, "reduce": 3}
+    aligns = [t.runtime_s for t in wl.tasks if t.category == "align"]
+    assert 240 <= min(aligns) and max(aligns) <= 360
+    assert critical_path_s(wl) > 3 * 240
+
+
+def test_wfformat_14_and_defaults(tmp_path: Path):
+    data = {"name": "x", "workflow": {"tasks": [
+        {"name": "stage_ID01", "id": "a", "runtime": 10, "parents": []},
+        {"name": "stage_ID02", "id": "b", "runtime": 5, "cores": 2, "avgCPU": 150, "parents": ["a"]}]}}
+    wl = parse_wfformat(data)
+    a, b = wl.tasks
+    assert a.category == "stage" and a.cores == 1 and a.cpu_util == 1.0 and a.memory_mb == 512
+    assert b.cores == 2 and b.cpu_util == pytest.approx(0.75) and b.parents == ["a"]
+    with pytest.raises(WorkloadError, match="unknown parent"):
+        parse_wfformat({"workflow": {"tasks": [{"id": "a", "runtime": 1, "parents": ["zz"]}]}})
+
+
+def test_oracle_bound():
+    wl = Workload("w", [SimTask(f"t{i}", "a", 100) for i in range(12)])
+    c = ClusterModel(max_nodes=2, start_nodes=1, node_cores=3, latency_mean_s=50)
+    assert oracle_runtime_s(wl, c) == pytest.approx(max(100, 1200 / 6) + 50)
+
+
+# -- the rivals -----------------------------------------------------------------------------
+
+def obs_at(t, workers=(), pending=(), waiting=0, running=()):
+    return Observation(time=t, worker_shape=NODE, max_workers=20, workers=list(workers), pending=list(pending),
+                       waiting=[TaskGroup(category="a", count=waiting, request=Resources(cores=1))] if waiting else [],
+                       running=list(running), latency=LatencyStats(samples=[100]))
+
+
+def busy_worker(wid, util, connected=0.0, running=1):
+    return WorkerInfo(id=wid, capacity=NODE, in_use=Resources(cores=running), running=running,
+                      connected_at=connected, cpu_utilization=util)
+
+
+def test_hpa_scales_by_cpu_ratio_with_rate_limit_and_tolerance():
+    hpa = HPAPolicy(target_percent=20)
+    d = hpa.decide(obs_at(0, [busy_worker("w1", 1.0)]))
+    assert d.add == 4 and d.next_decision_s == 15  # ceil(1 × 100/20) = 5, limited to +4 per 15 s
+    d = HPAPolicy(target_percent=50).decide(obs_at(0, [busy_worker("w1", 0.53)]))
+    assert d.add == 0 and not d.remove  # within the 10 % tolerance
+
+
+def test_hpa_keeps_pods_for_300s_after_load_drops_then_deletes_busy_ones():
+    hpa = HPAPolicy(target_percent=50)
+    ws = [busy_worker(f"w{i}", 0.5, connected=i) for i in range(4)]
+    assert hpa.decide(obs_at(0, ws)).target_workers == 4
+    low = [busy_worker(f"w{i}", 0.05, connected=i) for i in range(4)]
+    for t in range(15, 300, 15):
+        d = hpa.decide(obs_at(t, low))
+        assert not d.remove, f"HPA scaled down at t={t}, inside its 300 s window"
+    d = hpa.decide(obs_at(315, low))
+    assert d.remove == ["w3", "w2", "w1"]  # newest first, although each runs a task
+
+
+def test_keda_follows_waiting_tasks_only():
+    keda = KEDAPolicy(tasks_per_pod=3)
+    assert keda.decide(obs_at(0, waiting=10)).add == 4
+    assert KEDAPolicy(tasks_per_pod=3).decide(obs_at(0, waiting=30)).add == 4  # +4 pods per 15 s from 0
+
+
+def test_factory_never_deletes_a_busy_worker_and_caps_pending():
+    f = FactoryPolicy()
+    busy = [busy_worker(f"w{i}", 1.0) for i in range(2)]
+    d = f.decide(obs_at(0, busy, waiting=60))
+    assert d.add == 5 and not d.drain and not d.remove  # target 21, but ≤ 5 submitted and unconnected
+    pend = [PendingWorker(id=f"p{i}", requested_at=0, shape=NODE) for i in range(5)]
+    assert f.decide(obs_at(30, busy, pend, waiting=60)).add == 0
+    idle = WorkerInfo(id="idle", capacity=NODE, running=0, idle_since=0.0)
+    d = f.decide(obs_at(299, busy + [idle]))
+    assert "idle" not in d.drain
+    d = f.decide(obs_at(300, busy + [idle]))
+    assert d.drain == ["idle"] and not d.remove
+
+
+class GuardedHTA(HTAPolicy):
+    """HTA, checked on every decision: it never drains a worker with running tasks."""
+
+    def decide(self, obs):
+        d = super().decide(obs)
+        busy = {w.id for w in obs.workers if not w.idle}
+        assert not (set(d.drain) & busy), f"HTA drained a busy worker at t={obs.time}"
+        assert not d.remove
+        return d
+
+
+@pytest.mark.parametrize("workload", ["blast-3stage", "io-bound"])
+def test_hta_never_drains_a_busy_worker_and_loses_no_work(workload):
+    s = SimWorld(load_workload(workload, 1), GuardedHTA(), seed=1).run()
+    assert s.exit_code == 0 and s.lost_work_core_s == 0 and s.workers_removed == 0
+
+
+def test_simulate_command_json_and_logs(tmp_path: Path):
+    hta = str(ROOT / ".venv" / "bin" / "hta")
+    r = subprocess.run([hta, "simulate", "--workload", "io-bound", "--policies", "hta,factory", "--seeds", "2",
+                        "--format", "json", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert len(data["runs"]) == 4
+    for run in data["runs"]:
+        for key in ("workload", "policy", "seed", "runtime_s", "waste_core_s", "shortage_core_s", "node_s",
+                    "lost_work_core_s", "scale_actions"):
+            assert key in run
+        assert Path(run["log"]).exists()
+    assert len(list(tmp_path.glob("*.jsonl"))) == 4
+    bad = subprocess.run([hta, "simulate", "--policies", "hta,nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown policy 'nope'" in bad.stderr
+
+
+def test_estimator_agrees_with_algorithm1_on_small_inputs():
+    sys.path.insert(0, str(ROOT / "bench"))
+    from algorithm1 import algorithm1
+    from scenarios import scenario
+
+    from hta.estimator import EstimatorOptions, QueueDrainEstimator
+
+    est = QueueDrainEstimator(EstimatorOptions(lookahead=False, tail_aware=False))
+    for seed in range(60):
+        obs = scenario(n_waiting=1 + seed % 30, n_workers=1 + seed % 8, seed=seed)
+        a_add, a_unused = algorithm1(obs, 157.0)
+        e = est.estimate(obs, 157.0)
+        assert (e.packed_need, sorted(e.unused_idle)) == (a_add, sorted(a_unused)), seed
