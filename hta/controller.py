@@ -21,12 +21,12 @@ import aiohttp
 
 from hta.accounting import CoreSample
 from hta.backends.base import WorkerBackend
-from hta.model import LatencyStats, Observation, Resources, ScaleDecision, UpcomingTasks
+from hta.model import LatencyStats, Observation, Resources, ScaleDecision
 from hta.policies.base import Policy
 from hta.scaling_log import CategoriesRecord, DecisionRecord, ObservationRecord, ScalingLogWriter, WorkerRecord
 from resource_monitor.categories import CategoryLearner
 from workqueue_bridge.monitor_summaries import SummaryDirectory
-from workqueue_bridge.observation import build_observation
+from workqueue_bridge.observation import UpcomingSource, build_observation
 from workqueue_bridge.status import MasterSnapshot, MasterStatusClient
 
 log = logging.getLogger("hta.controller")
@@ -55,7 +55,7 @@ class Controller:
         scaling_log: ScalingLogWriter,
         config: ControllerConfig,
         epoch: float,
-        upcoming: Callable[[], list[UpcomingTasks]] | None = None,
+        upcoming: UpcomingSource | None = None,
         clock: Callable[[], float] = time.time,
     ):
         self.master = master
@@ -111,7 +111,7 @@ class Controller:
             latency=self.latency.model_copy(deep=True),
             min_workers=self.config.min_workers,
             max_workers=self.config.max_workers,
-            upcoming=self.upcoming() if self.upcoming else None,
+            upcoming=self.upcoming,
             retired=self.backend.retired(),
         )
         self.last_observation = obs

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from hta.policies.base import Policy
 from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter
 from hta.summary import RunSummary, summarize
 from resource_monitor.categories import CategoryLearner
+from workqueue_bridge.dag import load_dag, node_states, upcoming_tasks
 from workqueue_bridge.makeflow import MakeflowRun
 from workqueue_bridge.makeflow_log import MakeflowLog
 from workqueue_bridge.monitor_summaries import SummaryDirectory
@@ -52,6 +54,7 @@ async def submit(
     config: ControllerConfig,
     makeflow_args: list[str] | None = None,
     scaling_log_path: Path | None = None,
+    lookahead: bool = True,
 ) -> SubmitResult:
     run_dir, default_log = paths_for(workflow)
     log_path = scaling_log_path or default_log
@@ -77,13 +80,26 @@ async def submit(
 
     for s in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(s, on_signal, s)
+    mflog = MakeflowLog(mf.log_path)
+    upcoming = None
     try:
+        if lookahead:
+            try:
+                dag = await asyncio.to_thread(load_dag, workflow)
+            except (ValueError, OSError, subprocess.SubprocessError) as exc:
+                log.warning("no DAG lookahead: %s", exc)
+            else:
+                states: dict = {}
+
+                def upcoming(group_of: dict[int, str], running: set[int]) -> list:
+                    states.update(node_states(mflog.poll()))
+                    return upcoming_tasks(dag, states, group_of, running)
         port = await mf.start()
         await backend.start("127.0.0.1", port)
         async with MasterStatusClient("127.0.0.1", port) as master:
             controller = Controller(
                 master=master, backend=backend, policy=policy, learner=learner, summaries=summaries,
-                scaling_log=writer, config=config, epoch=epoch,
+                scaling_log=writer, config=config, epoch=epoch, upcoming=upcoming,
             )
             finished = asyncio.Event()
             ctl = asyncio.create_task(controller.run(finished))
@@ -117,7 +133,6 @@ async def submit(
     summaries_new = summaries.poll()
     if summaries_new:
         learner.add_all(summaries_new)
-    mflog = MakeflowLog(mf.log_path)
     mflog.poll()
     last = mflog.latest
     now = time.time() - epoch

@@ -3,7 +3,7 @@ know) into the :class:`~hta.model.Observation` a policy sees."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 from hta.model import (
     CategoryModel,
@@ -33,14 +33,25 @@ def task_request(task: TaskStatus) -> Resources:
 
 def group_waiting(tasks: list[TaskStatus]) -> list[TaskGroup]:
     """Waiting tasks in dispatch (task id) order, runs of alike tasks merged."""
+    return index_waiting(tasks)[0]
+
+
+def index_waiting(tasks: list[TaskStatus]) -> tuple[list[TaskGroup], dict[int, str]]:
+    """The waiting groups (ids ``g0``, ``g1``…) and which group each task id is in."""
     groups: list[TaskGroup] = []
+    group_of: dict[int, str] = {}
     for t in sorted((t for t in tasks if t.state == "waiting"), key=lambda t: t.task_id):
         req = task_request(t)
         if groups and groups[-1].category == t.category and groups[-1].request == req:
-            groups[-1] = groups[-1].model_copy(update={"count": groups[-1].count + 1})
+            groups[-1].count += 1
         else:
-            groups.append(TaskGroup(category=t.category, count=1, request=req))
-    return groups
+            groups.append(TaskGroup(category=t.category, count=1, request=req, id=f"g{len(groups)}"))
+        group_of[t.task_id] = groups[-1].id
+    return groups, group_of
+
+
+#: builds the DAG lookahead from (waiting group of each task id, running task ids)
+UpcomingSource = Callable[[dict[int, str], set[int]], list[UpcomingTasks]]
 
 
 def build_observation(
@@ -54,7 +65,7 @@ def build_observation(
     latency: LatencyStats,
     min_workers: int,
     max_workers: int,
-    upcoming: list[UpcomingTasks] | None = None,
+    upcoming: UpcomingSource | None = None,
     cpu_utilization: Mapping[str, float] | None = None,
     retired: set[str] | None = None,
 ) -> Observation:
@@ -95,14 +106,16 @@ def build_observation(
                 cpu_utilization=cpu.get(wid),
             )
         )
+    waiting, group_of = index_waiting(snap.tasks)
+    running_ids = {t.task_id for t in snap.tasks if t.state == "running"}
     return Observation(
         time=snap.taken_at - epoch,
-        waiting=group_waiting(snap.tasks),
+        waiting=waiting,
         running=running,
         workers=workers,
         pending=pending,
         categories=dict(categories),
-        upcoming=upcoming or [],
+        upcoming=upcoming(group_of, running_ids) if upcoming else [],
         latency=latency,
         worker_shape=worker_shape,
         min_workers=min_workers,

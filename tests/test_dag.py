@@ -1,0 +1,43 @@
+"""DAG import with the real makeflow_viz, and the lookahead groups built from it."""
+
+import shutil
+
+from hta.model import Resources
+from workqueue_bridge.dag import load_dag, node_states, upcoming_tasks
+from workqueue_bridge.makeflow_log import MakeflowLog, NodeState
+
+from conftest import DATA
+
+
+def test_dag_from_real_makeflow_viz(tmp_path):
+    shutil.copy(DATA / "Makeflow.captured", tmp_path / "Makeflow")
+    dag = load_dag(tmp_path / "Makeflow")
+    assert [r.category for r in dag.rules] == ["align", "align", "align", "reduce"]
+    assert dag.rules[0].request == Resources(cores=1, memory_mb=200, disk_mb=100)
+    assert dag.rules[3].parents == [0, 1, 2] and dag.rules[0].parents == []
+
+
+def test_blast_dag_has_three_chained_stages(blast_copy):
+    dag = load_dag(blast_copy / "Makeflow")
+    cats = [r.category for r in dag.rules]
+    assert cats.count("align") == 6 + 1 + 4 and cats.count("split") == 3 and cats.count("reduce") == 3
+    split2 = [r for r in dag.rules if r.category == "split"][1]
+    parent = dag.rules[split2.parents[-1]]
+    assert parent.category == "reduce"  # stage 2 splits what stage 1 reduced
+
+
+def test_upcoming_groups_follow_node_states(tmp_path):
+    shutil.copy(DATA / "Makeflow.captured", tmp_path / "Makeflow")
+    dag = load_dag(tmp_path / "Makeflow")
+    # nothing submitted: the three aligns wait for nothing, the reduce waits for their group
+    up = upcoming_tasks(dag, {}, {}, set())
+    assert [(u.category, u.count) for u in up] == [("align", 3), ("reduce", 1)]
+    assert up[1].after == [up[0].id]
+    # from the real run's log: jobs 1–3 submitted; say task 3 waits (group g0) and 1, 2 run
+    events = MakeflowLog(DATA / "Makeflow.makeflowlog").poll()[:3]
+    states = node_states(events)
+    assert all(s == NodeState.RUNNING for s, _ in states.values())
+    job_of = {n: j for n, (_, j) in states.items()}
+    up = upcoming_tasks(dag, states, {job_of[0]: "g0"}, {job_of[1], job_of[2]})
+    assert len(up) == 1 and up[0].category == "reduce"
+    assert sorted(up[0].after) == sorted(["g0", f"task:{job_of[1]}", f"task:{job_of[2]}"])

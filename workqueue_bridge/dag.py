@@ -1,0 +1,120 @@
+"""The workflow DAG, imported ahead of time with ``makeflow_viz -D json``, so
+the policy can see tasks Makeflow has not released yet (DAG lookahead).
+
+Rules come out in file order, which is Makeflow's node numbering (the
+``node_id`` of the makeflowlog); a rule's parents are the rules that produce
+its inputs. Each rule's declared resources come from its category.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hta.model import Resources, UpcomingTasks
+from workqueue_bridge.makeflow_log import NodeEvent, NodeState
+from workqueue_bridge.status import clean_category
+
+
+@dataclass
+class Rule:
+    node_id: int
+    category: str
+    request: Resources
+    parents: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Dag:
+    rules: list[Rule]
+
+    def topological(self) -> list[Rule]:
+        seen: set[int] = set()
+        order: list[Rule] = []
+
+        def visit(r: Rule) -> None:
+            if r.node_id in seen:
+                return
+            seen.add(r.node_id)
+            for p in r.parents:
+                visit(self.rules[p])
+            order.append(r)
+
+        for r in self.rules:
+            visit(r)
+        return order
+
+
+def parse_dag(data: dict) -> Dag:
+    cats = {}
+    for name, c in (data.get("categories") or {}).items():
+        cats[clean_category(name)] = Resources(cores=float(c.get("cores", 0) or 0),
+                                               memory_mb=float(c.get("memory", 0) or 0),
+                                               disk_mb=float(c.get("disk", 0) or 0))
+    rules_json = data.get("rules") or []
+    producer: dict[str, int] = {}
+    for i, r in enumerate(rules_json):
+        for out in r.get("outputs", []):
+            producer[out if isinstance(out, str) else out.get("dag_name", "")] = i
+    rules = []
+    for i, r in enumerate(rules_json):
+        cat = clean_category(r.get("category") or data.get("default_category"))
+        ins = [x if isinstance(x, str) else x.get("dag_name", "") for x in r.get("inputs", [])]
+        parents = sorted({producer[x] for x in ins if x in producer and producer[x] != i})
+        rules.append(Rule(i, cat, cats.get(cat, Resources()), parents))
+    return Dag(rules)
+
+
+def load_dag(workflow: Path) -> Dag:
+    """Run ``makeflow_viz -D json`` on the workflow (in its directory)."""
+    wf = Path(workflow).resolve()
+    out = subprocess.run(["makeflow_viz", "-D", "json", wf.name], cwd=wf.parent, capture_output=True,
+                         text=True, timeout=120)
+    if out.returncode != 0:
+        raise ValueError(f"makeflow_viz could not read {wf.name}: {out.stderr.strip() or out.stdout.strip()}")
+    return parse_dag(json.loads(out.stdout))
+
+
+def node_states(events: list[NodeEvent]) -> dict[int, tuple[NodeState, int]]:
+    """Latest (state, job id) of each node that makeflow has touched."""
+    states: dict[int, tuple[NodeState, int]] = {}
+    for e in events:
+        states[e.node_id] = (e.state, e.job_id)
+    return states
+
+
+def upcoming_tasks(dag: Dag, states: dict[int, tuple[NodeState, int]], waiting_group_of: dict[int, str],
+                   running_tasks: set[int]) -> list[UpcomingTasks]:
+    """Rules not submitted yet, grouped by category and by what they wait for.
+
+    A parent submitted to Work Queue as task ``j`` is referred to as its
+    waiting group (``waiting_group_of[j]``) or as ``task:j`` while it runs;
+    an unsubmitted parent by its own upcoming group; a completed one not at all.
+    """
+    ref: dict[int, str] = {}
+    groups: dict[tuple, UpcomingTasks] = {}
+    for r in dag.topological():
+        state, job = states.get(r.node_id, (NodeState.WAITING, 0))
+        if state == NodeState.COMPLETE:
+            continue
+        if state == NodeState.RUNNING:
+            if job in waiting_group_of:
+                ref[r.node_id] = waiting_group_of[job]
+            elif job in running_tasks:
+                ref[r.node_id] = f"task:{job}"
+            continue
+        if state in (NodeState.FAILED, NodeState.ABORTED):
+            continue
+        after = tuple(sorted({ref[p] for p in r.parents if p in ref}))
+        if any(p not in ref and states.get(p, (NodeState.WAITING, 0))[0] != NodeState.COMPLETE for p in r.parents):
+            continue  # a parent failed or is in an unknown state: nothing to foresee
+        key = (r.category, after, r.request)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = UpcomingTasks(id=f"u{len(groups)}", category=r.category, count=0,
+                                            request=r.request, after=list(after))
+        g.count += 1
+        ref[r.node_id] = g.id
+    return list(groups.values())
