@@ -2,6 +2,7 @@
 
     hta makeflow [options] WORKFLOW [-- makeflow args]   run a workflow, autoscaled
     hta simulate [options]                               compare policies in the simulator
+    hta report LOG... [--format F] [--plot DIR]          what the autoscaler did
 
 Bad input is one line on stderr starting ``hta: error:`` and a non-zero exit.
 """
@@ -12,6 +13,7 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
 from pathlib import Path
 
 from hta.model import Resources
@@ -63,8 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
                                    "makeflow.")
     m.add_argument("workflow", type=Path, help="the Makeflow file")
     m.add_argument("makeflow_args", nargs=argparse.REMAINDER, help="extra makeflow arguments, after --")
-    m.add_argument("--backend", choices=["local"], default="local",
-                   help="where workers run: local processes (default)")
+    m.add_argument("--backend", choices=["local", "k8s"], default="local",
+                   help="where workers run: local processes (default) or Kubernetes pods")
+    k = m.add_argument_group("Kubernetes backend")
+    k.add_argument("--kubeconfig", default=None, metavar="FILE",
+                   help="default: in-cluster config in a pod, else $KUBECONFIG or ~/.kube/config")
+    k.add_argument("--namespace", default="default")
+    k.add_argument("--image", default="hta-worker:latest", help="worker image")
+    k.add_argument("--master-host", default=None, metavar="HOST",
+                   help="address workers use to reach the master (default: this host's routable address)")
+    k.add_argument("--host-network", action="store_true", help="worker pods use the node's network")
+    m.add_argument("--port", type=_positive_int("--port", 0), default=None,
+                   help="master port (default: any free port locally, 9123 on Kubernetes so a restarted "
+                        "HTA's pods find their master again)")
     m.add_argument("--policy", default="hta", help="scaling policy (default: hta)")
     m.add_argument("--min-workers", type=_positive_int("--min-workers", 0), default=0)
     m.add_argument("--max-workers", type=_positive_int("--max-workers"), default=4)
@@ -109,7 +122,42 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--latency-sd", type=_seconds("--latency-sd", 0), default=4.2, metavar="S")
     s.add_argument("--pull", type=_seconds("--pull", 0), default=0.0, metavar="S", help="image pull time")
     s.set_defaults(func=cmd_simulate)
+
+    r = sub.add_parser("report", help="report what the autoscaler did, from scaling logs",
+                       description="Summarise one or more scaling logs (from hta makeflow or hta simulate) side "
+                                   "by side, and draw supply, in-use and demand over time.")
+    r.add_argument("logs", nargs="+", type=Path, help="scaling logs (*.scaling.jsonl, or hta simulate --out files)")
+    r.add_argument("--format", choices=["table", "markdown", "json"], default="table")
+    r.add_argument("--plot", type=Path, metavar="DIR", help="write one PNG per run (and a comparison) here")
+    r.set_defaults(func=cmd_report)
     return p
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from hta.report import load_runs, plot, render_json, render_markdown, render_table
+
+    runs, errors = load_runs(args.logs)
+    for e in errors:
+        print(f"hta: error: {e}", file=sys.stderr)
+    for r in runs:
+        for w in r.warnings:
+            print(f"hta: warning: {w}", file=sys.stderr)
+        if not r.summary.complete:
+            print(f"hta: warning: {r.path}: run in progress (no end record): reported up to its last record",
+                  file=sys.stderr)
+    if args.format == "json":
+        print(render_json(runs, errors))
+    elif runs:
+        if args.format == "markdown":
+            print(render_markdown(runs), end="")
+        else:
+            render_table(runs, Console(width=80))
+    if runs and args.plot:
+        for p in plot(runs, args.plot):
+            print(f"figure: {p}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -176,18 +224,66 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
         max_interval_s=args.max_interval, latency_prior_s=prior,
     )
     run_dir, _ = paths_for(wf)
+    epoch = time.time()
+    if args.backend == "k8s":
+        from k8s.api import K8sError
+        from k8s.backend import KubernetesBackend
+        from k8s.pods import run_id_for
+
+        backend = KubernetesBackend(run_id=run_id_for(wf), epoch=epoch, namespace=args.namespace,
+                                    image=args.image, kubeconfig=args.kubeconfig,
+                                    master_host=args.master_host or routable_address(args.kubeconfig),
+                                    host_network=args.host_network, idle_timeout_s=args.idle_timeout)
+        try:
+            backend.connect()
+        except K8sError as exc:
+            raise UsageError(str(exc)) from None
+        port = 9123 if args.port is None else args.port
+    else:
+        backend = None
+        port = args.port or 0
 
     async def go():
-        backend = LocalBackend(run_dir, provision_delay_s=args.provision_delay,
-                               provision_jitter_s=args.provision_jitter, idle_timeout_s=args.idle_timeout)
+        nonlocal backend
+        if backend is None:
+            backend = LocalBackend(run_dir, provision_delay_s=args.provision_delay,
+                                   provision_jitter_s=args.provision_jitter, idle_timeout_s=args.idle_timeout)
         return await submit(wf, policy=policy, backend=backend, config=config, makeflow_args=extra,
-                            scaling_log_path=args.log)
+                            scaling_log_path=args.log, port=port, epoch=epoch)
 
     result = asyncio.run(go())
     print_summary(result.summary, result.scaling_log)
     if result.error:
         print(f"hta: error: {result.error}", file=sys.stderr)
     return result.exit_code
+
+
+def routable_address(kubeconfig: str | None) -> str:
+    """The address of this host that routes towards the API server (127.0.0.1 for a local cluster)."""
+    import socket
+    from urllib.parse import urlparse
+
+    try:
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        host = urlparse(cfg.host).hostname or "127.0.0.1"
+    except Exception:
+        host = None
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return "127.0.0.1"
+    if host is None:
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:  # a UDP "connect" only picks the route; nothing is sent
+            s.connect((host, 443))
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
 
 
 def main(argv: list[str] | None = None) -> int:

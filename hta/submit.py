@@ -55,12 +55,14 @@ async def submit(
     makeflow_args: list[str] | None = None,
     scaling_log_path: Path | None = None,
     lookahead: bool = True,
+    port: int = 0,
+    epoch: float | None = None,
 ) -> SubmitResult:
     run_dir, default_log = paths_for(workflow)
     log_path = scaling_log_path or default_log
-    mf = MakeflowRun(workflow, run_dir, makeflow_args)
+    mf = MakeflowRun(workflow, run_dir, makeflow_args, port=port)
     writer = ScalingLogWriter(log_path)
-    epoch = time.time()
+    epoch = epoch or time.time()
     writer.write(RunRecord(
         started_at=epoch, workflow=str(workflow), policy=policy.name, backend=backend.name,
         worker_shape=config.worker_shape, min_workers=config.min_workers, max_workers=config.max_workers,

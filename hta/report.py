@@ -1,0 +1,190 @@
+"""``hta report``: what an autoscaler did, from one or more scaling logs.
+
+Reads logs written by ``hta makeflow`` and ``hta simulate`` (one format),
+summarises each with :func:`hta.summary.summarize` (so every number means
+what it means everywhere else), and renders a table (rich, 80 columns),
+Markdown or JSON, plus a supply / in-use / demand figure per run with the
+scale actions marked — the view of the thesis's Figures 7.12/7.13.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from hta.scaling_log import DecisionRecord, LogError, ObservationRecord, read_records
+from hta.summary import RunSummary, summarize
+
+
+@dataclass
+class LoadedRun:
+    path: Path
+    summary: RunSummary
+    records: list
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        s = self.summary
+        name = s.workload or (Path(s.workflow).parent.name if s.workflow else self.path.stem)
+        seed = f" seed {s.seed}" if s.seed is not None else ""
+        return f"{s.policy} · {name}{seed}"
+
+
+def load_runs(paths: list[Path]) -> tuple[list[LoadedRun], list[str]]:
+    """Every readable run, and one message per unreadable file (naming file and line)."""
+    runs, errors = [], []
+    for p in paths:
+        try:
+            records, problems = read_records(p)
+            runs.append(LoadedRun(Path(p), summarize(records, str(p)), records, problems))
+        except LogError as exc:
+            errors.append(str(exc))
+        except ValueError as exc:
+            errors.append(f"{p}: {exc}")
+    return runs, errors
+
+
+def _f(v: float | None, digits: int = 0, unit: str = "") -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.{digits}f}{(' ' + unit) if unit else ''}"
+
+
+def rows(s: RunSummary) -> list[tuple[str, str]]:
+    phases = ", ".join(f"{k} {v:.1f}" for k, v in s.latency_phases_median_s.items()) or "—"
+    status = "complete" if s.complete else "IN PROGRESS (up to its last record)"
+    if s.complete and s.exit_code not in (0, None):
+        status = f"ended, exit {s.exit_code}"
+    return [
+        ("status", status),
+        ("runtime s", _f(s.runtime_s, 1)),
+        ("tasks done/failed/re-run", f"{s.tasks_done}/{s.tasks_failed}/{s.tasks_retried}"),
+        ("waste core·s", _f(s.waste_core_s)),
+        ("shortage core·s", _f(s.shortage_core_s)),
+        ("node·s paid", _f(s.node_s)),
+        ("lost work core·s", _f(s.lost_work_core_s)),
+        ("utilisation", "—" if s.utilization is None else f"{100 * s.utilization:.0f} %"),
+        ("scale actions up/down", f"{s.scale_up_actions}/{s.scale_down_actions}"),
+        ("workers req/conn/drained", f"{s.workers_requested}/{s.workers_connected}/{s.workers_drained}"),
+        ("latency n / median / p90 s", f"{s.latency_count} / {_f(s.latency_median_s, 1)} / {_f(s.latency_p90_s, 1)}"),
+        ("latency phases (median s)", phases),
+    ]
+
+
+def category_rows(s: RunSummary) -> list[list[str]]:
+    out = []
+    for name, c in s.categories.items():
+        out.append([name, str(c.samples), _f(c.peak.cores, 0), _f(c.peak.memory_mb, 0), _f(c.peak.disk_mb, 0),
+                    _f(c.runtime_median_s, 1), _f(c.runtime_p90_s, 1)])
+    return out
+
+
+CATEGORY_HEADER = ["category", "tasks", "cores", "mem MB", "disk MB", "rt med s", "rt p90 s"]
+
+
+def render_table(runs: list[LoadedRun], console: Console) -> None:
+    t = Table(title="HTA scaling report", title_justify="left")
+    t.add_column("", style="bold", no_wrap=True)
+    for r in runs:
+        t.add_column(r.label, overflow="fold")
+    names = [k for k, _ in rows(runs[0].summary)]
+    per_run = [dict(rows(r.summary)) for r in runs]
+    for k in names:
+        t.add_row(k, *(pr[k] for pr in per_run))
+    console.print(t)
+    for r in runs:
+        cats = category_rows(r.summary)
+        if not cats:
+            continue
+        ct = Table(title=f"categories — {r.label}", title_justify="left")
+        for h in CATEGORY_HEADER:
+            ct.add_column(h, justify="left" if h == "category" else "right")
+        for row in cats:
+            ct.add_row(*row)
+        console.print(ct)
+
+
+def render_markdown(runs: list[LoadedRun]) -> str:
+    lines = ["| | " + " | ".join(r.label for r in runs) + " |", "|---|" + "---|" * len(runs)]
+    per_run = [dict(rows(r.summary)) for r in runs]
+    for k, _ in rows(runs[0].summary):
+        lines.append(f"| {k} | " + " | ".join(pr[k] for pr in per_run) + " |")
+    for r in runs:
+        cats = category_rows(r.summary)
+        if cats:
+            lines += ["", f"Categories — {r.label}", "", "| " + " | ".join(CATEGORY_HEADER) + " |",
+                      "|" + "---|" * len(CATEGORY_HEADER)]
+            lines += ["| " + " | ".join(row) + " |" for row in cats]
+    return "\n".join(lines) + "\n"
+
+
+def render_json(runs: list[LoadedRun], errors: list[str]) -> str:
+    out = []
+    for r in runs:
+        d = r.summary.model_dump(mode="json")
+        d["warnings"] = r.warnings
+        out.append(d)
+    return json.dumps({"runs": out, "errors": errors}, indent=1)
+
+
+def plot(runs: list[LoadedRun], out_dir: Path) -> list[Path]:
+    """One PNG per run, and with several runs one more with a panel each on a shared time axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def draw(ax, r: LoadedRun) -> None:
+        obs = [x for x in r.records if isinstance(x, ObservationRecord)]
+        if not obs:
+            ax.text(0.5, 0.5, "no observations", ha="center", transform=ax.transAxes)
+            return
+        t = [o.t for o in obs] + [r.summary.runtime_s if r.summary.complete else obs[-1].t]
+        for key, label, color in (("demand_cores", "demand", "tab:red"), ("supply_cores", "supply", "tab:blue"),
+                                  ("in_use_cores", "in use", "tab:green")):
+            v = [getattr(o, key) for o in obs]
+            ax.step(t, v + v[-1:], where="post", label=label, color=color, lw=1.4)
+        top = max(max(o.demand_cores, o.supply_cores) for o in obs) or 1
+        for d in (x for x in r.records if isinstance(x, DecisionRecord)):
+            if d.add:
+                ax.plot(d.t, top * 1.03, marker="^", color="tab:blue", ms=6)
+            if d.drain or d.remove:
+                ax.plot(d.t, top * 1.03, marker="v", color="tab:orange", ms=6)
+        ax.set_ylabel("cores")
+        s = r.summary
+        ax.set_title(f"{r.label} — runtime {s.runtime_s:,.0f} s, waste {s.waste_core_s:,.0f}, "
+                     f"shortage {s.shortage_core_s:,.0f} core·s", fontsize=9)
+        ax.grid(alpha=0.3)
+
+    for i, r in enumerate(runs):
+        fig, ax = plt.subplots(figsize=(9, 3.6))
+        draw(ax, r)
+        ax.set_xlabel("time since submission (s)")
+        ax.plot([], [], marker="^", ls="", color="tab:blue", label="scale up")
+        ax.plot([], [], marker="v", ls="", color="tab:orange", label="scale down")
+        ax.legend(loc="upper right", fontsize=8)
+        fig.tight_layout()
+        p = out_dir / f"run{i + 1}-{r.summary.policy}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(p)
+    if len(runs) > 1:
+        fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.6 * len(runs)), sharex=True, squeeze=False)
+        for ax, r in zip(axes[:, 0], runs):
+            draw(ax, r)
+        axes[0, 0].legend(loc="upper right", fontsize=8)
+        axes[-1, 0].set_xlabel("time since submission (s)")
+        fig.tight_layout()
+        p = out_dir / "comparison.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(p)
+    return written

@@ -1,0 +1,106 @@
+"""Talking to the API server: configuration and calls that retry when that is right.
+
+Configuration: an explicit kubeconfig, else in-cluster (when HTA runs in a
+pod), else the default kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``). A
+missing or invalid one is a :class:`K8sError` with one line saying how to fix it.
+
+Calls: 429 (with its Retry-After), 500/502/503/504 and timeouts/connection
+errors are retried with exponential backoff; 403 (RBAC), 404, 409, 422 are
+not — they are reported with the API server's reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+
+log = logging.getLogger("hta.k8s")
+RETRY_STATUS = {429, 500, 502, 503, 504}
+
+
+class K8sError(RuntimeError):
+    """A Kubernetes problem, one line for the user."""
+
+
+class CallCounter:
+    """Counts API calls (benchmarks report calls per decision)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def add(self) -> None:
+        with self._lock:
+            self.count += 1
+
+
+def load_client(kubeconfig: str | None = None) -> client.ApiClient:
+    try:
+        if kubeconfig:
+            if not os.path.isfile(kubeconfig):
+                raise K8sError(f"kubeconfig {kubeconfig!r} not found: pass --kubeconfig FILE of a reachable cluster")
+            cfg = client.Configuration()
+            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            cfg = client.Configuration()
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            cfg = client.Configuration()
+            config.load_kube_config(client_configuration=cfg)
+    except ConfigException as exc:
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise K8sError(f"invalid kubeconfig {where}: {first} (pass --kubeconfig FILE, or set KUBECONFIG)") from None
+    except K8sError:
+        raise
+    except Exception as exc:  # yaml errors and the like
+        raise K8sError(f"invalid kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}: "
+                       f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    cfg.retries = 0  # retries are ours (below), with backoff
+    return client.ApiClient(cfg)
+
+
+def describe(exc: client.exceptions.ApiException) -> str:
+    import json
+
+    msg = exc.reason or ""
+    try:
+        body = json.loads(exc.body or "{}")
+        msg = body.get("message") or msg
+    except (ValueError, TypeError):
+        pass
+    hint = ""
+    if exc.status == 403:
+        hint = " (HTA's service account needs the Role in k8s/manifests: kubectl apply -k k8s/manifests)"
+    return f"{exc.status} {msg}{hint}"
+
+
+def call(fn: Callable[..., Any], *args: Any, counter: CallCounter | None = None, attempts: int = 6,
+         timeout_s: float = 15.0, what: str = "", **kwargs: Any) -> Any:
+    """Call a kubernetes client method with retries where they are right."""
+    delay = 0.5
+    for attempt in range(1, attempts + 1):
+        if counter is not None:
+            counter.add()
+        try:
+            return fn(*args, _request_timeout=timeout_s, **kwargs)
+        except client.exceptions.ApiException as exc:
+            if exc.status not in RETRY_STATUS or attempt == attempts:
+                raise K8sError(f"{what or fn.__name__}: {describe(exc)}") from None
+            retry_after = (exc.headers or {}).get("Retry-After") if exc.status == 429 else None
+            wait = float(retry_after) if retry_after and retry_after.isdigit() else delay
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if attempt == attempts:
+                raise K8sError(f"{what or fn.__name__}: cannot reach the API server: {exc}") from None
+            wait = delay
+        log.info("%s: retrying in %.1fs (attempt %d)", what or fn.__name__, wait, attempt)
+        time.sleep(wait)
+        delay = min(delay * 2, 10.0)
+    raise AssertionError("unreachable")

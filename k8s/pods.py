@@ -1,0 +1,79 @@
+"""The worker pod template.
+
+One container running the worker with the shape HTA chose (requests =
+limits, so the pod is Guaranteed and the worker's advertised capacity is what
+the node reserves), labels naming the HTA run, ``restartPolicy: Never`` (a
+finished worker is replaced only if the policy still wants one), a short
+termination grace period, and an owner reference to HTA's own pod when HTA
+runs in the cluster (so deleting HTA deletes its workers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from kubernetes import client
+
+from hta.model import Resources
+
+RUN_LABEL = "hta.io/run"
+DEFAULT_IMAGE = "hta-worker:latest"
+
+
+def run_id_for(workflow: Path) -> str:
+    """A stable id for a workflow's runs: a restarted HTA finds (adopts) its pods."""
+    return hashlib.sha1(str(Path(workflow).resolve()).encode()).hexdigest()[:10]
+
+
+def worker_command(shape: Resources, master_host: str, master_port: int, idle_timeout_s: int) -> list[str]:
+    return [
+        "work_queue_worker",
+        f"--cores={int(shape.cores)}",
+        f"--memory={int(shape.memory_mb)}",
+        f"--disk={int(shape.disk_mb)}",
+        f"--idle-timeout={idle_timeout_s}",
+        "--connect-timeout=900",
+        master_host,
+        str(master_port),
+    ]
+
+
+def owner_reference() -> list[client.V1OwnerReference] | None:
+    """HTA's own pod, when HTA runs in one (downward API: HTA_POD_NAME, HTA_POD_UID)."""
+    name, uid = os.environ.get("HTA_POD_NAME"), os.environ.get("HTA_POD_UID")
+    if not (name and uid):
+        return None
+    return [client.V1OwnerReference(api_version="v1", kind="Pod", name=name, uid=uid, controller=False,
+                                    block_owner_deletion=False)]
+
+
+def worker_pod(name: str, run_id: str, shape: Resources, image: str, command: list[str],
+               host_network: bool = False, grace_s: int = 5) -> client.V1Pod:
+    qty = {"cpu": f"{int(shape.cores * 1000)}m", "memory": f"{int(shape.memory_mb)}Mi"}
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name=name,
+            labels={RUN_LABEL: run_id, "app.kubernetes.io/name": "hta-worker",
+                    "app.kubernetes.io/managed-by": "hta"},
+            owner_references=owner_reference(),
+        ),
+        spec=client.V1PodSpec(
+            restart_policy="Never",
+            termination_grace_period_seconds=grace_s,
+            host_network=host_network,
+            enable_service_links=False,
+            automount_service_account_token=False,
+            containers=[client.V1Container(
+                name="worker",
+                image=image,
+                image_pull_policy="IfNotPresent",
+                command=command[:1],
+                args=command[1:],
+                resources=client.V1ResourceRequirements(requests=qty, limits=qty),
+                env=[client.V1EnvVar(name="HTA_POD_NAME", value_from=client.V1EnvVarSource(
+                    field_ref=client.V1ObjectFieldSelector(field_path="metadata.name")))],
+            )],
+        ),
+    )

@@ -1,0 +1,1 @@
+"""The local test cluster (project scripts; binaries cached outside git)."""

@@ -1,0 +1,259 @@
+"""The local Kubernetes test cluster: ``cluster up|down|status``.
+
+A real control plane (etcd, kube-apiserver, kube-scheduler,
+kube-controller-manager v1.33.13) on 127.0.0.1 with free ports, kwok for fake
+nodes, and two named stand-ins for what cannot run here:
+
+- the **node-provisioner stand-in** for the cluster-autoscaler
+  (:mod:`k8s.testcluster.provisioner`): adds a kwok node after a jittered
+  delay when pods are unschedulable, removes nodes that stayed empty;
+- the **pod process runner**, a test fake of the kubelet
+  (:mod:`k8s.testcluster.pod_runner`): runs a Running pod's container command
+  as a local process, so real work_queue_workers connect to a real master.
+
+Every process is started in its own session, recorded in ``pids.json`` and
+stopped by ``down``, which also removes the state directory. ``up`` prints
+``export KUBECONFIG=...`` as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+CACHE = Path(os.environ.get("HTA_K8S_CACHE", "/var/cache/hta-k8s"))
+BIN = CACHE / "bin"
+STATE = Path(os.environ.get("HTA_TESTCLUSTER_DIR", "/tmp/hta-testcluster"))
+TOKEN = "hta-admin-token"
+KWOK_STAGES = CACHE / "gomodcache" / "sigs.k8s.io" / "kwok@v0.8.0" / "kustomize" / "stage"
+ORDER = ["etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok", "pod-runner",
+         "node-provisioner"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def die_with_parent() -> None:  # pragma: no cover - in the child
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def start(name: str, cmd: list[str], pids: dict, env: dict | None = None) -> None:
+    log = open(STATE / "logs" / f"{name}.log", "ab")
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         start_new_session=True, env={**os.environ, **(env or {})})
+    pids[name] = p.pid
+    (STATE / "pids.json").write_text(json.dumps(pids))
+
+
+def wait_for(what: str, check, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"cluster: {what} did not become ready within {timeout:.0f}s (logs: {STATE}/logs)")
+
+
+def pki(api_port: int) -> None:
+    d = STATE / "pki"
+    d.mkdir(parents=True, exist_ok=True)
+
+    def ossl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    ossl("genrsa", "-out", str(d / "sa.key"), "2048")
+    ossl("rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub"))
+    ossl("req", "-x509", "-new", "-nodes", "-newkey", "rsa:2048", "-keyout", str(d / "ca.key"), "-out",
+         str(d / "ca.crt"), "-days", "3650", "-subj", "/CN=hta-test-ca")
+    ossl("req", "-new", "-nodes", "-newkey", "rsa:2048", "-keyout", str(d / "apiserver.key"), "-out",
+         str(d / "apiserver.csr"), "-subj", "/CN=kube-apiserver")
+    (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    ossl("x509", "-req", "-in", str(d / "apiserver.csr"), "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"),
+         "-CAcreateserial", "-out", str(d / "apiserver.crt"), "-days", "3650", "-extfile", str(d / "ext.cnf"))
+    (d / "tokens.csv").write_text(f"{TOKEN},admin,admin,system:masters\n")
+    (STATE / "kubeconfig").write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: hta-test\n  cluster:\n"
+        f"    server: https://127.0.0.1:{api_port}\n    certificate-authority: {d / 'ca.crt'}\n"
+        f"users:\n- name: admin\n  user:\n    token: {TOKEN}\n"
+        "contexts:\n- name: hta-test\n  context:\n    cluster: hta-test\n    user: admin\n"
+        "current-context: hta-test\n")
+
+
+def stages(pod_delay_ms: int, pod_jitter_ms: int) -> Path:
+    """kwok's own stages (from the kwok module), with pods becoming Ready after
+    ``pod_delay_ms`` (± jitter): the emulated image pull and container start."""
+    parts = ["apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
+             "  nodeLeaseDurationSeconds: 40\n  nodeLeaseParallelism: 4\n  nodePlayStageParallelism: 4\n"
+             "  podPlayStageParallelism: 8\n  podsOnNodeSyncParallelism: 4\n"]
+    for f in ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+              "pod/fast/pod-ready.yaml", "pod/fast/pod-delete.yaml"):
+        text = (KWOK_STAGES / f).read_text()
+        if f == "pod/fast/pod-ready.yaml" and pod_delay_ms > 0:
+            text = re.sub(r"\nspec:\n", "\nspec:\n  delay:\n"
+                          f"    durationMilliseconds: {pod_delay_ms}\n"
+                          f"    jitterDurationMilliseconds: {pod_delay_ms + pod_jitter_ms}\n", text, count=1)
+        parts.append(text)
+    out = STATE / "stages.yaml"
+    out.write_text("\n---\n".join(parts))
+    return out
+
+
+def https_ok(url: str) -> bool:
+    ctx = ssl.create_default_context(cafile=str(STATE / "pki" / "ca.crt"))
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=2) as r:
+        return r.status == 200
+
+
+def up(args: argparse.Namespace) -> None:
+    if (STATE / "pids.json").exists() and any(alive(p) for p in json.loads((STATE / "pids.json").read_text()).values()):
+        raise SystemExit(f"cluster: already up (state in {STATE}); run `cluster down` first")
+    build = Path(__file__).with_name("build.sh")
+    subprocess.run([str(build)], check=True)
+    shutil.rmtree(STATE, ignore_errors=True)
+    (STATE / "logs").mkdir(parents=True)
+    api, etcd_c, etcd_p, kwok_p = free_port(), free_port(), free_port(), free_port()
+    pki(api)
+    pids: dict[str, int] = {}
+    t0 = time.time()
+    start("etcd", ["etcd", "--name", "hta", "--data-dir", str(STATE / "etcd"),
+                   "--listen-client-urls", f"http://127.0.0.1:{etcd_c}",
+                   "--advertise-client-urls", f"http://127.0.0.1:{etcd_c}",
+                   "--listen-peer-urls", f"http://127.0.0.1:{etcd_p}",
+                   "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_p}",
+                   "--initial-cluster", f"hta=http://127.0.0.1:{etcd_p}", "--unsafe-no-fsync"], pids)
+    wait_for("etcd", lambda: urllib.request.urlopen(f"http://127.0.0.1:{etcd_c}/health", timeout=2).status == 200)
+    p = STATE / "pki"
+    start("kube-apiserver", [str(BIN / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_c}",
+                             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api}",
+                             f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
+                             f"--token-auth-file={p / 'tokens.csv'}", "--authorization-mode=RBAC",
+                             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                             f"--service-account-key-file={p / 'sa.pub'}",
+                             f"--service-account-signing-key-file={p / 'sa.key'}",
+                             "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none"], pids)
+    wait_for("kube-apiserver", lambda: https_ok(f"https://127.0.0.1:{api}/readyz"), 90)
+    kc = str(STATE / "kubeconfig")
+    start("kube-scheduler", [str(BIN / "kube-scheduler"), f"--kubeconfig={kc}", "--leader-elect=false",
+                             "--secure-port=0"], pids)
+    start("kube-controller-manager", [str(BIN / "kube-controller-manager"), f"--kubeconfig={kc}",
+                                      "--leader-elect=false", "--secure-port=0",
+                                      f"--service-account-private-key-file={p / 'sa.key'}",
+                                      f"--root-ca-file={p / 'ca.crt'}", "--use-service-account-credentials=false",
+                                      "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route",
+                                      "--terminated-pod-gc-threshold=100"], pids)
+    start("kwok", [str(BIN / "kwok"), f"--kubeconfig={kc}",
+                   f"--config={stages(int(args.pod_start_delay * 1000), int(args.pod_start_jitter * 1000))}",
+                   "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                   "--cidr=10.0.0.1/24", "--node-ip=127.0.0.1", f"--server-address=127.0.0.1:{kwok_p}"], pids)
+    py = sys.executable
+    env = {"KUBECONFIG": kc, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    if not args.no_pod_runner:
+        start("pod-runner", [py, "-m", "k8s.testcluster.pod_runner"], pids, env)
+    start("node-provisioner", [py, "-m", "k8s.testcluster.provisioner",
+                               f"--node-cores={args.node_cores}", f"--node-memory={args.node_memory}",
+                               f"--max-nodes={args.max_nodes}", f"--start-nodes={args.start_nodes}",
+                               f"--delay={args.provision_delay}", f"--jitter={args.provision_jitter}",
+                               f"--empty-ttl={args.empty_node_ttl}"], pids, env)
+    wait_for("the default service account",
+             lambda: https_ok(f"https://127.0.0.1:{api}/api/v1/namespaces/default/serviceaccounts/default"), 90)
+    (STATE / "config.json").write_text(json.dumps(vars(args) | {"api_port": api}, default=str))
+    print(f"cluster up in {time.time() - t0:.1f}s: kube-apiserver https://127.0.0.1:{api}, "
+          f"nodes {args.node_cores} cores each, at most {args.max_nodes}, provisioning "
+          f"{args.provision_delay:g}±{args.provision_jitter:g}s (node-provisioner stand-in)", file=sys.stderr)
+    print(f"export KUBECONFIG={kc}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        return (Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]) != "Z"
+    except OSError:
+        return False
+
+
+def down(_: argparse.Namespace) -> None:
+    f = STATE / "pids.json"
+    pids = json.loads(f.read_text()) if f.exists() else {}
+    for name in reversed(ORDER):
+        pid = pids.get(name)
+        if pid is None or not alive(pid):
+            continue
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + 15
+        while alive(pid) and time.time() < deadline:
+            time.sleep(0.1)
+        if alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+    shutil.rmtree(STATE, ignore_errors=True)
+    print("cluster down", file=sys.stderr)
+
+
+def status(_: argparse.Namespace) -> None:
+    f = STATE / "pids.json"
+    if not f.exists():
+        print("cluster: down")
+        raise SystemExit(1)
+    pids = json.loads(f.read_text())
+    bad = 0
+    for name in ORDER:
+        if name not in pids:
+            continue
+        pid = pids[name]
+        ok = alive(pid)
+        bad += not ok
+        print(f"{name:24s} {'running' if ok else 'NOT RUNNING'} {pid or ''}")
+    print(f"export KUBECONFIG={STATE / 'kubeconfig'}")
+    raise SystemExit(1 if bad else 0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="cluster", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("up")
+    u.add_argument("--node-cores", type=int, default=4, help="cpu of each fake node (default 4)")
+    u.add_argument("--node-memory", type=int, default=16384, help="memory of each fake node, MiB")
+    u.add_argument("--max-nodes", type=int, default=20)
+    u.add_argument("--start-nodes", type=int, default=0)
+    u.add_argument("--provision-delay", type=float, default=157.0,
+                   help="node-provisioner stand-in: mean seconds to add a node (default 157, the thesis's GKE)")
+    u.add_argument("--provision-jitter", type=float, default=4.0, help="± seconds of uniform jitter")
+    u.add_argument("--empty-node-ttl", type=float, default=60.0, help="remove a node empty this long")
+    u.add_argument("--pod-start-delay", type=float, default=2.0, help="scheduled → Ready (pull + start), s")
+    u.add_argument("--pod-start-jitter", type=float, default=0.0)
+    u.add_argument("--no-pod-runner", action="store_true",
+                   help="do not run pods' processes (benchmarks of the control path only)")
+    u.set_defaults(func=up)
+    sub.add_parser("down").set_defaults(func=down)
+    sub.add_parser("status").set_defaults(func=status)
+    args = ap.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""The pod process runner — a test fake of the kubelet. Test cluster only.
+
+kwok marks pods Running without running anything. For HTA's worker pods
+(label ``hta.io/run``) this fake does what a kubelet would: once kwok reports
+the pod Running it starts the container's command and args as a local
+process with the pod's environment, in its own UTS namespace whose hostname
+is the pod's name (as in a real pod, so the Work Queue master sees the pod
+name as the worker's hostname); it stops the process (SIGTERM, SIGKILL after
+the pod's grace period) when the pod is deleted, and reports the pod
+Succeeded or Failed when the process exits by itself. When it is stopped it
+stops every process it started.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client, config, watch
+
+log = logging.getLogger("pod-runner-fake-kubelet")
+SELECTOR = "hta.io/run"
+LOGS = Path(os.environ.get("HTA_TESTCLUSTER_DIR", "/tmp/hta-testcluster")) / "logs" / "pods"
+
+
+def _die_with_parent() -> None:  # pragma: no cover - in the child
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+@dataclass
+class Running:
+    name: str
+    namespace: str
+    proc: subprocess.Popen
+    grace: float
+    stopping: bool = False
+
+
+def pod_env(pod: client.V1Pod, container: client.V1Container) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOSTNAME": pod.metadata.name}
+    fields = {"metadata.name": pod.metadata.name, "metadata.namespace": pod.metadata.namespace,
+              "metadata.uid": pod.metadata.uid, "spec.nodeName": pod.spec.node_name or "",
+              "status.podIP": pod.status.pod_ip or "127.0.0.1", "status.hostIP": pod.status.host_ip or ""}
+    for e in container.env or []:
+        if e.value is not None:
+            env[e.name] = e.value
+        elif e.value_from and e.value_from.field_ref:
+            env[e.name] = fields.get(e.value_from.field_ref.field_path, "")
+        elif e.value_from and e.value_from.resource_field_ref:
+            lim = (container.resources.limits or {}) if container.resources else {}
+            env[e.name] = str(lim.get(e.value_from.resource_field_ref.resource.split(".")[-1], ""))
+    return env
+
+
+class PodRunner:
+    def __init__(self, api: client.CoreV1Api):
+        self.api = api
+        self.running: dict[str, Running] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.can_unshare = os.geteuid() == 0 and shutil.which("unshare") is not None
+        if not self.can_unshare:
+            log.warning("not root (or no unshare): pods run with the host's hostname")
+
+    def start(self, pod: client.V1Pod) -> None:
+        c = pod.spec.containers[0]
+        argv = list(c.command or []) + list(c.args or [])
+        if not argv:
+            log.warning("pod %s has no command: nothing to run", pod.metadata.name)
+            return
+        if self.can_unshare:
+            argv = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', pod.metadata.name, *argv]
+        LOGS.mkdir(parents=True, exist_ok=True)
+        out = open(LOGS / f"{pod.metadata.namespace}_{pod.metadata.name}.log", "ab")
+        proc = subprocess.Popen(argv, env=pod_env(pod, c), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
+                                cwd="/tmp")
+        out.close()
+        grace = float(pod.spec.termination_grace_period_seconds or 30)
+        self.running[pod.metadata.uid] = Running(pod.metadata.name, pod.metadata.namespace, proc, grace)
+        log.info("started pod %s/%s as pid %d", pod.metadata.namespace, pod.metadata.name, proc.pid)
+
+    def terminate(self, uid: str) -> None:
+        r = self.running.get(uid)
+        if r is None or r.stopping:
+            return
+        r.stopping = True
+
+        def run() -> None:
+            try:
+                os.killpg(r.proc.pid, signal.SIGTERM)
+                r.proc.wait(r.grace)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(r.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                r.proc.wait()
+            with self.lock:
+                self.running.pop(uid, None)
+            log.info("stopped pod %s/%s", r.namespace, r.name)
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def on_pod(self, kind: str, pod: client.V1Pod) -> None:
+        uid = pod.metadata.uid
+        with self.lock:
+            if kind == "DELETED" or pod.metadata.deletion_timestamp:
+                self.terminate(uid)
+                return
+            if (uid not in self.running and pod.status.phase == "Running" and pod.spec.node_name
+                    and not any(cs.state and cs.state.terminated for cs in pod.status.container_statuses or [])):
+                self.start(pod)
+
+    def reap(self) -> None:
+        with self.lock:
+            done = [(u, r) for u, r in self.running.items() if not r.stopping and r.proc.poll() is not None]
+            for u, _ in done:
+                self.running.pop(u)
+        for _, r in done:
+            phase = "Succeeded" if r.proc.returncode == 0 else "Failed"
+            try:
+                self.api.patch_namespaced_pod_status(r.name, r.namespace, {"status": {"phase": phase}})
+            except client.exceptions.ApiException as exc:
+                if exc.status != 404:
+                    log.warning("could not mark %s %s: %s", r.name, phase, exc.reason)
+            log.info("pod %s/%s exited %d", r.namespace, r.name, r.proc.returncode)
+
+    def watch_loop(self) -> None:
+        rv = None
+        backoff = 0.5
+        while not self.stop.is_set():
+            try:
+                if rv is None:
+                    pods = self.api.list_pod_for_all_namespaces(label_selector=SELECTOR)
+                    rv = pods.metadata.resource_version
+                    for p in pods.items:
+                        self.on_pod("ADDED", p)
+                w = watch.Watch()
+                for ev in w.stream(self.api.list_pod_for_all_namespaces, label_selector=SELECTOR,
+                                   resource_version=rv, timeout_seconds=30, allow_watch_bookmarks=True):
+                    if self.stop.is_set():
+                        w.stop()
+                        break
+                    obj = ev["object"]
+                    rv = obj.metadata.resource_version
+                    if ev["type"] != "BOOKMARK":
+                        self.on_pod(ev["type"], obj)
+                backoff = 0.5
+            except client.exceptions.ApiException as exc:
+                if exc.status == 410:
+                    rv = None  # too old: relist
+                    continue
+                log.warning("watch failed: %s", exc.reason)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 10)
+            except Exception as exc:
+                log.warning("watch failed: %s", exc)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 10)
+
+    def run(self) -> None:
+        threading.Thread(target=self.watch_loop, daemon=True).start()
+        while not self.stop.is_set():
+            self.reap()
+            self.stop.wait(0.5)
+        with self.lock:
+            uids = list(self.running)
+        for u in uids:
+            self.terminate(u)
+        deadline = time.time() + 35
+        while self.running and time.time() < deadline:
+            time.sleep(0.1)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    config.load_kube_config()
+    r = PodRunner(client.CoreV1Api())
+    signal.signal(signal.SIGTERM, lambda *_: r.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: r.stop.set())
+    r.run()
+
+
+if __name__ == "__main__":
+    main()

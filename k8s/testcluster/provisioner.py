@@ -1,0 +1,185 @@
+"""The node-provisioner stand-in — a stand-in for the Kubernetes
+cluster-autoscaler, which cannot be built here. Test cluster only.
+
+Like the cluster-autoscaler it watches for pods the scheduler marked
+unschedulable, adds nodes for them (kwok fake nodes of a configured size)
+after a provisioning delay drawn uniformly from ``delay ± jitter`` (the
+thesis measured 157 s on GKE; tests scale it down), never exceeds
+``max_nodes``, and removes nodes it added once they have held no pod for
+``empty_ttl`` seconds. It counts nodes still being provisioned as capacity,
+so it does not buy twice for the same pods.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from kubernetes import client, config
+
+log = logging.getLogger("node-provisioner-stand-in")
+LABEL = "hta.io/provisioned-by"
+VALUE = "node-provisioner-stand-in"
+
+
+def cpu_of(q: str | None) -> float:
+    if not q:
+        return 0.0
+    return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
+
+
+def mem_mib(q: str | None) -> float:
+    if not q:
+        return 0.0
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024**2, "K": 1e3 / 2**20, "M": 1e6 / 2**20,
+             "G": 1e9 / 2**20}
+    for u, f in units.items():
+        if q.endswith(u):
+            return float(q[: -len(u)]) * f
+    return float(q) / 2**20
+
+
+@dataclass
+class Config:
+    node_cores: int
+    node_memory: int
+    max_nodes: int
+    start_nodes: int
+    delay: float
+    jitter: float
+    empty_ttl: float
+
+
+class Provisioner:
+    def __init__(self, cfg: Config, api: client.CoreV1Api):
+        self.cfg = cfg
+        self.api = api
+        self.rng = random.Random()
+        self.provisioning = 0
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.empty_since: dict[str, float] = {}
+        self.stop = threading.Event()
+
+    def node_body(self, name: str) -> client.V1Node:
+        cap = {"cpu": str(self.cfg.node_cores), "memory": f"{self.cfg.node_memory}Mi", "pods": "110"}
+        return client.V1Node(
+            metadata=client.V1ObjectMeta(name=name, labels={"type": "kwok", LABEL: VALUE,
+                                                            "kubernetes.io/hostname": name},
+                                         annotations={"kwok.x-k8s.io/node": "fake"}),
+            spec=client.V1NodeSpec(),
+            status=client.V1NodeStatus(allocatable=cap, capacity=cap),
+        )
+
+    def add_node(self) -> None:
+        with self.lock:
+            self.seq += 1
+            name = f"kwok-node-{int(time.time())}-{self.seq}"
+        self.api.create_node(self.node_body(name))
+        log.info("added node %s", name)
+
+    def _provision_later(self, delay: float) -> None:
+        def run() -> None:
+            if not self.stop.wait(delay):
+                try:
+                    self.add_node()
+                except Exception as exc:  # keep going: the next loop retries
+                    log.warning("could not add a node: %s", exc)
+            with self.lock:
+                self.provisioning -= 1
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def our_nodes(self) -> list[client.V1Node]:
+        return self.api.list_node(label_selector=f"{LABEL}={VALUE}").items
+
+    def step(self) -> None:
+        pods = self.api.list_pod_for_all_namespaces().items
+        unschedulable = []
+        busy_nodes: set[str] = set()
+        for p in pods:
+            if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed"):
+                busy_nodes.add(p.spec.node_name)
+            if p.spec.node_name or p.metadata.deletion_timestamp:
+                continue
+            for c in p.status.conditions or []:
+                if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+                    unschedulable.append(p)
+        nodes = self.our_nodes()
+        if unschedulable:
+            cpu = sum(sum(cpu_of((c.resources.requests or {}).get("cpu")) if c.resources else 0.0
+                          for c in p.spec.containers) for p in unschedulable)
+            mem = sum(sum(mem_mib((c.resources.requests or {}).get("memory")) if c.resources else 0.0
+                          for c in p.spec.containers) for p in unschedulable)
+            need = max(1, math.ceil(cpu / self.cfg.node_cores - 1e-9), math.ceil(mem / self.cfg.node_memory - 1e-9))
+            need = min(need, len(unschedulable))
+            with self.lock:
+                new = max(0, min(need - self.provisioning, self.cfg.max_nodes - len(nodes) - self.provisioning))
+                self.provisioning += new
+            for _ in range(new):
+                d = max(0.0, self.cfg.delay + self.rng.uniform(-self.cfg.jitter, self.cfg.jitter))
+                log.info("%d unschedulable pods: a node in %.1fs", len(unschedulable), d)
+                self._provision_later(d)
+        now = time.time()
+        for n in nodes:
+            name = n.metadata.name
+            if name in busy_nodes:
+                self.empty_since.pop(name, None)
+                continue
+            since = self.empty_since.setdefault(name, now)
+            if now - since >= self.cfg.empty_ttl and len(nodes) > self.cfg.start_nodes:
+                try:
+                    self.api.delete_node(name)
+                    log.info("removed node %s (empty for %.0fs)", name, now - since)
+                except client.exceptions.ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                self.empty_since.pop(name, None)
+                nodes = [x for x in nodes if x.metadata.name != name]
+
+    def run(self) -> None:
+        for _ in range(self.cfg.start_nodes - len(self.our_nodes())):
+            self.add_node()
+        while not self.stop.is_set():
+            try:
+                self.step()
+            except Exception as exc:
+                log.warning("step failed: %s", exc)
+            self.stop.wait(1.0)
+
+    def cleanup(self) -> None:
+        """Remove every node this stand-in added (``cluster down`` and tests)."""
+        for n in self.our_nodes():
+            try:
+                self.api.delete_node(n.metadata.name)
+            except client.exceptions.ApiException:
+                pass
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="node-provisioner stand-in (for the cluster-autoscaler)")
+    ap.add_argument("--node-cores", type=int, default=4)
+    ap.add_argument("--node-memory", type=int, default=16384)
+    ap.add_argument("--max-nodes", type=int, default=20)
+    ap.add_argument("--start-nodes", type=int, default=0)
+    ap.add_argument("--delay", type=float, default=157.0)
+    ap.add_argument("--jitter", type=float, default=4.0)
+    ap.add_argument("--empty-ttl", type=float, default=60.0)
+    a = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    config.load_kube_config()
+    p = Provisioner(Config(a.node_cores, a.node_memory, a.max_nodes, a.start_nodes, a.delay, a.jitter,
+                           a.empty_ttl), client.CoreV1Api())
+    signal.signal(signal.SIGTERM, lambda *_: p.stop.set())
+    p.run()
+    p.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""`hta makeflow --backend k8s` on the local test cluster: a real kube-apiserver,
+etcd, kube-scheduler and kube-controller-manager, kwok nodes, the
+node-provisioner stand-in and the pod process runner (a fake kubelet)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from conftest import HTA, ROOT, cctools_processes, run_hta
+
+pytestmark = pytest.mark.slow
+
+PROVISION_S = 6.0
+POD_START_S = 2.0
+EMPTY_TTL_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    state = tmp_path_factory.mktemp("cluster")
+    env = {**os.environ, "HTA_TESTCLUSTER_DIR": str(state)}
+    up = subprocess.run([str(ROOT / "k8s/testcluster/cluster"), "up", "--node-cores", "2", "--node-memory", "4096",
+                         "--max-nodes", "4", "--provision-delay", str(PROVISION_S), "--provision-jitter", "0.5",
+                         "--pod-start-delay", str(POD_START_S), "--empty-node-ttl", str(EMPTY_TTL_S)],
+                        env=env, capture_output=True, text=True, timeout=1800)
+    assert up.returncode == 0, up.stderr[-3000:]
+    last = up.stdout.strip().splitlines()[-1]
+    assert last.startswith("export KUBECONFIG=")
+    kubeconfig = last.split("=", 1)[1]
+    try:
+        yield kubeconfig
+    finally:
+        down = subprocess.run([str(ROOT / "k8s/testcluster/cluster"), "down"], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert down.returncode == 0, down.stderr
+        assert not state.exists() or not any(state.iterdir())
+
+
+@pytest.fixture
+def core(cluster):
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=cluster, client_configuration=cfg)
+    return client.CoreV1Api(client.ApiClient(cfg))
+
+
+def hta_pods(core) -> list:
+    return core.list_namespaced_pod("default", label_selector="hta.io/run").items
+
+
+def stand_in_nodes(core) -> list:
+    return core.list_node(label_selector="hta.io/provisioned-by=node-provisioner-stand-in").items
+
+
+def wait(cond, timeout=60.0, every=0.5):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(every)
+    return cond()
+
+
+def k8s_args(kubeconfig: str, *extra: str) -> list[str]:
+    return ["makeflow", "--backend", "k8s", "--kubeconfig", kubeconfig, "--host-network", "--worker-cores", "2",
+            "--worker-memory", "2048", "--worker-disk", "4096", "--port", "0", "--latency-prior", "10", *extra]
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_blast_on_kubernetes_scales_pods_and_leaves_nothing(cluster, core, blast_copy):
+    r = run_hta(*k8s_args(cluster, "--max-workers", "3"), str(blast_copy / "Makeflow"), timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    for s in (1, 2, 3):
+        head = (blast_copy / f"result{s}.txt").read_text().splitlines()[0].split()
+        assert head[2] == head[4] and int(head[2]) > 0
+    recs = records(blast_copy / "Makeflow.scaling.jsonl")
+    assert recs[0]["backend"] == "k8s" and recs[-1]["exit_code"] == 0
+    workers = [x for x in recs if x["kind"] == "worker"]
+    requested = [x for x in workers if x["event"] == "requested"]
+    drained = [x for x in workers if x["event"] == "drained"]
+    assert len(requested) >= 2 and drained, "pods created for the wide stage and deleted in the narrow one"
+    assert min(x["t"] for x in requested) < min(x["t"] for x in drained)
+    # latency: phases measured from pod events match the configured delays within 20 %
+    fresh = [x for x in workers if x["event"] == "connected" and x["phases"].get("node", 0) > 1.0]
+    assert fresh, "at least one pod waited for a new node"
+    for x in fresh:
+        assert abs(x["phases"]["node"] - PROVISION_S) <= 0.2 * PROVISION_S + 0.5, x
+        assert abs(x["phases"]["start"] - POD_START_S) <= 0.2 * POD_START_S + 0.5, x
+        assert abs((x["phases"]["node"] + x["phases"]["start"]) - (PROVISION_S + POD_START_S)) \
+            <= 0.2 * (PROVISION_S + POD_START_S)
+    assert hta_pods(core) == []
+    assert wait(lambda: not stand_in_nodes(core), EMPTY_TTL_S + 20), "stand-in nodes outlived the run"
+    assert not cctools_processes(str(blast_copy))
+
+
+def _sleepy(tmp_path: Path, n: int, seconds: int) -> Path:
+    wf = tmp_path / "sleepy"
+    wf.mkdir()
+    rules = "".join(f"s{i}.txt:\n\tsleep {seconds}; echo {i} > s{i}.txt\n\n" for i in range(n))
+    (wf / "Makeflow").write_text("CATEGORY=sleep\nCORES=1\nMEMORY=50\nDISK=50\n\n" + rules)
+    return wf
+
+
+def test_killed_hta_restarts_and_adopts_its_pods(cluster, core, tmp_path):
+    wf = _sleepy(tmp_path, 6, 20)
+    args = [*HTA, *k8s_args(cluster, "--max-workers", "2"), "--port", "9311", str(wf / "Makeflow")]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = wf / "Makeflow.scaling.jsonl"
+    assert wait(lambda: log.exists() and '"connected"' in log.read_text(), 120), "no worker connected"
+    before = sorted(x.metadata.name for x in hta_pods(core))
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert before and sorted(x.metadata.name for x in hta_pods(core)) == before  # pods survive HTA
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    recs = records(log)
+    names = {x["worker"] for x in recs if x["kind"] == "worker" and x["event"] == "requested"}
+    assert set(before) <= names, "adopted pods are tracked"
+    created_after = names - set(before)
+    assert len(before) + len(created_after) <= 2 + len(created_after - set(before))
+    peak = max(x["workers"] + x["pending"] for x in recs if x["kind"] == "observation")
+    assert peak <= 2, "no duplicates: never more than --max-workers pods"
+    assert all((wf / f"s{i}.txt").exists() for i in range(6))
+    assert hta_pods(core) == []
+
+
+def test_deleted_worker_pod_tasks_are_rerun(cluster, core, tmp_path):
+    wf = _sleepy(tmp_path, 4, 15)
+    p = subprocess.Popen([*HTA, *k8s_args(cluster, "--max-workers", "2"), str(wf / "Makeflow")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = wf / "Makeflow.scaling.jsonl"
+    assert wait(lambda: log.exists() and '"connected"' in log.read_text(), 120)
+    victim = next(x for x in records(log) if x["kind"] == "worker" and x["event"] == "connected")["worker"]
+    assert wait(lambda: any(x["kind"] == "observation" and x["running"] > 0 for x in records(log)), 60)
+    core.delete_namespaced_pod(victim, "default", grace_period_seconds=0)
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-2000:]
+    recs = records(log)
+    assert any(x["kind"] == "worker" and x["worker"] == victim and x["event"] in ("lost", "failed") for x in recs)
+    assert all((wf / f"s{i}.txt").exists() for i in range(4))
+    assert hta_pods(core) == []
+
+
+def test_bad_kubeconfig_is_one_line(tmp_path):
+    wf = _sleepy(tmp_path, 1, 1)
+    r = run_hta("makeflow", "--backend", "k8s", "--kubeconfig", str(tmp_path / "none"), str(wf / "Makeflow"))
+    assert r.returncode == 2 and "kubeconfig" in r.stderr and r.stderr.strip().count("\n") == 0
+    (tmp_path / "bad").write_text("this: [is not a kubeconfig")
+    r = run_hta("makeflow", "--backend", "k8s", "--kubeconfig", str(tmp_path / "bad"), str(wf / "Makeflow"))
+    assert r.returncode == 2 and "invalid kubeconfig" in r.stderr and r.stderr.strip().count("\n") == 0
+    assert not cctools_processes(str(wf))

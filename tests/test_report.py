@@ -1,0 +1,119 @@
+"""`hta report` on hand-made logs, every number worked out by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_hta
+
+
+def write(path: Path, recs: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+RUN = {"kind": "run", "t": 0, "started_at": 1.7e9, "workflow": "wf/Makeflow", "policy": "hta", "backend": "local",
+       "worker_shape": {"cores": 2, "memory_mb": 1000, "disk_mb": 1000}, "max_workers": 4}
+
+
+def obs(t, s, u, d, workers, waiting=0, running=0, pending=0, done=0):
+    return {"kind": "observation", "t": t, "supply_cores": s, "in_use_cores": u, "demand_cores": d,
+            "waiting": waiting, "running": running, "workers": workers, "pending": pending, "tasks_done": done}
+
+
+def hand_log(tmp_path: Path, name="a.jsonl", end=True) -> Path:
+    recs = [
+        RUN,
+        {"kind": "decision", "t": 0, "add": 2, "next_decision_s": 10, "reason": "x"},
+        {"kind": "worker", "t": 0, "worker": "w1", "event": "requested", "cores": 2},
+        {"kind": "worker", "t": 0, "worker": "w2", "event": "requested", "cores": 2},
+        obs(0, 0, 0, 4, 0, waiting=4, pending=2),
+        {"kind": "worker", "t": 10, "worker": "w1", "event": "connected", "cores": 2, "latency_s": 10,
+         "phases": {"node": 7, "start": 2, "connect": 1}},
+        {"kind": "worker", "t": 12, "worker": "w2", "event": "connected", "cores": 2, "latency_s": 12,
+         "phases": {"node": 8, "start": 3, "connect": 1}},
+        obs(10, 2, 2, 4, 1, waiting=2, running=2, pending=1),
+        obs(12, 4, 4, 4, 2, running=4),
+        obs(30, 4, 1, 1, 2, running=1, done=3),
+        {"kind": "decision", "t": 30, "drain": ["w2"], "next_decision_s": 10, "reason": "y"},
+        {"kind": "worker", "t": 30, "worker": "w2", "event": "drained", "cores": 2},
+        obs(30, 2, 1, 1, 1, running=1, done=3),
+        {"kind": "categories", "t": 40, "categories": {"align": {
+            "name": "align", "samples": 4, "peak": {"cores": 1, "memory_mb": 50, "disk_mb": 5},
+            "runtime_mean_s": 20, "runtime_median_s": 19, "runtime_p90_s": 25}}},
+    ]
+    if end:
+        recs.append({"kind": "end", "t": 40, "exit_code": 0, "runtime_s": 40, "tasks_done": 4, "tasks_failed": 0,
+                     "tasks_retried": 1})
+    return write(tmp_path / name, recs)
+
+
+def test_every_number_by_hand(tmp_path):
+    log = hand_log(tmp_path)
+    r = run_hta("report", "--format", "json", str(log))
+    assert r.returncode == 0, r.stderr
+    (run,) = json.loads(r.stdout)["runs"]
+    # waste = ∫max(S−U,0): 0..10: 0; 10..12: 0; 12..30: 0; 30..30: 3·0; 30..40: (2−1)·10 = 10
+    assert run["waste_core_s"] == pytest.approx(10)
+    # shortage = ∫(D−U): 0..10: 4·10; 10..12: 2·2; 12..30: 0; 30..40: 0 → 44
+    assert run["shortage_core_s"] == pytest.approx(44)
+    # node·s from request: w1 0..40 = 40, w2 0..30 = 30
+    assert run["node_s"] == pytest.approx(70)
+    # utilisation = ∫U / ∫S = (0·10 + 2·2 + 4·18 + 1·10) / (0·10 + 2·2 + 4·18 + 2·10) = 86 / 96
+    assert run["utilization"] == pytest.approx(86 / 96)
+    assert run["runtime_s"] == 40 and run["tasks_done"] == 4 and run["tasks_retried"] == 1
+    assert run["policy"] == "hta" and run["workflow"] == "wf/Makeflow" and run["complete"] is True
+    assert (run["scale_up_actions"], run["scale_down_actions"], run["scale_actions"]) == (1, 1, 2)
+    assert (run["workers_requested"], run["workers_connected"], run["workers_drained"]) == (2, 2, 1)
+    assert run["latency_count"] == 2 and run["latency_median_s"] == 11 and run["latency_p90_s"] == 12
+    assert run["latency_phases_median_s"] == {"connect": 1, "node": 7.5, "start": 2.5}
+    assert run["categories"]["align"]["runtime_p90_s"] == 25 and run["peak_workers"] == 2
+
+
+def test_truncated_log_is_reported_up_to_its_last_complete_record(tmp_path):
+    log = hand_log(tmp_path, end=False)
+    with open(log, "a") as fh:
+        fh.write('{"kind": "observation", "t": 35, "supply_co')
+    r = run_hta("report", "--format", "json", str(log))
+    assert r.returncode == 0
+    (run,) = json.loads(r.stdout)["runs"]
+    assert run["complete"] is False and run["runtime_s"] == 40  # last complete record: categories at t=40
+    assert f"{log}:15: truncated last line" in r.stderr and "in progress" in r.stderr
+    assert run["waste_core_s"] == pytest.approx(10)
+
+
+def test_bad_inputs_name_file_and_line_and_the_rest_is_reported(tmp_path):
+    good = hand_log(tmp_path)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    other = write(tmp_path / "other.jsonl", [{"hello": "world"}])
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps(RUN) + "\nnot json\n" + json.dumps(obs(1, 1, 1, 1, 1)) + "\n")
+    r = run_hta("report", "--format", "json", str(tmp_path / "missing.jsonl"), str(empty), str(other),
+                str(broken), str(good))
+    assert r.returncode == 1
+    data = json.loads(r.stdout)
+    assert [x["source"] for x in data["runs"]] == [str(good)]
+    err = r.stderr
+    assert f"{tmp_path / 'missing.jsonl'}: no such file" in err
+    assert f"{empty}: empty log" in err
+    assert f"{other}:1: not an HTA scaling log" in err
+    assert f"{broken}:2: not JSON" in err
+
+
+def test_tables_and_plots(tmp_path):
+    a = hand_log(tmp_path, "a.jsonl")
+    b = hand_log(tmp_path, "b.jsonl")
+    r = run_hta("report", str(a), str(b), "--plot", str(tmp_path / "fig"))
+    assert r.returncode == 0, r.stderr
+    assert "waste core·s" in r.stdout and "categories" in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    pngs = sorted(p.name for p in (tmp_path / "fig").glob("*.png"))
+    assert pngs == ["comparison.png", "run1-hta.png", "run2-hta.png"]
+    assert all((tmp_path / "fig" / p).stat().st_size > 10_000 for p in pngs)
+    assert (tmp_path / "fig" / "run1-hta.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = run_hta("report", "--format", "markdown", str(a))
+    assert md.returncode == 0 and "| waste core·s | 10 |" in md.stdout
