@@ -118,6 +118,10 @@ class PodInformer:
                         w.stop()
                         break
                     obj = ev["object"]
+                    if ev["type"] == "BOOKMARK":  # the client leaves a bookmark's object a dict
+                        raw = ev.get("raw_object") or {}
+                        rv = (raw.get("metadata") or {}).get("resourceVersion", rv)
+                        continue
                     if ev["type"] == "ERROR":
                         raise client.exceptions.ApiException(status=getattr(obj, "code", 500) or 500)
                     rv = obj.metadata.resource_version

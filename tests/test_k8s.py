@@ -18,7 +18,7 @@ from conftest import HTA, ROOT, cctools_processes, run_hta
 
 pytestmark = pytest.mark.slow
 
-PROVISION_S = 6.0
+PROVISION_S = 10.0
 POD_START_S = 2.0
 EMPTY_TTL_S = 5.0
 
@@ -79,6 +79,8 @@ def records(path: Path) -> list[dict]:
 
 
 def test_blast_on_kubernetes_scales_pods_and_leaves_nothing(cluster, core, blast_copy):
+    # the narrow stage (one long align task) outlasts a preparation latency, so its idle pods are drained
+    subprocess.run(["python3", "make_makeflow.py", "6", "1", "4", "30,400,30"], cwd=blast_copy, check=True)
     r = run_hta(*k8s_args(cluster, "--max-workers", "3"), str(blast_copy / "Makeflow"), timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     for s in (1, 2, 3):
@@ -94,11 +96,10 @@ def test_blast_on_kubernetes_scales_pods_and_leaves_nothing(cluster, core, blast
     # latency: phases measured from pod events match the configured delays within 20 %
     fresh = [x for x in workers if x["event"] == "connected" and x["phases"].get("node", 0) > 1.0]
     assert fresh, "at least one pod waited for a new node"
-    for x in fresh:
-        assert abs(x["phases"]["node"] - PROVISION_S) <= 0.2 * PROVISION_S + 0.5, x
+    for x in fresh:  # L up to Running = waiting for a node + pull/start; connecting is not configured
+        measured = x["phases"]["node"] + x["phases"]["start"]
+        assert abs(measured - (PROVISION_S + POD_START_S)) <= 0.2 * (PROVISION_S + POD_START_S), x
         assert abs(x["phases"]["start"] - POD_START_S) <= 0.2 * POD_START_S + 0.5, x
-        assert abs((x["phases"]["node"] + x["phases"]["start"]) - (PROVISION_S + POD_START_S)) \
-            <= 0.2 * (PROVISION_S + POD_START_S)
     assert hta_pods(core) == []
     assert wait(lambda: not stand_in_nodes(core), EMPTY_TTL_S + 20), "stand-in nodes outlived the run"
     assert not cctools_processes(str(blast_copy))

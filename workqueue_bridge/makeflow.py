@@ -26,11 +26,23 @@ class MakeflowError(RuntimeError):
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """PR_SET_PDEATHSIG: the child gets SIGTERM if HTA dies (even by SIGKILL)."""
+    """PR_SET_PDEATHSIG: makeflow dies with HTA (even when HTA is SIGKILLed).
+
+    SIGKILL, not SIGTERM: on SIGTERM makeflow aborts every rule in its log, so a
+    restarted HTA could not resume the workflow; killed, it leaves the rules
+    "running" and a restarted makeflow resubmits them."""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
     except OSError:
         pass
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def check_installed() -> None:
@@ -74,10 +86,10 @@ class MakeflowRun:
         self.log_path = self.cwd / f"{self.workflow.name}.makeflowlog"
 
     def command(self) -> list[str]:
-        portfile = self.run_dir / "port"
+        # -Z picks a random port whatever -p says: use it only when no port is asked for
+        port = ["-p", str(self.requested_port)] if self.requested_port else ["-p", "0", "-Z", str(self.run_dir / "port")]
         return [
-            "makeflow", "-T", "wq",
-            "-p", str(self.requested_port), "-Z", str(portfile),
+            "makeflow", "-T", "wq", *port,
             "-N", self.project, "-C", self.catalog,
             # makeflow refuses absolute "remote names": give the monitor dir relative to its cwd
             f"--monitor={os.path.relpath(self.monitor_dir, self.cwd)}",
@@ -92,6 +104,8 @@ class MakeflowRun:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         portfile = self.run_dir / "port"
         portfile.unlink(missing_ok=True)
+        if self.requested_port:
+            await self._wait_port_free(timeout_s)
         out = open(self.output_path, "wb")
         try:
             self.proc = await asyncio.create_subprocess_exec(
@@ -103,6 +117,9 @@ class MakeflowRun:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
+            if self.requested_port and _listening(self.requested_port):
+                self.port = self.requested_port
+                return self.port
             if portfile.exists() and portfile.read_text().strip():
                 self.port = int(portfile.read_text().split()[0])
                 return self.port
@@ -112,6 +129,23 @@ class MakeflowRun:
             await asyncio.sleep(0.1)
         await self.stop()
         raise MakeflowError(f"makeflow did not open its master port within {timeout_s:.0f}s: {self.last_error()}")
+
+    async def _wait_port_free(self, timeout_s: float) -> None:
+        """A previous makeflow on this port (a killed HTA's) may still be going away."""
+        import socket
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("", self.requested_port))
+                    return
+                except OSError:
+                    if loop.time() > deadline:
+                        raise MakeflowError(f"port {self.requested_port} is in use: choose another with --port")
+            await asyncio.sleep(0.5)
 
     def output_tail(self, n: int = 20) -> list[str]:
         try:

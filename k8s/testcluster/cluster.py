@@ -156,7 +156,13 @@ def up(args: argparse.Namespace) -> None:
                              "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none"], pids)
     wait_for("kube-apiserver", lambda: https_ok(f"https://127.0.0.1:{api}/readyz"), 90)
     kc = str(STATE / "kubeconfig")
-    start("kube-scheduler", [str(BIN / "kube-scheduler"), f"--kubeconfig={kc}", "--leader-elect=false",
+    # retry unschedulable pods at most 1 s after a node appears (default backoff: up to 10 s),
+    # so the measured node phase is the provisioning delay, not the scheduler's backoff
+    (STATE / "scheduler.yaml").write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        f"clientConnection:\n  kubeconfig: {kc}\nleaderElection:\n  leaderElect: false\n"
+        "podInitialBackoffSeconds: 1\npodMaxBackoffSeconds: 1\n")
+    start("kube-scheduler", [str(BIN / "kube-scheduler"), f"--config={STATE / 'scheduler.yaml'}",
                              "--secure-port=0"], pids)
     start("kube-controller-manager", [str(BIN / "kube-controller-manager"), f"--kubeconfig={kc}",
                                       "--leader-elect=false", "--secure-port=0",

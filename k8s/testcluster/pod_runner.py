@@ -3,9 +3,10 @@
 kwok marks pods Running without running anything. For HTA's worker pods
 (label ``hta.io/run``) this fake does what a kubelet would: once kwok reports
 the pod Running it starts the container's command and args as a local
-process with the pod's environment, in its own UTS namespace whose hostname
-is the pod's name (as in a real pod, so the Work Queue master sees the pod
-name as the worker's hostname); it stops the process (SIGTERM, SIGKILL after
+process with the pod's environment, in its own UTS and mount namespaces
+whose hostname is the pod's name and whose /etc/hosts resolves it (as a
+kubelet arranges, so the Work Queue master sees the pod name as the worker's
+hostname); it stops the process (SIGTERM, SIGKILL after
 the pod's grace period) when the pod is deleted, and reports the pod
 Succeeded or Failed when the process exits by itself. When it is stopped it
 stops every process it started.
@@ -79,9 +80,14 @@ class PodRunner:
         if not argv:
             log.warning("pod %s has no command: nothing to run", pod.metadata.name)
             return
-        if self.can_unshare:
-            argv = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', pod.metadata.name, *argv]
         LOGS.mkdir(parents=True, exist_ok=True)
+        if self.can_unshare:
+            # as a kubelet does: the pod's hostname, resolvable through the pod's own /etc/hosts
+            hosts = LOGS / f"{pod.metadata.namespace}_{pod.metadata.name}.hosts"
+            hosts.write_text(Path("/etc/hosts").read_text() + f"\n127.0.0.1\t{pod.metadata.name}\n")
+            argv = ["unshare", "--uts", "--mount", "--propagation", "private", "--", "sh", "-c",
+                    'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"',
+                    pod.metadata.name, str(hosts), *argv]
         out = open(LOGS / f"{pod.metadata.namespace}_{pod.metadata.name}.log", "ab")
         proc = subprocess.Popen(argv, env=pod_env(pod, c), stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
@@ -156,6 +162,10 @@ class PodRunner:
                         w.stop()
                         break
                     obj = ev["object"]
+                    if ev["type"] == "BOOKMARK":  # the client leaves a bookmark's object a dict
+                        raw = ev.get("raw_object") or {}
+                        rv = (raw.get("metadata") or {}).get("resourceVersion", rv)
+                        continue
                     rv = obj.metadata.resource_version
                     if ev["type"] != "BOOKMARK":
                         self.on_pod(ev["type"], obj)

@@ -99,33 +99,65 @@ class Provisioner:
     def our_nodes(self) -> list[client.V1Node]:
         return self.api.list_node(label_selector=f"{LABEL}={VALUE}").items
 
+    @staticmethod
+    def _requests(p: client.V1Pod) -> tuple[float, float]:
+        cpu = mem = 0.0
+        for c in p.spec.containers:
+            req = (c.resources.requests or {}) if c.resources else {}
+            cpu += cpu_of(req.get("cpu"))
+            mem += mem_mib(req.get("memory"))
+        return cpu, mem
+
     def step(self) -> None:
         pods = self.api.list_pod_for_all_namespaces().items
+        nodes = self.our_nodes()
         unschedulable = []
         busy_nodes: set[str] = set()
+        free = {n.metadata.name: [cpu_of(n.status.allocatable.get("cpu")), mem_mib(n.status.allocatable.get("memory"))]
+                for n in nodes if n.status and n.status.allocatable}
         for p in pods:
             if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed"):
                 busy_nodes.add(p.spec.node_name)
+                if p.spec.node_name in free:
+                    c, m = self._requests(p)
+                    free[p.spec.node_name][0] -= c
+                    free[p.spec.node_name][1] -= m
             if p.spec.node_name or p.metadata.deletion_timestamp:
                 continue
             for c in p.status.conditions or []:
                 if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
                     unschedulable.append(p)
-        nodes = self.our_nodes()
         if unschedulable:
-            cpu = sum(sum(cpu_of((c.resources.requests or {}).get("cpu")) if c.resources else 0.0
-                          for c in p.spec.containers) for p in unschedulable)
-            mem = sum(sum(mem_mib((c.resources.requests or {}).get("memory")) if c.resources else 0.0
-                          for c in p.spec.containers) for p in unschedulable)
-            need = max(1, math.ceil(cpu / self.cfg.node_cores - 1e-9), math.ceil(mem / self.cfg.node_memory - 1e-9))
-            need = min(need, len(unschedulable))
+            # like the cluster-autoscaler's simulation: pods that fit the free room of existing
+            # nodes (e.g. one added a moment ago) need no new node; the rest are packed
+            rest = []
+            for p in unschedulable:
+                c, m = self._requests(p)
+                slot = next((n for n, (fc, fm) in free.items() if fc >= c - 1e-9 and fm >= m - 1e-9), None)
+                if slot is None:
+                    rest.append((c, m, p))
+                else:
+                    free[slot][0] -= c
+                    free[slot][1] -= m
+            need, room = 0, [0.0, 0.0]
+            for c, m, _ in rest:
+                if room[0] < c - 1e-9 or room[1] < m - 1e-9:
+                    need += 1
+                    room = [float(self.cfg.node_cores), float(self.cfg.node_memory)]
+                room[0] -= c
+                room[1] -= m
             with self.lock:
                 new = max(0, min(need - self.provisioning, self.cfg.max_nodes - len(nodes) - self.provisioning))
                 self.provisioning += new
-            for _ in range(new):
-                d = max(0.0, self.cfg.delay + self.rng.uniform(-self.cfg.jitter, self.cfg.jitter))
-                log.info("%d unschedulable pods: a node in %.1fs", len(unschedulable), d)
-                self._provision_later(d)
+            if new:
+                # the delay runs from the pods' request (the cluster-autoscaler's reaction included)
+                asked = min((p.metadata.creation_timestamp.timestamp() for _, _, p in rest
+                             if p.metadata.creation_timestamp), default=time.time())
+                for _ in range(new):
+                    d = max(0.0, self.cfg.delay + self.rng.uniform(-self.cfg.jitter, self.cfg.jitter))
+                    wait = max(0.0, asked + d - time.time())
+                    log.info("%d unschedulable pods: a node in %.1fs", len(rest), wait)
+                    self._provision_later(wait)
         now = time.time()
         for n in nodes:
             name = n.metadata.name
@@ -151,7 +183,7 @@ class Provisioner:
                 self.step()
             except Exception as exc:
                 log.warning("step failed: %s", exc)
-            self.stop.wait(1.0)
+            self.stop.wait(0.3)
 
     def cleanup(self) -> None:
         """Remove every node this stand-in added (``cluster down`` and tests)."""
