@@ -3,6 +3,8 @@
     hta makeflow [options] WORKFLOW [-- makeflow args]   run a workflow, autoscaled
     hta simulate [options]                               compare policies in the simulator
     hta report LOG... [--format F] [--plot DIR]          what the autoscaler did
+    hta worker --master HOST:PORT [options]              a worker with its effective capacity, and CSS
+    hta css --worker-pid PID | --pid PID | --cgroup DIR  the CSS classifier and pinner
 
 Bad input is one line on stderr starting ``hta: error:`` and a non-zero exit.
 """
@@ -130,7 +132,98 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--format", choices=["table", "markdown", "json"], default="table")
     r.add_argument("--plot", type=Path, metavar="DIR", help="write one PNG per run (and a comparison) here")
     r.set_defaults(func=cmd_report)
+
+    w = sub.add_parser("worker", help="run a Work Queue worker with its effective capacity, and CSS",
+                       description="Start work_queue_worker with the capacity this process really has (cgroup "
+                                   "limits, cpuset, shares; flags override) and the CSS classifier on its tasks.")
+    w.add_argument("--master", metavar="HOST:PORT", help="the Work Queue master")
+    w.add_argument("--project", help="or: the master's project name (with --catalog)")
+    w.add_argument("--catalog", metavar="HOST:PORT")
+    w.add_argument("--cores", type=_positive_int("--cores"))
+    w.add_argument("--memory", type=_positive_int("--memory"), metavar="MB")
+    w.add_argument("--disk", type=_positive_int("--disk"), metavar="MB")
+    w.add_argument("--idle-timeout", type=_positive_int("--idle-timeout", 1), default=900, metavar="S")
+    w.add_argument("--connect-timeout", type=_positive_int("--connect-timeout", 1), default=900, metavar="S")
+    w.add_argument("--workdir", type=Path, default=Path("/tmp"))
+    w.add_argument("--parent-death", action="store_true", help="exit when the parent process dies")
+    w.add_argument("--no-css", action="store_true", help="do not run the CSS classifier")
+    w.add_argument("--css-backend", choices=["auto", "perf", "bpftrace", "proc"], default="auto")
+    w.add_argument("--css-log", type=Path, metavar="FILE", help="CSS decision log (JSON Lines)")
+    w.add_argument("--css-interval", type=_seconds("--css-interval", 0.1), default=5.0, metavar="S")
+    w.add_argument("--css-dry-run", action="store_true", help="decide and log, do not pin")
+    w.set_defaults(func=cmd_worker)
+
+    c = sub.add_parser("css", help="classify processes or cgroups as IO/CPU-intensive and pin their cores",
+                       description="The CSS MAPE-K loop (Song, Yu & Lee 2022) on a worker's tasks, process "
+                                   "trees or cgroups.")
+    c.add_argument("--worker-pid", type=int, help="the tasks of this work_queue_worker")
+    c.add_argument("--pid", type=int, action="append", default=[], help="a process tree (repeatable)")
+    c.add_argument("--cgroup", type=Path, action="append", default=[], help="a cgroup directory (repeatable)")
+    c.add_argument("--backend", choices=["auto", "perf", "bpftrace", "proc"], default="auto")
+    c.add_argument("--interval", type=_seconds("--interval", 0.1), default=5.0, metavar="S",
+                   help="management interval (default 5 s)")
+    c.add_argument("--cleaning", type=_seconds("--cleaning", 0.1), default=30.0, metavar="S",
+                   help="cleaning interval: futex counters reset (default 30 s)")
+    c.add_argument("--lambda", dest="lam", type=float, default=None,
+                   help="futex threshold λ (default: the backend's calibrated value)")
+    c.add_argument("--mu", type=_positive_int("--mu"), default=2, help="cores for IO containers (default 2)")
+    c.add_argument("--cores", default=None, help="the cores to share, e.g. 0-3 (default: all allowed)")
+    c.add_argument("--dry-run", action="store_true", help="decide and log, do not pin")
+    c.add_argument("--log", type=Path, metavar="FILE", help="decision log (JSON Lines)")
+    c.add_argument("--duration", type=_seconds("--duration", 0.1), default=None, metavar="S",
+                   help="stop after this long (default: until the watched processes are gone, or SIGTERM)")
+    c.set_defaults(func=cmd_css)
     return p
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from hta.node.worker import WorkerOptions, run
+
+    if bool(args.master) == bool(args.project):
+        raise UsageError("give the master as --master HOST:PORT, or --project NAME (with --catalog HOST:PORT)")
+    o = WorkerOptions(master=args.master, project=args.project, catalog=args.catalog, cores=args.cores,
+                      memory_mb=args.memory, disk_mb=args.disk, idle_timeout_s=args.idle_timeout,
+                      connect_timeout_s=args.connect_timeout, workdir=args.workdir, css=not args.no_css,
+                      css_backend=args.css_backend, css_log=args.css_log, css_interval_s=args.css_interval,
+                      css_dry_run=args.css_dry_run, parent_death=args.parent_death)
+    try:
+        return run(o)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_css(args: argparse.Namespace) -> int:
+    import signal
+
+    from hta.node.capacity import parse_cpuset
+    from hta.node.css.daemon import CSSConfig, CSSDaemon, Targets, discover
+
+    if args.worker_pid is None and not args.pid and not args.cgroup:
+        raise UsageError("nothing to watch: give --worker-pid, --pid or --cgroup")
+    targets = Targets(worker_pid=args.worker_pid, pids=args.pid, cgroups=args.cgroup)
+    cfg = CSSConfig(interval_s=args.interval, cleaning_s=args.cleaning, lam=args.lam, mu=args.mu,
+                    backend=args.backend, dry_run=args.dry_run, log_path=args.log,
+                    cores=sorted(parse_cpuset(args.cores)) if args.cores else None)
+    try:
+        d = CSSDaemon(targets, cfg)
+    except OSError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"css: backend {d.monitor.name}, λ={d.lam:g}, μ={cfg.mu}, cores {d.cores}", file=sys.stderr)
+    signal.signal(signal.SIGTERM, lambda *_: d.stop_event.set())
+    deadline = time.monotonic() + args.duration if args.duration else None
+    try:
+        while not d.stop_event.is_set():
+            d.step()
+            if deadline and time.monotonic() >= deadline:
+                break
+            if args.worker_pid is None and not discover(targets)[0]:
+                break
+            d.stop_event.wait(cfg.interval_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        d.close()
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -65,6 +65,7 @@ class KubernetesBackend:
         host_network: bool = False,
         idle_timeout_s: int = 900,
         delete_timeout_s: float = 120.0,
+        create_concurrency: int = 16,
     ):
         self.run_id = run_id
         self.epoch = epoch
@@ -75,6 +76,7 @@ class KubernetesBackend:
         self.host_network = host_network
         self.idle_timeout_s = idle_timeout_s
         self.delete_timeout_s = delete_timeout_s
+        self.create_concurrency = create_concurrency
         self.counter = CallCounter()
         self.selector = f"{RUN_LABEL}={run_id}"
         self.api: client.CoreV1Api | None = None
@@ -125,22 +127,25 @@ class KubernetesBackend:
             self._seq += 1
             names.append(f"hta-{self.run_id}-{self._seq}")
         cmd = worker_command(shape, self.master_host or "127.0.0.1", self._port, self.idle_timeout_s)
-        created = []
-        for name in names:
+        gate = asyncio.Semaphore(self.create_concurrency)
+
+        async def create(name: str) -> str | None:
             pod = worker_pod(name, self.run_id, shape, self.image, cmd, self.host_network)
-            t = self._now()
-            try:
-                await asyncio.to_thread(call, self.api.create_namespaced_pod, self.namespace, pod,
-                                        counter=self.counter, what=f"create pod {name}")
-            except K8sError as exc:
-                if " 409 " in f" {exc} ":
-                    self._seq += 1  # a pod of that name exists (adopted meanwhile): try the next name
-                    continue
-                raise
+            async with gate:
+                t = self._now()
+                try:
+                    await asyncio.to_thread(call, self.api.create_namespaced_pod, self.namespace, pod,
+                                            counter=self.counter, what=f"create pod {name}")
+                except K8sError as exc:
+                    if " 409 " in f" {exc} ":
+                        return None  # a pod of that name exists already (adopted): skip it
+                    raise
             self._tracked[name] = Tracked(name, shape, t)
             self._events.append(WorkerRecord(t=round(t, 3), worker=name, event="requested", cores=shape.cores))
-            created.append(name)
-        return created
+            return name
+
+        done = await asyncio.gather(*(create(n) for n in names))
+        return [n for n in done if n]
 
     # -- observation ---------------------------------------------------------------
     def _rel(self, unix: float | None) -> float | None:

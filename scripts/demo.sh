@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: install what is missing, then run the BLAST-shaped workflow on
-# autoscaled local workers (the embedded default) and print the report.
+# autoscaled local workers (the embedded default), print its summary, then
+# the scaling report (figure in report/demo/).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
@@ -8,4 +9,8 @@ cd "$root"
 wf=workflows/blast/Makeflow
 # start from a clean slate so makeflow runs every rule again
 (cd workflows/blast && makeflow -c Makeflow >/dev/null 2>&1 || true)
-.venv/bin/hta makeflow --max-workers 4 --worker-cores 1 --provision-delay 4 "$wf" "$@"
+rc=0
+.venv/bin/hta makeflow --max-workers 4 --worker-cores 1 --provision-delay 4 "$wf" "$@" || rc=$?
+echo
+.venv/bin/hta report workflows/blast/Makeflow.scaling.jsonl --plot report/demo
+exit "$rc"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -96,9 +97,12 @@ def test_blast_on_kubernetes_scales_pods_and_leaves_nothing(cluster, core, blast
     # latency: phases measured from pod events match the configured delays within 20 %
     fresh = [x for x in workers if x["event"] == "connected" and x["phases"].get("node", 0) > 1.0]
     assert fresh, "at least one pod waited for a new node"
-    for x in fresh:  # L up to Running = waiting for a node + pull/start; connecting is not configured
-        measured = x["phases"]["node"] + x["phases"]["start"]
-        assert abs(measured - (PROVISION_S + POD_START_S)) <= 0.2 * (PROVISION_S + POD_START_S), x
+    # L up to Running = waiting for a node + pull/start (connecting is not configured). Per pod it
+    # can be longer: when several pods wait, the scheduler may give the first new node to a later
+    # pod. HTA plans with the median, and so does this check.
+    measured = statistics.median(x["phases"]["node"] + x["phases"]["start"] for x in fresh)
+    assert abs(measured - (PROVISION_S + POD_START_S)) <= 0.2 * (PROVISION_S + POD_START_S), fresh
+    for x in fresh:
         assert abs(x["phases"]["start"] - POD_START_S) <= 0.2 * POD_START_S + 0.5, x
     assert hta_pods(core) == []
     assert wait(lambda: not stand_in_nodes(core), EMPTY_TTL_S + 20), "stand-in nodes outlived the run"

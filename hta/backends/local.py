@@ -1,12 +1,14 @@
 """The embedded default backend: workers are local processes.
 
-Each worker is a ``work_queue_worker`` child process started with the chosen
-cores, memory and disk. An optional provisioning delay (fixed, plus optional
+Each worker is an ``hta worker`` child process (which runs
+``work_queue_worker`` with the chosen cores, memory and disk, and CSS beside
+it — the same entrypoint as in a pod). An optional provisioning delay (fixed, plus optional
 jitter) is waited before the process starts, so the preparation latency that
 HTA measures and plans with is exercised without a cluster.
 
-Every process is tracked by PID and started with ``--parent-death`` (and its
-own session), so none survives HTA: not on a normal exit, not on a failure,
+Every process is tracked by PID, started in its own session with a
+parent-death signal (and ``work_queue_worker`` with ``--parent-death``), so
+none survives HTA: not on a normal exit, not on a failure,
 not on SIGTERM/Ctrl-C, and not even when HTA is killed with SIGKILL.
 """
 
@@ -17,6 +19,7 @@ import os
 import random
 import shutil
 import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,9 +45,18 @@ class LocalWorker:
     events: list[WorkerRecord] = field(default_factory=list)
 
 
-def worker_command(shape: Resources, host: str, port: int, workdir: Path, idle_timeout_s: int) -> list[str]:
-    return [
-        "work_queue_worker",
+def hta_executable() -> list[str]:
+    """How to run ``hta`` itself: the console script next to this Python, else the module."""
+    exe = Path(sys.executable).with_name("hta")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "hta.cli"]
+
+
+def worker_command(shape: Resources, host: str, port: int, workdir: Path, idle_timeout_s: int,
+                   css: bool = True, css_log: Path | None = None) -> list[str]:
+    """The same entrypoint as in a pod: ``hta worker`` (effective capacity, CSS)."""
+    cmd = [
+        *hta_executable(), "worker",
+        f"--master={host}:{port}",
         f"--cores={int(shape.cores)}",
         f"--memory={int(shape.memory_mb)}",
         f"--disk={int(shape.disk_mb)}",
@@ -52,9 +64,21 @@ def worker_command(shape: Resources, host: str, port: int, workdir: Path, idle_t
         "--connect-timeout=60",
         "--parent-death",
         f"--workdir={workdir}",
-        host,
-        str(port),
     ]
+    if not css:
+        cmd.append("--no-css")
+    elif css_log is not None:
+        cmd.append(f"--css-log={css_log}")
+    return cmd
+
+
+def _die_with_parent() -> None:  # pragma: no cover - in the child
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
 
 
 class LocalBackend:
@@ -67,11 +91,13 @@ class LocalBackend:
         provision_jitter_s: float = 0.0,
         idle_timeout_s: int = 900,
         seed: int | None = None,
+        css: bool = True,
     ):
         self.run_dir = Path(run_dir)
         self.provision_delay_s = provision_delay_s
         self.provision_jitter_s = provision_jitter_s
         self.idle_timeout_s = idle_timeout_s
+        self.css = css
         self._rng = random.Random(seed)
         self._workers: dict[str, LocalWorker] = {}
         self._seq = 0
@@ -106,11 +132,13 @@ class LocalBackend:
         out = open(self.run_dir / "logs" / f"{w.id}.log", "wb")
         try:
             w.proc = await asyncio.create_subprocess_exec(
-                *worker_command(w.shape, self._host, self._port, w.workdir, self.idle_timeout_s),
+                *worker_command(w.shape, self._host, self._port, w.workdir, self.idle_timeout_s, self.css,
+                                self.run_dir / "logs" / f"{w.id}.css.jsonl"),
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         finally:
             out.close()
@@ -122,14 +150,19 @@ class LocalBackend:
         """The worker's end of its connection to the master, as the master names it."""
         if w.proc is None or w.proc.returncode is not None:
             return None
-        try:
-            p = psutil.Process(w.proc.pid)
-            conns = p.net_connections(kind="tcp") if hasattr(p, "net_connections") else p.connections(kind="tcp")
+        try:  # hta worker → work_queue_worker: the connection is the child's
+            procs = [psutil.Process(w.proc.pid)]
+            procs += procs[0].children()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return None
-        for c in conns:
-            if c.raddr and c.raddr.port == self._port and c.status == psutil.CONN_ESTABLISHED:
-                return f"{c.laddr.ip}:{c.laddr.port}"
+        for p in procs:
+            try:
+                conns = p.net_connections(kind="tcp") if hasattr(p, "net_connections") else p.connections(kind="tcp")
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            for c in conns:
+                if c.raddr and c.raddr.port == self._port and c.status == psutil.CONN_ESTABLISHED:
+                    return f"{c.laddr.ip}:{c.laddr.port}"
         return None
 
     async def refresh(self, snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
@@ -186,11 +219,13 @@ class LocalBackend:
             if w is None or w.state == "gone":
                 continue
             lost = running.get(w.address or "", 0)
-            await self._stop(w)
+            await self._stop(w, force=True)
             w.events.append(WorkerRecord(t=now, worker=w.id, event="removed", cores=w.shape.cores, tasks_lost=lost))
         return self._flush()
 
-    async def _stop(self, w: LocalWorker, grace_s: float = 5.0) -> None:
+    async def _stop(self, w: LocalWorker, grace_s: float = 5.0, force: bool = False) -> None:
+        """SIGTERM: ``hta worker`` drains (exits once its tasks ended); with ``force`` a second
+        SIGTERM makes it stop at once (its tasks go back to the master's queue)."""
         w.state = "stopping"
         if w.launcher is not None and not w.launcher.done():
             w.launcher.cancel()
@@ -201,6 +236,9 @@ class LocalBackend:
         if w.proc is not None and w.proc.returncode is None:
             try:
                 w.proc.send_signal(signal.SIGTERM)
+                if force:
+                    await asyncio.sleep(0.05)
+                    w.proc.send_signal(signal.SIGTERM)
                 await asyncio.wait_for(w.proc.wait(), grace_s)
             except ProcessLookupError:
                 pass

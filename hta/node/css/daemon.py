@@ -1,0 +1,182 @@
+"""The CSS MAPE-K loop: monitor → analyse → plan → execute, every management
+interval (5 s); futex counters are cleaned every cleaning interval (30 s).
+
+What it watches ("containers"):
+- the tasks of a ``work_queue_worker`` (``worker_pid``): each child process of
+  the worker is one task, its container is its whole process tree;
+- given process trees (``pids``);
+- cgroups (``cgroups``): the processes in ``cgroup.procs``.
+
+Execute: a cgroup container is pinned through its ``cpuset.cpus`` when that
+file is writable (v1 or v2); a process tree through ``sched_setaffinity`` on
+every thread, each interval (new threads inherit only their creator's mask).
+With ``dry_run`` it decides and logs without pinning. The decision log
+(JSON Lines) holds one record per container per interval.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from hta.node.css.monitor import LAMBDA, FutexMonitor, choose
+from hta.node.css.plan import classify, ctbra
+
+log = logging.getLogger("hta.css")
+
+
+@dataclass
+class CSSConfig:
+    interval_s: float = 5.0
+    cleaning_s: float = 30.0
+    lam: float | None = None  # None: the backend's calibrated λ
+    mu: int = 2
+    backend: str = "auto"
+    dry_run: bool = False
+    cores: list[int] | None = None  # the cores to share (default: this process's affinity)
+    log_path: Path | None = None
+
+
+@dataclass
+class Targets:
+    worker_pid: int | None = None
+    pids: list[int] = field(default_factory=list)
+    cgroups: list[Path] = field(default_factory=list)
+
+
+def tree(pid: int) -> set[int]:
+    try:
+        p = psutil.Process(pid)
+        return {pid} | {c.pid for c in p.children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def discover(t: Targets) -> tuple[dict[str, set[int]], dict[str, Path]]:
+    """Containers (id → PIDs) and, for cgroup containers, their directory."""
+    out: dict[str, set[int]] = {}
+    cg: dict[str, Path] = {}
+    if t.worker_pid is not None:
+        try:
+            for child in psutil.Process(t.worker_pid).children():
+                pids = tree(child.pid)
+                if pids:
+                    out[f"task-{child.pid}"] = pids
+        except psutil.NoSuchProcess:
+            pass
+    for pid in t.pids:
+        pids = tree(pid)
+        if pids:
+            out[f"pid-{pid}"] = pids
+    for d in t.cgroups:
+        try:
+            pids = {int(x) for x in (d / "cgroup.procs").read_text().split()}
+        except OSError:
+            continue
+        if pids:
+            out[f"cgroup-{d.name}"] = pids
+            cg[f"cgroup-{d.name}"] = d
+    return out, cg
+
+
+def pin_tree(pids: set[int], cpus: list[int]) -> int:
+    """sched_setaffinity on every thread of the tree; returns threads pinned."""
+    n = 0
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cpus)
+                n += 1
+            except OSError:
+                continue
+    return n
+
+
+def pin_cgroup(d: Path, cpus: list[int]) -> bool:
+    f = d / "cpuset.cpus"
+    try:
+        f.write_text(",".join(str(c) for c in cpus))
+        return True
+    except OSError:
+        return False
+
+
+class CSSDaemon:
+    def __init__(self, targets: Targets, config: CSSConfig, monitor: FutexMonitor | None = None):
+        self.targets = targets
+        self.config = config
+        self.monitor = monitor or choose(config.backend)
+        self.lam = config.lam if config.lam is not None else LAMBDA[self.monitor.name]
+        self.cores = config.cores or sorted(os.sched_getaffinity(0))
+        self.stop_event = threading.Event()
+        self.decisions: list[dict] = []
+        self._log = open(config.log_path, "a", encoding="utf-8") if config.log_path else None
+        self._last_clean = time.monotonic()
+        self.cpu_seconds = 0.0
+        log.info("CSS: backend %s, λ=%g, μ=%d, cores %s, interval %gs, cleaning %gs%s", self.monitor.name,
+                 self.lam, config.mu, self.cores, config.interval_s, config.cleaning_s,
+                 " (dry run)" if config.dry_run else "")
+
+    def step(self) -> list[dict]:
+        t0 = time.thread_time()
+        containers, cgroups = discover(self.targets)
+        self.monitor.update(containers)
+        counts = self.monitor.counts()
+        futex = {c: counts.get(c, 0) for c in containers}
+        kinds = classify(futex, self.lam)
+        plan = ctbra(kinds, self.cores, self.config.mu)
+        now = time.time()
+        out = []
+        for c in sorted(containers):
+            cpus = plan.get(c, self.cores)
+            how = "dry-run"
+            if not self.config.dry_run:
+                if c in cgroups and pin_cgroup(cgroups[c], cpus):
+                    how = "cpuset"
+                else:
+                    pin_tree(containers[c], cpus)
+                    how = "affinity"
+            rec = {"time": round(now, 3), "container": c, "futex": futex[c], "class": kinds[c], "cpus": cpus,
+                   "backend": self.monitor.name, "pinned_by": how, "processes": len(containers[c])}
+            out.append(rec)
+            if self._log:
+                self._log.write(json.dumps(rec) + "\n")
+        if self._log:
+            self._log.flush()
+        if time.monotonic() - self._last_clean >= self.config.cleaning_s:
+            self.monitor.reset()
+            self._last_clean = time.monotonic()
+        self.decisions.extend(out)
+        self.cpu_seconds += time.thread_time() - t0
+        return out
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.step()
+            except Exception as exc:  # keep managing: a task ending mid-step is normal
+                log.warning("CSS step failed: %s", exc)
+            self.stop_event.wait(self.config.interval_s)
+        self.close()
+
+    def start_thread(self) -> threading.Thread:
+        t = threading.Thread(target=self.run, name="css", daemon=True)
+        t.start()
+        return t
+
+    def close(self) -> None:
+        self.monitor.close()
+        if self._log:
+            self._log.close()
+            self._log = None

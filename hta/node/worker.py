@@ -1,0 +1,130 @@
+"""``hta worker``: the same entrypoint on every worker, local process or pod.
+
+It computes the effective capacity (:mod:`hta.node.capacity`; flags
+override, and every value is logged with where it came from), starts
+``work_queue_worker`` with it, runs CSS beside it on the worker's tasks
+unless disabled, and exits with the worker's exit code.
+
+Draining: ``work_queue_worker`` has no graceful signal — every signal it
+handles aborts its running tasks. So on the first SIGTERM/SIGINT ``hta
+worker`` waits until the worker runs no task, then passes SIGTERM on (the
+backends only drain idle workers, so this is normally at once); a second
+signal passes it on at once. Tasks see the worker's cores through
+``OMP_NUM_THREADS`` (set for the worker and inherited by its tasks; the
+cores CSS pins a task to are applied through its CPU affinity, which
+``os.sched_getaffinity`` and OpenMP runtimes honour).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from hta.node.capacity import Capacity, effective_capacity
+
+log = logging.getLogger("hta.worker")
+
+
+@dataclass
+class WorkerOptions:
+    master: str | None = None  # host:port
+    project: str | None = None
+    catalog: str | None = None
+    cores: int | None = None
+    memory_mb: int | None = None
+    disk_mb: int | None = None
+    idle_timeout_s: int = 900
+    connect_timeout_s: int = 900
+    workdir: Path = Path("/tmp")
+    css: bool = True
+    css_backend: str = "auto"
+    css_log: Path | None = None
+    css_interval_s: float = 5.0
+    css_dry_run: bool = False
+    parent_death: bool = False
+    extra: tuple[str, ...] = ()
+
+
+def chosen_capacity(o: WorkerOptions) -> Capacity:
+    cap = effective_capacity(workdir=o.workdir)
+    for key, flag in (("cores", o.cores), ("memory_mb", o.memory_mb), ("disk_mb", o.disk_mb)):
+        if flag is not None:
+            setattr(cap, key, int(flag))
+            cap.sources[key.split("_")[0]] = "flag"
+    return cap
+
+
+def command(o: WorkerOptions, cap: Capacity) -> list[str]:
+    cmd = ["work_queue_worker", f"--cores={cap.cores}", f"--memory={cap.memory_mb}", f"--disk={cap.disk_mb}",
+           f"--idle-timeout={o.idle_timeout_s}", f"--connect-timeout={o.connect_timeout_s}",
+           f"--workdir={o.workdir}"]
+    if o.parent_death:
+        cmd.append("--parent-death")
+    cmd += list(o.extra)
+    if o.master:
+        host, _, port = o.master.rpartition(":")
+        cmd += [host, port]
+    else:
+        cmd += ["-M", o.project or ""]
+        if o.catalog:
+            cmd += ["-C", o.catalog]
+    return cmd
+
+
+def has_tasks(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).children())
+    except psutil.NoSuchProcess:
+        return False
+
+
+def run(o: WorkerOptions) -> int:
+    if not o.master and not o.project:
+        raise ValueError("give the master as --master HOST:PORT, or --project NAME (with --catalog HOST:PORT)")
+    if o.master and not o.master.rpartition(":")[2].isdigit():
+        raise ValueError(f"--master {o.master!r} must be HOST:PORT")
+    cap = chosen_capacity(o)
+    print(json.dumps({"hta_worker": "capacity", "cores": cap.cores, "memory_mb": cap.memory_mb,
+                      "disk_mb": cap.disk_mb, "soft_memory_mb": cap.soft_memory_mb, "sources": cap.sources}),
+          file=sys.stderr, flush=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(cap.cores)}
+    proc = subprocess.Popen(command(o, cap), env=env)
+    daemon = None
+    if o.css:
+        try:
+            from hta.node.css.daemon import CSSConfig, CSSDaemon, Targets
+
+            daemon = CSSDaemon(Targets(worker_pid=proc.pid),
+                               CSSConfig(interval_s=o.css_interval_s, backend=o.css_backend,
+                                         dry_run=o.css_dry_run, log_path=o.css_log,
+                                         cores=sorted(os.sched_getaffinity(0))))
+            daemon.start_thread()
+        except OSError as exc:
+            log.warning("CSS disabled: %s", exc)
+
+    signals: list[int] = []
+
+    def on_signal(signum, _frame):
+        signals.append(signum)
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, on_signal)
+    passed = False
+    while proc.poll() is None:
+        if signals and not passed and (len(signals) > 1 or not has_tasks(proc.pid)):
+            proc.send_signal(signal.SIGTERM)
+            passed = True
+        time.sleep(0.2)
+    if daemon is not None:
+        daemon.stop_event.set()
+    rc = proc.returncode
+    return 128 - rc if rc < 0 else rc

@@ -1,0 +1,273 @@
+"""Node side: effective capacity, SBCC/CTBRA, CSS with real stress-ng workloads, `hta worker`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hta.node.capacity import effective_capacity, parse_cpuset
+from hta.node.css.daemon import CSSConfig, CSSDaemon, Targets
+from hta.node.css.monitor import BACKENDS, available
+from hta.node.css.plan import classify, ctbra, equal_allocation
+
+from conftest import HTA
+
+GIB = 2**30
+
+
+def layout(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+def test_capacity_cgroup_v1(tmp_path):
+    root = layout(tmp_path / "fs", {
+        "cpu/kubepods/pod1/cpu.cfs_quota_us": "150000", "cpu/kubepods/pod1/cpu.cfs_period_us": "100000",
+        "cpu/kubepods/pod1/cpu.shares": "1536",
+        "cpuset/kubepods/pod1/cpuset.cpus": "0-3",
+        "memory/kubepods/pod1/memory.limit_in_bytes": str(512 * 2**20),
+        "memory/kubepods/pod1/memory.soft_limit_in_bytes": str(256 * 2**20),
+    })
+    cg = layout(tmp_path, {"self_cgroup": "4:memory:/kubepods/pod1\n3:cpuset:/kubepods/pod1\n"
+                                          "2:cpu,cpuacct:/kubepods/pod1\n"})
+    c = effective_capacity(root, cg / "self_cgroup", host_cpus=8, host_mem_mb=16000, workdir=tmp_path)
+    assert c.cores == 1  # min(1.5 quota, 4 cpuset, ⌈1536/1024⌉ = 2) = 1.5 → 1 whole core
+    assert "cpu.cfs_quota_us" in c.sources["cores"]
+    assert c.memory_mb == 512 and c.soft_memory_mb == 256 and "limit_in_bytes" in c.sources["memory"]
+    assert c.disk_mb > 0
+
+
+def test_capacity_cgroup_v1_unlimited_uses_the_tighter_cpuset(tmp_path):
+    root = layout(tmp_path / "fs", {"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000",
+                                    "cpu/cpu.shares": "1024", "cpuset/cpuset.cpus": "2,5-6",
+                                    "memory/memory.limit_in_bytes": str(2**63 - 4096)})
+    cg = layout(tmp_path, {"self_cgroup": "3:cpuset:/\n2:cpu:/\n4:memory:/\n"})
+    c = effective_capacity(root, cg / "self_cgroup", host_cpus=8, host_mem_mb=16000, workdir=tmp_path)
+    assert c.cores == 3 and c.memory_mb == 16000 and c.soft_memory_mb is None
+
+
+def test_capacity_cgroup_v2(tmp_path):
+    root = layout(tmp_path / "fs", {
+        "cgroup.controllers": "cpuset cpu memory",
+        "kubepods.slice/pod2/cpu.max": "250000 100000", "kubepods.slice/pod2/cpu.weight": "100",
+        "kubepods.slice/pod2/cpuset.cpus.effective": "0-5",
+        "kubepods.slice/pod2/memory.max": str(GIB), "kubepods.slice/pod2/memory.high": "max",
+    })
+    cg = layout(tmp_path, {"self_cgroup": "0::/kubepods.slice/pod2\n"})
+    c = effective_capacity(root, cg / "self_cgroup", host_cpus=16, host_mem_mb=64000, workdir=tmp_path)
+    assert c.cores == 2 and c.memory_mb == 1024 and c.soft_memory_mb is None
+    assert "cpu.max" in c.sources["cores"]
+    root2 = layout(tmp_path / "fs2", {"cgroup.controllers": "cpu", "cpu.max": "max 100000", "cpu.weight": "39",
+                                      "memory.max": "max"})
+    cg2 = layout(tmp_path, {"self2": "0::/\n"})
+    c2 = effective_capacity(root2, cg2 / "self2", host_cpus=16, host_mem_mb=64000, workdir=tmp_path)
+    assert c2.cores == 1  # weight 39 ≙ 1024 shares ≙ one CPU request
+    assert c2.memory_mb == 64000
+
+
+def test_capacity_of_this_host():
+    c = effective_capacity()
+    assert 1 <= c.cores <= os.cpu_count()
+    assert c.cores <= len(os.sched_getaffinity(0))
+    assert 0 < c.memory_mb and c.disk_mb > 0 and set(c.sources) >= {"cores", "memory", "disk"}
+
+
+def test_parse_cpuset():
+    assert parse_cpuset("0-2,5,7-8") == {0, 1, 2, 5, 7, 8}
+
+
+@pytest.mark.parametrize("containers,cores,expected", [
+    (["a", "b"], [0, 1, 2, 3], {"a": [0, 1], "b": [2, 3]}),
+    (["a", "b", "c"], [0, 1, 2, 3], {"a": [0, 1], "b": [2], "c": [3]}),
+    (["a", "b", "c", "d", "e"], [0, 1], {"a": [0], "b": [1], "c": [0], "d": [1], "e": [0]}),  # i mod N
+])
+def test_equal_allocation(containers, cores, expected):
+    assert equal_allocation(containers, cores) == expected
+
+
+@pytest.mark.parametrize("kinds,cores,mu,expected", [
+    ({"io1": "io", "c1": "cpu", "c2": "cpu"}, list(range(8)), 2,
+     {"io1": [0, 1], "c1": [2, 3, 4], "c2": [5, 6, 7]}),
+    ({"io1": "io", "io2": "io", "c1": "cpu"}, list(range(4)), 2, {"io1": [0, 1], "io2": [0, 1], "c1": [2, 3]}),
+    ({"io1": "io"}, [0, 1, 2, 3], 2, {"io1": [0, 1, 2, 3]}),  # no CPU containers: every core
+    ({"c1": "cpu", "c2": "cpu"}, [0, 1, 2, 3], 2, {"c1": [0, 1], "c2": [2, 3]}),
+    ({"io1": "io", "c1": "cpu", "c2": "cpu", "c3": "cpu"}, [0, 1, 2, 3], 2,
+     {"io1": [0, 1], "c1": [2], "c2": [3], "c3": [2]}),  # more CPU containers than their cores
+    ({"io1": "io", "c1": "cpu"}, [0, 1], 2, {"io1": [0], "c1": [1]}),  # 2 cores: μ shrinks to leave one
+])
+def test_ctbra(kinds, cores, mu, expected):
+    assert ctbra(kinds, cores, mu) == expected
+
+
+def test_sbcc_threshold():
+    assert classify({"a": 31, "b": 30, "c": 0}, 30) == {"a": "io", "b": "cpu", "c": "cpu"}
+
+
+def cpus_allowed(pid: int) -> set[str]:
+    out = set()
+    for t in os.listdir(f"/proc/{pid}/task"):
+        for line in Path(f"/proc/{pid}/task/{t}/status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                out.add(line.split(":")[1].strip())
+    return out
+
+
+BACKS = available()
+
+
+@pytest.mark.parametrize("backend", ["perf", "bpftrace", "proc"])
+def test_css_classifies_real_workloads_and_pins(backend, tmp_path):
+    if backend not in BACKS:
+        pytest.skip(f"{backend} backend not available here (needs root / tracefs / bpftrace)")
+    fut = subprocess.Popen(["stress-ng", "--futex", "1", "-t", "40", "-q"])
+    cpu = subprocess.Popen(["stress-ng", "--cpu", "1", "-t", "40", "-q"])
+    log = tmp_path / "css.jsonl"
+    try:
+        time.sleep(1)
+        d = CSSDaemon(Targets(pids=[fut.pid, cpu.pid]),
+                      CSSConfig(interval_s=5, cores=[0, 1], log_path=log), monitor=BACKENDS[backend]())
+        d.step()
+        time.sleep(5)
+        recs = {r["container"]: r for r in d.step()}
+        d.close()
+        f, c = recs[f"pid-{fut.pid}"], recs[f"pid-{cpu.pid}"]
+        assert (f["class"], c["class"]) == ("io", "cpu"), recs
+        assert f["futex"] > d.lam >= c["futex"] and f["backend"] == c["backend"] == backend
+        assert f["cpus"] == [0] and c["cpus"] == [1]
+        for child in __import__("psutil").Process(fut.pid).children(recursive=True) + [__import__("psutil").Process(fut.pid)]:
+            assert cpus_allowed(child.pid) == {"0"}
+        for child in __import__("psutil").Process(cpu.pid).children(recursive=True):
+            assert cpus_allowed(child.pid) == {"1"}
+        lines = [json.loads(x) for x in log.read_text().splitlines()]
+        assert {"time", "container", "futex", "class", "cpus", "backend"} <= set(lines[0])
+    finally:
+        fut.kill()
+        cpu.kill()
+        fut.wait()
+        cpu.wait()
+
+
+def test_css_pins_a_cgroup_through_its_cpuset(tmp_path):
+    base = Path("/sys/fs/cgroup/cpuset")
+    if os.geteuid() != 0 or not (base / "cpuset.cpus").exists():
+        pytest.skip("needs root and a cgroup v1 cpuset hierarchy")
+    cg = base / f"hta-test-{os.getpid()}"
+    cg.mkdir()
+    p = subprocess.Popen(["stress-ng", "--cpu", "1", "-t", "20", "-q"])
+    try:
+        (cg / "cpuset.mems").write_text((base / "cpuset.mems").read_text().strip())
+        (cg / "cpuset.cpus").write_text("0-1")
+        (cg / "cgroup.procs").write_text(str(p.pid))
+        d = CSSDaemon(Targets(cgroups=[cg]), CSSConfig(interval_s=1, cores=[0, 1], backend="proc"))
+        d.step()
+        time.sleep(1.5)
+        (rec,) = d.step()
+        d.close()
+        assert rec["class"] == "cpu" and rec["pinned_by"] == "cpuset"
+        assert parse_cpuset((cg / "cpuset.cpus").read_text()) == {0, 1}
+    finally:
+        p.kill()
+        p.wait()
+        for pid in (cg / "cgroup.procs").read_text().split():
+            try:
+                (base / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass
+        cg.rmdir()
+
+
+def test_dry_run_decides_without_pinning():
+    p = subprocess.Popen(["stress-ng", "--cpu", "1", "-t", "20", "-q"])
+    try:
+        time.sleep(0.5)
+        before = cpus_allowed(p.pid)
+        d = CSSDaemon(Targets(pids=[p.pid]), CSSConfig(cores=[1], dry_run=True, backend="proc"))
+        (rec,) = d.step()
+        d.close()
+        assert rec["cpus"] == [1] and rec["pinned_by"] == "dry-run" and cpus_allowed(p.pid) == before
+    finally:
+        p.kill()
+        p.wait()
+
+
+class Master:
+    def __init__(self):
+        from workqueue_bridge.wq import load
+
+        self.wq = load()
+        self.q = self.wq.WorkQueue(port=0)
+        self.done = []
+        self.stop = threading.Event()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def submit(self, cmd, cores=1):
+        t = self.wq.Task(cmd)
+        t.specify_cores(cores)
+        return self.q.submit(t)
+
+    def _pump(self):
+        while not self.stop.is_set():
+            t = self.q.wait(1)
+            if t:
+                self.done.append((t.id, t.return_status, t.result))
+
+
+@pytest.mark.slow
+def test_hta_worker_runs_mixed_tasks_with_css(tmp_path):
+    m = Master()
+    ids = {m.submit("stress-ng --futex 1 -t 14 -q"): "futex", m.submit("stress-ng --cpu 1 -t 14 -q"): "cpu"}
+    log = tmp_path / "css.jsonl"
+    w = subprocess.Popen([*HTA, "worker", f"--master=127.0.0.1:{m.q.port}", "--cores=2", "--idle-timeout=5",
+                          f"--workdir={tmp_path}", f"--css-log={log}", "--css-interval=3", "--css-backend=proc"],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while len(m.done) < 2 and time.time() < deadline:
+            time.sleep(0.5)
+        assert sorted(d[0] for d in m.done) == sorted(ids), m.done
+        assert all(d[1] == 0 for d in m.done)
+        w.wait(30)
+    finally:
+        m.stop.set()
+        if w.poll() is None:
+            w.kill()
+    err = w.stderr.read()
+    cap = json.loads(next(x for x in err.splitlines() if '"hta_worker"' in x))
+    assert cap["cores"] == 2 and cap["sources"]["cores"] == "flag" and "memory" in cap["sources"]
+    recs = [json.loads(x) for x in log.read_text().splitlines()]
+    classes = {}
+    for r in recs:
+        classes.setdefault(r["container"], set()).add(r["class"])
+    assert len(classes) == 2, classes
+    assert sorted("io" in c for c in classes.values()) == [False, True], classes  # one io task, one cpu task
+    io_cpus = {tuple(r["cpus"]) for r in recs if r["class"] == "io"}
+    assert io_cpus == {(0,)}
+
+
+@pytest.mark.slow
+def test_hta_worker_sigterm_drains_then_exits(tmp_path):
+    m = Master()
+    m.submit("sleep 8")
+    w = subprocess.Popen([*HTA, "worker", f"--master=127.0.0.1:{m.q.port}", "--cores=1", "--no-css",
+                          f"--workdir={tmp_path}"], stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(4)  # the task is running
+        w.send_signal(signal.SIGTERM)
+        time.sleep(2)
+        assert w.poll() is None, "hta worker must wait for its running task"
+        assert w.wait(30) == 0 or w.returncode in (0, 143)
+        assert [d[1] for d in m.done] == [0], "the task completed, not aborted"
+    finally:
+        m.stop.set()
+        if w.poll() is None:
+            w.kill()
