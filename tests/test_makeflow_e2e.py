@@ -102,14 +102,19 @@ def _start_and_wait_for_workers(wf: Path) -> subprocess.Popen:
 def test_signal_stops_makeflow_and_every_worker(tmp_path: Path, sig: int):
     wf = _sleep_workflow(tmp_path)
     p = _start_and_wait_for_workers(wf)
-    workers = [x for x in cctools_processes() if x.name() == "work_queue_worker"]
-    assert workers
+    import psutil
+
+    tree = psutil.Process(p.pid).children(recursive=True)  # everything hta started, tasks included
+    assert any(x.name() == "work_queue_worker" for x in tree)
     p.send_signal(sig)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 128 + sig
     assert "interrupted" in err
     assert not wait_gone(str(wf))
-    assert not [w for w in workers if w.is_running() and w.status() != "zombie"]
+    deadline = time.time() + 15
+    while time.time() < deadline and [x for x in tree if x.is_running() and x.status() != "zombie"]:
+        time.sleep(0.2)
+    assert not [x for x in tree if x.is_running() and x.status() != "zombie"], "a process hta started survived"
 
 
 def test_sigkill_of_hta_leaves_no_orphans(tmp_path: Path):

@@ -254,7 +254,8 @@ class LocalBackend:
 
     async def stop_all(self, now: float) -> list[WorkerRecord]:
         live = [w for w in self._workers.values() if w.state != "gone"]
-        await asyncio.gather(*(self._stop(w) for w in live))
+        # the run is over (or interrupted): stop at once, the tasks are the master's to forget
+        await asyncio.gather(*(self._stop(w, force=True) for w in live))
         for w in live:
             w.events.append(WorkerRecord(t=now, worker=w.id, event="stopped", cores=w.shape.cores))
         shutil.rmtree(self.run_dir / "workers", ignore_errors=True)

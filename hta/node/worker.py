@@ -97,6 +97,7 @@ def run(o: WorkerOptions) -> int:
                       "disk_mb": cap.disk_mb, "soft_memory_mb": cap.soft_memory_mb, "sources": cap.sources}),
           file=sys.stderr, flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(cap.cores)}
+    become_subreaper()
     proc = subprocess.Popen(command(o, cap), env=env)
     daemon = None
     if o.css:
@@ -126,5 +127,36 @@ def run(o: WorkerOptions) -> int:
         time.sleep(0.2)
     if daemon is not None:
         daemon.stop_event.set()
+    reap_leftovers()
     rc = proc.returncode
     return 128 - rc if rc < 0 else rc
+
+
+def become_subreaper() -> None:
+    """PR_SET_CHILD_SUBREAPER: task processes the worker leaves behind (its abort does not
+    reach every process a task started) are re-parented to us, not to init."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)
+    except OSError:
+        pass
+
+
+def reap_leftovers(grace_s: float = 2.0) -> None:
+    """Stop every descendant still alive once the worker is gone: no orphan task processes."""
+    left = psutil.Process().children(recursive=True)
+    for p in left:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(left, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+    if left:
+        log.info("stopped %d task processes left behind by the worker", len(left))
