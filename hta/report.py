@@ -70,7 +70,8 @@ def rows(s: RunSummary) -> list[tuple[str, str]]:
         ("lost work core·s", _f(s.lost_work_core_s)),
         ("utilisation", "—" if s.utilization is None else f"{100 * s.utilization:.0f} %"),
         ("scale actions up/down", f"{s.scale_up_actions}/{s.scale_down_actions}"),
-        ("workers req/conn/drained", f"{s.workers_requested}/{s.workers_connected}/{s.workers_drained}"),
+        ("workers req/conn/drain/rm", f"{s.workers_requested}/{s.workers_connected}/{s.workers_drained}/"
+                                      f"{s.workers_removed}"),
         ("latency n / median / p90 s", f"{s.latency_count} / {_f(s.latency_median_s, 1)} / {_f(s.latency_p90_s, 1)}"),
         ("latency phases (median s)", phases),
     ]
