@@ -1,5 +1,5 @@
-"""A pod informer: list, then watch from that resourceVersion; relist on
-410 Gone; reconnect with backoff. It keeps the run's pods and timestamps
+"""A pod informer (:func:`k8s.watch.list_and_watch`: list, watch from that
+resourceVersion, relist on 410 Gone, reconnect with backoff). It keeps the run's pods and timestamps
 each pod's life as seen here (sub-second, unlike the API's 1 s timestamps):
 first seen unschedulable, scheduled on a node, running, gone. These are the
 phases of the preparation latency L.
@@ -12,9 +12,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from kubernetes import client, watch
+from kubernetes import client
 
 from k8s.api import CallCounter
+from k8s.watch import list_and_watch
 
 log = logging.getLogger("hta.k8s.informer")
 
@@ -85,13 +86,10 @@ class PodInformer:
             if kind == "DELETED":
                 st.gone, st.gone_at = True, now
 
-    def _relist(self) -> str:
-        if self.counter:
-            self.counter.add()
-        pods = self.api.list_namespaced_pod(self.namespace, label_selector=self.selector, _request_timeout=30)
+    def _sync(self, items: list) -> None:
         now = time.time()
         names = set()
-        for p in pods.items:
+        for p in items:
             self._apply("SYNC", p, now)
             names.add(p.metadata.name)
         with self.lock:  # pods deleted while we were not watching
@@ -100,45 +98,8 @@ class PodInformer:
                     st.gone, st.gone_at = True, now
         self.relists += 1
         self.synced.set()
-        return pods.metadata.resource_version
 
     def _run(self) -> None:
-        rv: str | None = None
-        backoff = 0.5
-        while not self.stop_event.is_set():
-            try:
-                if rv is None:
-                    rv = self._relist()
-                w = watch.Watch()
-                if self.counter:
-                    self.counter.add()
-                for ev in w.stream(self.api.list_namespaced_pod, self.namespace, label_selector=self.selector,
-                                   resource_version=rv, timeout_seconds=30, allow_watch_bookmarks=True):
-                    if self.stop_event.is_set():
-                        w.stop()
-                        break
-                    obj = ev["object"]
-                    if ev["type"] == "BOOKMARK":  # the client leaves a bookmark's object a dict
-                        raw = ev.get("raw_object") or {}
-                        rv = (raw.get("metadata") or {}).get("resourceVersion", rv)
-                        continue
-                    if ev["type"] == "ERROR":
-                        raise client.exceptions.ApiException(status=getattr(obj, "code", 500) or 500)
-                    rv = obj.metadata.resource_version
-                    if ev["type"] != "BOOKMARK":
-                        self._apply(ev["type"], obj, time.time())
-                backoff = 0.5
-            except client.exceptions.ApiException as exc:
-                if exc.status == 410:
-                    log.info("watch expired (410 Gone): relisting")
-                    rv = None
-                    continue
-                log.warning("pod watch failed (%s); reconnecting in %.1fs", exc.status, backoff)
-                self.stop_event.wait(backoff)
-                backoff = min(backoff * 2, 15)
-            except Exception as exc:  # connection reset, timeout...
-                if self.stop_event.is_set():
-                    break
-                log.warning("pod watch failed (%s); reconnecting in %.1fs", type(exc).__name__, backoff)
-                self.stop_event.wait(backoff)
-                backoff = min(backoff * 2, 15)
+        list_and_watch(self.api.list_namespaced_pod, self.namespace, selector=self.selector, on_sync=self._sync,
+                       on_event=lambda kind, pod: self._apply(kind, pod, time.time()), stop=self.stop_event,
+                       counter=self.counter)

@@ -31,13 +31,15 @@ def cctools_processes(marker: str | None = None) -> list[psutil.Process]:
 
 @pytest.fixture
 def blast_copy(tmp_path: Path) -> Path:
-    """A small copy of the BLAST-shaped workflow (widths 6/1/4) in a temp dir."""
+    """A small copy of the BLAST-shaped workflow (widths 6/1/4) in a temp dir. The narrow
+    stage's one align task (200 queries) outlasts a local preparation latency, so an
+    autoscaler has idle workers to drain there."""
     src = ROOT / "workflows" / "blast"
     dst = tmp_path / "blast"
     dst.mkdir()
     for f in ("gendb.py", "seqio.py", "split.py", "align.py", "reduce.py", "make_makeflow.py"):
         shutil.copy(src / f, dst / f)
-    subprocess.run(["python3", "make_makeflow.py", "6", "1", "4", "30"], cwd=dst, check=True)
+    subprocess.run(["python3", "make_makeflow.py", "6", "1", "4", "30,200,30"], cwd=dst, check=True)
     return dst
 
 

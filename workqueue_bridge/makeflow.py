@@ -9,12 +9,13 @@ port it picks itself (``-p 0 -Z portfile``), then reads that master.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import shutil
 import signal
 import uuid
 from pathlib import Path
+
+from hta.processes import die_with_parent, stop
 
 #: makeflow options HTA sets itself; a user passing them would break the run
 RESERVED = {"-T", "--batch-type", "-p", "--port", "-Z", "--port-file", "-N", "--project-name",
@@ -26,15 +27,11 @@ class MakeflowError(RuntimeError):
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """PR_SET_PDEATHSIG: makeflow dies with HTA (even when HTA is SIGKILLed).
-
-    SIGKILL, not SIGTERM: on SIGTERM makeflow aborts every rule in its log, so a
-    restarted HTA could not resume the workflow; killed, it leaves the rules
-    "running" and a restarted makeflow resubmits them."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
+    """makeflow dies with HTA (even when HTA is SIGKILLed) — by SIGKILL, not SIGTERM:
+    on SIGTERM makeflow aborts every rule in its log, so a restarted HTA could not
+    resume the workflow; killed, it leaves the rules "running" and a restarted
+    makeflow resubmits them."""
+    die_with_parent(signal.SIGKILL)
 
 
 def _listening(port: int) -> bool:
@@ -176,16 +173,4 @@ class MakeflowRun:
         """SIGTERM (makeflow then aborts its jobs and writes its log), SIGKILL after ``grace_s``."""
         if self.proc is None:
             return None
-        if self.proc.returncode is None:
-            try:
-                self.proc.send_signal(signal.SIGTERM)
-                await asyncio.wait_for(self.proc.wait(), grace_s)
-            except ProcessLookupError:
-                pass
-            except asyncio.TimeoutError:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                await self.proc.wait()
-        return self.proc.returncode
+        return await stop(self.proc, grace_s)

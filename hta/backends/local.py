@@ -15,10 +15,8 @@ not on SIGTERM/Ctrl-C, and not even when HTA is killed with SIGKILL.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import shutil
-import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ from pathlib import Path
 import psutil
 
 from hta.model import PendingWorker, Resources
+from hta.processes import die_with_parent, stop
 from hta.scaling_log import WorkerRecord
 from workqueue_bridge.status import MasterSnapshot
 
@@ -71,14 +70,6 @@ def worker_command(shape: Resources, host: str, port: int, workdir: Path, idle_t
         cmd.append(f"--css-log={css_log}")
     return cmd
 
-
-def _die_with_parent() -> None:  # pragma: no cover - in the child
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
-    except OSError:
-        pass
 
 
 class LocalBackend:
@@ -138,7 +129,7 @@ class LocalBackend:
                 stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         finally:
             out.close()
@@ -233,21 +224,8 @@ class LocalBackend:
                 await w.launcher
             except (asyncio.CancelledError, Exception):
                 pass
-        if w.proc is not None and w.proc.returncode is None:
-            try:
-                w.proc.send_signal(signal.SIGTERM)
-                if force:
-                    await asyncio.sleep(0.05)
-                    w.proc.send_signal(signal.SIGTERM)
-                await asyncio.wait_for(w.proc.wait(), grace_s)
-            except ProcessLookupError:
-                pass
-            except asyncio.TimeoutError:
-                try:
-                    os.killpg(w.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                await w.proc.wait()
+        if w.proc is not None:
+            await stop(w.proc, grace_s, signals=2 if force else 1)
         w.state = "gone"
         if w.workdir is not None:
             shutil.rmtree(w.workdir, ignore_errors=True)

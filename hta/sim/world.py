@@ -399,25 +399,21 @@ class SimWorld:
         for _ in range(add):
             w = self._new_worker(now)
             self.env.process(self._provision(w))
-        for wid in d.drain:
-            w = self.workers.get(wid)
-            if w is not None and not w.gone and not w.running:
-                if w.connected_at is None:
-                    w.gone = True
-                    self.log.write(WorkerRecord(t=round(now, 3), worker=w.id, event="drained",
-                                                cores=w.capacity.cores))
-                else:
-                    self._remove(w, "drained")
-        for wid in d.remove:
-            w = self.workers.get(wid)
-            if w is not None and not w.gone:
-                if w.connected_at is None:
-                    w.gone = True
-                    self.log.write(WorkerRecord(t=round(now, 3), worker=w.id, event="removed",
-                                                cores=w.capacity.cores))
-                else:
-                    self._remove(w, "removed")
+        for wid in d.drain:  # idle workers only
+            self._retire(wid, "drained", busy_ok=False)
+        for wid in d.remove:  # busy or not (rivals that delete pods)
+            self._retire(wid, "removed", busy_ok=True)
         return add
+
+    def _retire(self, wid: str, event: str, busy_ok: bool) -> None:
+        w = self.workers.get(wid)
+        if w is None or w.gone or (w.running and not busy_ok):
+            return
+        if w.connected_at is None:  # still on its way: the request is cancelled
+            w.gone = True
+            self.log.write(WorkerRecord(t=round(self.env.now, 3), worker=w.id, event=event, cores=w.capacity.cores))
+        else:
+            self._remove(w, event)
 
     def _control(self):
         while self.finished_at is None or (

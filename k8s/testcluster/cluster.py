@@ -47,15 +47,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def die_with_parent() -> None:  # pragma: no cover - in the child
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
-    except OSError:
-        pass
-
-
 def start(name: str, cmd: list[str], pids: dict, env: dict | None = None) -> None:
     log = open(STATE / "logs" / f"{name}.log", "ab")
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

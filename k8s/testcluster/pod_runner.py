@@ -14,7 +14,6 @@ stops every process it started.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import shutil
@@ -25,18 +24,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubernetes import client, config, watch
+from kubernetes import client, config
+
+from hta.processes import die_with_parent
+from k8s.watch import list_and_watch
 
 log = logging.getLogger("pod-runner-fake-kubelet")
 SELECTOR = "hta.io/run"
 LOGS = Path(os.environ.get("HTA_TESTCLUSTER_DIR", "/tmp/hta-testcluster")) / "logs" / "pods"
-
-
-def _die_with_parent() -> None:  # pragma: no cover - in the child
-    try:
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
-    except OSError:
-        pass
 
 
 @dataclass
@@ -90,7 +85,7 @@ class PodRunner:
                     pod.metadata.name, str(hosts), *argv]
         out = open(LOGS / f"{pod.metadata.namespace}_{pod.metadata.name}.log", "ab")
         proc = subprocess.Popen(argv, env=pod_env(pod, c), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent,
                                 cwd="/tmp")
         out.close()
         grace = float(pod.spec.termination_grace_period_seconds or 30)
@@ -146,41 +141,9 @@ class PodRunner:
             log.info("pod %s/%s exited %d", r.namespace, r.name, r.proc.returncode)
 
     def watch_loop(self) -> None:
-        rv = None
-        backoff = 0.5
-        while not self.stop.is_set():
-            try:
-                if rv is None:
-                    pods = self.api.list_pod_for_all_namespaces(label_selector=SELECTOR)
-                    rv = pods.metadata.resource_version
-                    for p in pods.items:
-                        self.on_pod("ADDED", p)
-                w = watch.Watch()
-                for ev in w.stream(self.api.list_pod_for_all_namespaces, label_selector=SELECTOR,
-                                   resource_version=rv, timeout_seconds=30, allow_watch_bookmarks=True):
-                    if self.stop.is_set():
-                        w.stop()
-                        break
-                    obj = ev["object"]
-                    if ev["type"] == "BOOKMARK":  # the client leaves a bookmark's object a dict
-                        raw = ev.get("raw_object") or {}
-                        rv = (raw.get("metadata") or {}).get("resourceVersion", rv)
-                        continue
-                    rv = obj.metadata.resource_version
-                    if ev["type"] != "BOOKMARK":
-                        self.on_pod(ev["type"], obj)
-                backoff = 0.5
-            except client.exceptions.ApiException as exc:
-                if exc.status == 410:
-                    rv = None  # too old: relist
-                    continue
-                log.warning("watch failed: %s", exc.reason)
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 10)
-            except Exception as exc:
-                log.warning("watch failed: %s", exc)
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 10)
+        list_and_watch(self.api.list_pod_for_all_namespaces, selector=SELECTOR,
+                       on_sync=lambda pods: [self.on_pod("ADDED", p) for p in pods], on_event=self.on_pod,
+                       stop=self.stop)
 
     def run(self) -> None:
         threading.Thread(target=self.watch_loop, daemon=True).start()
