@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# DRAFT (issue 7, not yet run): written from the reference recipe, untested here.
 # Builds the worker image without a registry, cached outside git:
 #   1. a debootstrap bookworm rootfs committed as the local base image
 #      localhost/hta-base:bookworm (once);
