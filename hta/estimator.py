@@ -170,7 +170,6 @@ class QueueDrainEstimator:
 
         # lookahead: the DAG's upcoming groups, released when all they wait for completes
         upcoming = obs.upcoming if self.options.lookahead else []
-        done_at: dict[str, float] = dict(task_done)  # ref → completion time (INF: not in horizon)
         waits: dict[str, list[int]] = {}  # ref → upcoming groups waiting for it
         missing: list[int] = []  # per upcoming group: refs not yet complete
         for k, up in enumerate(upcoming):

@@ -22,7 +22,7 @@ from hta.policies.base import Policy
 from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter
 from hta.summary import RunSummary, summarize
 from resource_monitor.categories import CategoryLearner
-from workqueue_bridge.dag import load_dag, node_states, upcoming_tasks
+from workqueue_bridge.dag import Lookahead, load_dag
 from workqueue_bridge.makeflow import MakeflowRun
 from workqueue_bridge.makeflow_log import MakeflowLog
 from workqueue_bridge.monitor_summaries import SummaryDirectory
@@ -91,11 +91,7 @@ async def submit(
             except (ValueError, OSError, subprocess.SubprocessError) as exc:
                 log.warning("no DAG lookahead: %s", exc)
             else:
-                states: dict = {}
-
-                def upcoming(group_of: dict[int, str], running: set[int]) -> list:
-                    states.update(node_states(mflog.poll()))
-                    return upcoming_tasks(dag, states, group_of, running)
+                upcoming = Lookahead(dag, mflog)
         port = await mf.start()
         await backend.start("127.0.0.1", port)
         async with MasterStatusClient("127.0.0.1", port) as master:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hta.model import (LatencyStats, Observation, PendingWorker, Resources, RunningTask, ScaleDecision,
+from hta.model import (LatencyStats, Observation, PendingWorker, Resources, ScaleDecision,
                        TaskGroup, WorkerInfo)
 from hta.policies.factory import FactoryPolicy
 from hta.policies.hpa import HPAPolicy
@@ -17,7 +17,7 @@ from hta.policies.hta_policy import HTAPolicy
 from hta.policies.keda import KEDAPolicy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.oracle import critical_path_s, oracle_runtime_s
-from hta.sim.workload import SimTask, Workload, WorkloadError, blast_3stage, load_workload, parse_wfformat
+from hta.sim.workload import SimTask, Workload, WorkloadError, load_workload, parse_wfformat
 from hta.sim.world import ClusterModel, SimWorld
 
 from conftest import ROOT

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hta.model import Resources, UpcomingTasks
-from workqueue_bridge.makeflow_log import NodeEvent, NodeState
+from workqueue_bridge.makeflow_log import MakeflowLog, NodeEvent, NodeState
 from workqueue_bridge.status import clean_category
 
 
@@ -118,3 +118,17 @@ def upcoming_tasks(dag: Dag, states: dict[int, tuple[NodeState, int]], waiting_g
         g.count += 1
         ref[r.node_id] = g.id
     return list(groups.values())
+
+
+class Lookahead:
+    """The upcoming tasks of a running workflow: its DAG plus the node states
+    read (incrementally) from its makeflowlog. Called by the observation builder."""
+
+    def __init__(self, dag: Dag, log: MakeflowLog):
+        self.dag = dag
+        self.log = log
+        self.states: dict[int, tuple[NodeState, int]] = {}
+
+    def __call__(self, waiting_group_of: dict[int, str], running_tasks: set[int]) -> list[UpcomingTasks]:
+        self.states.update(node_states(self.log.poll()))
+        return upcoming_tasks(self.dag, self.states, waiting_group_of, running_tasks)
