@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from hta.estimator import expected_remaining
 from hta.model import Observation
 
 
@@ -40,8 +41,7 @@ def algorithm1(obs: Observation, horizon_s: float) -> tuple[int, list[str]]:
         rt = runtime(t.category)
         if rt is None or (t.worker or "") not in index:
             continue
-        elapsed = obs.time - t.started_at
-        left = rt - elapsed if elapsed < rt else 0.1 * rt
+        left = expected_remaining(obs.time - t.started_at, models[t.category])
         a = t.allocation
         running.append([left, index[t.worker], a.cores, a.memory_mb, a.disk_mb])
     queue = []  # one entry per waiting task: [category, cores, memory, disk, whole]

@@ -93,6 +93,23 @@ class _Group:
     finished_at: float | None = None
 
 
+def expected_remaining(elapsed: float, model: CategoryModel) -> float:
+    """How much longer a running task of a measured category should take.
+
+    Before its mean runtime: the rest of the mean. Past the mean but within the
+    category's p90: a little more (``OVERDUE_FRACTION`` of the mean). Past the
+    p90 it is an outlier (a task much larger than its category's usual ones):
+    it is expected to run about as long again as it already has.
+    """
+    mean = model.runtime_mean_s or 0.0
+    if elapsed < mean:
+        return mean - elapsed
+    p90 = model.runtime_p90_s or mean
+    if elapsed <= p90:
+        return OVERDUE_FRACTION * mean
+    return max(elapsed, OVERDUE_FRACTION * mean)
+
+
 def _runtime(models: dict[str, CategoryModel], category: str) -> float | None:
     m = models.get(category)
     if m is None or not m.measured:
@@ -141,9 +158,7 @@ class QueueDrainEstimator:
                 # lookahead only) is expected to run as long again as it has so far
                 task_done[f"task:{t.task_id}"] = now + max(now - t.started_at, UNKNOWN_RELEASE_PRIOR_S)
                 continue
-            elapsed = now - t.started_at
-            left = rt - elapsed if elapsed < rt else OVERDUE_FRACTION * rt
-            at = now + max(left, 0.0)
+            at = now + max(expected_remaining(now - t.started_at, models[t.category]), 0.0)
             task_done[f"task:{t.task_id}"] = at
             slot = index.get(t.worker or "")
             if at > end or slot is None:

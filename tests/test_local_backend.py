@@ -43,10 +43,14 @@ class Master:
         return self.q.submit(t)
 
     def _pump(self):
+        # wait(0) and a sleep: Debian's SWIG module holds the GIL inside wait(), and a
+        # wait(1) loop would starve the test's own event loop
         while not self._stop.is_set():
-            t = self.q.wait(1)
+            t = self.q.wait(0)
             if t:
                 self.done.append(t.id)
+            else:
+                time.sleep(0.05)
 
     def close(self):
         self._stop.set()
@@ -60,7 +64,7 @@ async def poll_until(master, backend, cond, timeout=30.0):
         try:
             snap = await master.snapshot(time.time())
         except (asyncio.TimeoutError, aiohttp.ClientError):
-            continue  # this in-process master stalls for seconds while a worker leaves mid-task
+            continue
 
         events += await backend.refresh(snap, time.monotonic())
         if cond(snap):

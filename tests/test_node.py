@@ -216,10 +216,14 @@ class Master:
         return self.q.submit(t)
 
     def _pump(self):
+        # wait(0) and a sleep: Debian's SWIG module holds the GIL inside wait(), and a
+        # wait(1) loop would starve the test's own thread
         while not self.stop.is_set():
-            t = self.q.wait(1)
+            t = self.q.wait(0)
             if t:
                 self.done.append((t.id, t.return_status, t.result))
+            else:
+                time.sleep(0.05)
 
 
 @pytest.mark.slow
@@ -261,7 +265,12 @@ def test_hta_worker_sigterm_drains_then_exits(tmp_path):
     w = subprocess.Popen([*HTA, "worker", f"--master=127.0.0.1:{m.q.port}", "--cores=1", "--no-css",
                           f"--workdir={tmp_path}"], stderr=subprocess.DEVNULL)
     try:
-        time.sleep(4)  # the task is running
+        import psutil
+
+        deadline = time.time() + 60  # until the task's process runs under the worker
+        while time.time() < deadline and not any(
+                p.name() == "sleep" for p in psutil.Process(w.pid).children(recursive=True)):
+            time.sleep(0.2)
         w.send_signal(signal.SIGTERM)
         time.sleep(2)
         assert w.poll() is None, "hta worker must wait for its running task"

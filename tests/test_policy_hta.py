@@ -1,7 +1,7 @@
 """HTA's policy and its estimator on small, hand-checked scenarios."""
 
 from hta.estimator import EstimatorOptions, QueueDrainEstimator
-from hta.model import (CategoryModel, LatencyStats, Observation, PendingWorker, Resources, RunningTask,
+from hta.model import (CategoryModel, LatencyStats, Observation, PendingWorker, Resources, RunningTask, UpcomingTasks,
                        TaskGroup, WorkerInfo)
 from hta.policies.hta_policy import HTAPolicy
 
@@ -102,3 +102,24 @@ def test_latency_statistic_is_robust_to_an_outlier():
     lat = LatencyStats(samples=[10, 11, 9, 10, 300])
     assert lat.estimate("median") == 10 and lat.estimate("last") == 300
     assert LatencyStats(prior_s=42).estimate() == 42
+
+
+def test_an_outlier_task_is_expected_to_run_as_long_again():
+    from hta.estimator import expected_remaining
+
+    m = CategoryModel(name="a", samples=10, runtime_mean_s=100, runtime_median_s=100, runtime_p90_s=115)
+    assert expected_remaining(40, m) == 60
+    assert expected_remaining(110, m) == 10  # a little overdue, within p90
+    assert expected_remaining(700, m) == 700  # far past p90: not "about to end" at every check
+
+
+def test_idle_workers_drain_while_an_outlier_blocks_the_next_stage():
+    # w1 runs a task 7x longer than its category's usual; the next stage waits for it
+    o = obs(
+        workers=[worker("w1", 1, 1), worker("w2"), worker("w3")],
+        running=[RunningTask(task_id=1, category="a", allocation=ONE, started_at=100.0 - 70, worker="w1")],
+        categories={"a": cat("a", 10.0)},
+        upcoming=[UpcomingTasks(id="u0", category="a", count=6, request=ONE, after=["task:1"])],
+    )
+    d = HTAPolicy().decide(o)
+    assert sorted(d.drain) == ["w2", "w3"]

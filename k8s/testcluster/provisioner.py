@@ -149,8 +149,9 @@ class Provisioner:
                 new = max(0, min(need - self.provisioning, self.cfg.max_nodes - len(nodes) - self.provisioning))
                 self.provisioning += new
             if new:
-                # the delay runs from the pods' request (the cluster-autoscaler's reaction included)
-                asked = min((p.metadata.creation_timestamp.timestamp() for _, _, p in rest
+                # the delay runs from the request of the newest pod needing a node (the
+                # cluster-autoscaler's reaction included); older pods wait for nodes already coming
+                asked = max((p.metadata.creation_timestamp.timestamp() for _, _, p in rest
                              if p.metadata.creation_timestamp), default=time.time())
                 for _ in range(new):
                     d = max(0.0, self.cfg.delay + self.rng.uniform(-self.cfg.jitter, self.cfg.jitter))
