@@ -30,6 +30,8 @@ from hta.model import CategoryModel, Observation, Resources, TaskGroup
 
 #: a running task past its expected runtime is assumed to need this fraction more
 OVERDUE_FRACTION = 0.1
+#: a running task past this many times its category's p90 runtime is an outlier
+OUTLIER_FACTOR = 2.0
 #: lookahead's guess for a task of a never-measured category that has not started:
 #: short (its dependents are expected soon, so workers are kept for them), while
 #: for buying the same task is assumed to hold its worker through the horizon
@@ -96,16 +98,17 @@ class _Group:
 def expected_remaining(elapsed: float, model: CategoryModel) -> float:
     """How much longer a running task of a measured category should take.
 
-    Before its mean runtime: the rest of the mean. Past the mean but within the
-    category's p90: a little more (``OVERDUE_FRACTION`` of the mean). Past the
-    p90 it is an outlier (a task much larger than its category's usual ones):
-    it is expected to run about as long again as it already has.
+    Before its mean runtime: the rest of the mean. Past the mean: a little more
+    (``OVERDUE_FRACTION`` of the mean) — the category's ordinary stragglers.
+    Past ``OUTLIER_FACTOR`` × its p90 it is an outlier (a task much larger than
+    its category's usual ones): it is expected to run about as long again as it
+    already has, instead of looking "about to end" at every decision.
     """
     mean = model.runtime_mean_s or 0.0
     if elapsed < mean:
         return mean - elapsed
     p90 = model.runtime_p90_s or mean
-    if elapsed <= p90:
+    if elapsed <= OUTLIER_FACTOR * p90:
         return OVERDUE_FRACTION * mean
     return max(elapsed, OVERDUE_FRACTION * mean)
 

@@ -109,8 +109,9 @@ def test_an_outlier_task_is_expected_to_run_as_long_again():
 
     m = CategoryModel(name="a", samples=10, runtime_mean_s=100, runtime_median_s=100, runtime_p90_s=115)
     assert expected_remaining(40, m) == 60
-    assert expected_remaining(110, m) == 10  # a little overdue, within p90
-    assert expected_remaining(700, m) == 700  # far past p90: not "about to end" at every check
+    assert expected_remaining(110, m) == 10  # an ordinary straggler
+    assert expected_remaining(220, m) == 10
+    assert expected_remaining(700, m) == 700  # past 2 × p90: not "about to end" at every check
 
 
 def test_idle_workers_drain_while_an_outlier_blocks_the_next_stage():
