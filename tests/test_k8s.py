@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -95,13 +94,15 @@ def test_blast_on_kubernetes_scales_pods_and_leaves_nothing(cluster, core, blast
     assert len(requested) >= 2 and drained, "pods created for the wide stage and deleted in the narrow one"
     assert min(x["t"] for x in requested) < min(x["t"] for x in drained)
     # latency: phases measured from pod events match the configured delays within 20 %
-    fresh = [x for x in workers if x["event"] == "connected" and x["phases"].get("node", 0) > 1.0]
+    # pods that waited for a node provisioned for them
+    fresh = [x for x in workers if x["event"] == "connected" and x["phases"].get("node", 0) > 0.5 * PROVISION_S]
     assert fresh, "at least one pod waited for a new node"
-    # L up to Running = waiting for a node + pull/start (connecting is not configured). Per pod it
-    # can be longer: when several pods wait, the scheduler may give the first new node to a later
-    # pod. HTA plans with the median, and so does this check.
-    measured = statistics.median(x["phases"]["node"] + x["phases"]["start"] for x in fresh)
-    assert abs(measured - (PROVISION_S + POD_START_S)) <= 0.2 * (PROVISION_S + POD_START_S), fresh
+    # L up to Running = waiting for a node + pull/start (connecting is not configured). The first
+    # pod to get a new node shows the configured delays; when several wait, the scheduler may
+    # give that node to a later pod, so the oldest can wait one provisioning more, never longer.
+    measured = sorted(x["phases"]["node"] + x["phases"]["start"] for x in fresh)
+    assert abs(measured[0] - (PROVISION_S + POD_START_S)) <= 0.2 * (PROVISION_S + POD_START_S), fresh
+    assert measured[-1] <= 2 * PROVISION_S + POD_START_S + 0.2 * (PROVISION_S + POD_START_S), fresh
     for x in fresh:
         assert abs(x["phases"]["start"] - POD_START_S) <= 0.2 * POD_START_S + 0.5, x
     assert hta_pods(core) == []
