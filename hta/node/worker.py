@@ -9,7 +9,8 @@ Draining: ``work_queue_worker`` has no graceful signal — every signal it
 handles aborts its running tasks. So on the first SIGTERM/SIGINT ``hta
 worker`` waits until the worker runs no task, then passes SIGTERM on (the
 backends only drain idle workers, so this is normally at once); a second
-signal passes it on at once. Tasks see the worker's cores through
+signal passes it on at once, and so does SIGHUP (the local backend's parent-death
+signal: when HTA is gone there is nothing to drain for). Tasks see the worker's cores through
 ``OMP_NUM_THREADS`` (set for the worker and inherited by its tasks; the
 cores CSS pins a task to are applied through its CPU affinity, which
 ``os.sched_getaffinity`` and OpenMP runtimes honour).
@@ -116,8 +117,10 @@ def run(o: WorkerOptions) -> int:
 
     def on_signal(signum, _frame):
         signals.append(signum)
+        if signum == signal.SIGHUP:  # our parent (HTA) died: nothing to drain for, stop now
+            signals.append(signum)
 
-    for s in (signal.SIGTERM, signal.SIGINT):
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, on_signal)
     passed = False
     while proc.poll() is None:

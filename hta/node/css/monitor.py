@@ -29,8 +29,8 @@ from typing import Protocol
 log = logging.getLogger("hta.css")
 
 #: λ per backend: the paper's 30 futex calls for counters; for the sampler,
-#: futex-blocked samples (20 Hz) — a thread waiting in futex for half a second
-LAMBDA = {"perf": 30.0, "bpftrace": 30.0, "proc": 10.0}
+#: futex-blocked samples at 20 Hz (a CPU-bound task shows none; a futex-heavy one 8–25 in 5 s)
+LAMBDA = {"perf": 30.0, "bpftrace": 30.0, "proc": 4.0}
 SYS_FUTEX_X86_64 = 202
 SYS_PERF_EVENT_OPEN_X86_64 = 298
 TRACEFS = [Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing")]
@@ -149,8 +149,27 @@ class PerfMonitor:
         self.fds.clear()
 
 
+class _Accumulated:
+    """Counts per container added up by a background thread, read and cleaned under a lock."""
+
+    def __init__(self) -> None:
+        self.acc: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def _add(self, container: str, n: int) -> None:  # call with the lock held
+        self.acc[container] = self.acc.get(container, 0) + n
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.acc)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.acc.clear()
+
+
 # -- bpftrace ----------------------------------------------------------------------
-class BpftraceMonitor:
+class BpftraceMonitor(_Accumulated):
     name = "bpftrace"
     PROGRAM = ("tracepoint:syscalls:sys_enter_futex { @c[pid] = count(); } "
                "interval:ms:500 { print(@c); clear(@c); }")
@@ -160,12 +179,10 @@ class BpftraceMonitor:
         if exe is None or os.geteuid() != 0:
             raise OSError("bpftrace needs root and the bpftrace package")
         tracefs_dir()
+        super().__init__()
         self.proc = subprocess.Popen([exe, "-e", self.PROGRAM], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
-        self.by_pid: dict[int, int] = {}
         self.owner: dict[int, str] = {}
-        self.acc: dict[str, int] = {}
-        self.lock = threading.Lock()
         self.ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
         if not self.ready.wait(start_timeout_s):
@@ -184,7 +201,7 @@ class BpftraceMonitor:
                 with self.lock:
                     c = self.owner.get(pid)
                     if c is not None:
-                        self.acc[c] = self.acc.get(c, 0) + n
+                        self._add(c, n)
 
     def update(self, containers: dict[str, set[int]]) -> None:
         with self.lock:
@@ -192,12 +209,7 @@ class BpftraceMonitor:
 
     def counts(self) -> dict[str, int]:
         time.sleep(0.6)  # one print interval: counts up to now
-        with self.lock:
-            return dict(self.acc)
-
-    def reset(self) -> None:
-        with self.lock:
-            self.acc.clear()
+        return super().counts()
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -209,14 +221,13 @@ class BpftraceMonitor:
 
 
 # -- /proc sampler -----------------------------------------------------------------
-class ProcSampler:
+class ProcSampler(_Accumulated):
     name = "proc"
 
     def __init__(self, hz: float = 20.0) -> None:
+        super().__init__()
         self.period = 1.0 / hz
         self.fds: dict[int, tuple[str, int]] = {}
-        self.acc: dict[str, int] = {}
-        self.lock = threading.Lock()
         self.stop = threading.Event()
         self.samples = 0
         threading.Thread(target=self._run, daemon=True).start()
@@ -256,15 +267,7 @@ class ProcSampler:
             with self.lock:
                 self.samples += 1
                 for c, n in hits.items():
-                    self.acc[c] = self.acc.get(c, 0) + n
-
-    def counts(self) -> dict[str, int]:
-        with self.lock:
-            return dict(self.acc)
-
-    def reset(self) -> None:
-        with self.lock:
-            self.acc.clear()
+                    self._add(c, n)
 
     def close(self) -> None:
         self.stop.set()
