@@ -2,7 +2,8 @@
 # Installs what HTA needs, idempotently; a second run takes about a second.
 #   - Debian packages: CCTools (makeflow, work_queue_worker, resource_monitor,
 #     the work_queue Python module), openmpi-bin (makeflow aborts in MPI_Init
-#     without it), and the real workloads the CSS tests run (stress-ng, fio).
+#     without it), the real workloads the CSS tests run (stress-ng, fio) and
+#     bpftrace (one of CSS's futex monitors).
 #   - The project venv at .venv with `pip install -e .[test]`.
 #   - Debian's work_queue module made importable in the venv through a .pth
 #     file naming a folder of symlinks (not all of dist-packages).
@@ -13,7 +14,7 @@ cd "$root"
 say() { echo "[setup] $*" >&2; }
 
 # --- Debian packages -------------------------------------------------------
-debs=(coop-computing-tools python3-workqueue openmpi-bin stress-ng fio)
+debs=(coop-computing-tools python3-workqueue openmpi-bin stress-ng fio bpftrace)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
