@@ -22,6 +22,16 @@ def load(name):
     return json.loads((DATA / name).read_text())
 
 
+def captured_snapshot() -> MasterSnapshot:
+    """One read of a real master: one worker running two tasks, a third waiting."""
+    return MasterSnapshot(
+        taken_at=1795315971.9,
+        queue=parse_queue_status(load("queue_status_running.json")),
+        tasks=parse_task_status(load("task_status_running.json")),
+        workers=parse_worker_status(load("worker_status_running.json")),
+    )
+
+
 def test_category_quotes_are_stripped():
     assert clean_category('"align"') == "align"
     assert clean_category("align") == "align"
@@ -53,12 +63,7 @@ def test_worker_status_from_real_master():
 
 
 def test_observation_from_real_master():
-    snap = MasterSnapshot(
-        taken_at=1795315971.9,
-        queue=parse_queue_status(load("queue_status_running.json")),
-        tasks=parse_task_status(load("task_status_running.json")),
-        workers=parse_worker_status(load("worker_status_running.json")),
-    )
+    snap = captured_snapshot()
     epoch = 1795315968.0
     obs = build_observation(
         snap, epoch=epoch, worker_shape=Resources(cores=2, memory_mb=1000, disk_mb=1000), categories={},
@@ -133,12 +138,7 @@ def test_summary_directory_retries_a_partial_file(tmp_path):
 
 
 def test_workers_the_backend_retired_are_left_out():
-    snap = MasterSnapshot(
-        taken_at=1795315971.9,
-        queue=parse_queue_status(load("queue_status_running.json")),
-        tasks=parse_task_status(load("task_status_running.json")),
-        workers=parse_worker_status(load("worker_status_running.json")),
-    )
+    snap = captured_snapshot()
     obs = build_observation(
         snap, epoch=1795315968.0, worker_shape=Resources(cores=2), categories={}, worker_ids={},
         pending=[], latency=LatencyStats(), min_workers=0, max_workers=3, retired={"127.0.0.1:51424"},
