@@ -6,16 +6,28 @@ import asyncio
 import ctypes
 import os
 import signal
+from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(sig: int = signal.SIGTERM) -> None:  # pragma: no cover - runs in the child
-    """``preexec_fn``: the child gets ``sig`` when HTA dies, even by SIGKILL."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
-    except OSError:
-        pass
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets ``sig`` when its parent dies, even by SIGKILL.
+
+    The parent's pid is taken now, in the parent: if the parent died between
+    ``fork`` and ``prctl`` the signal would never come, so the child checks and
+    sends it to itself."""
+    parent = os.getpid()
+
+    def preexec() -> None:  # pragma: no cover - runs in the child
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+        except OSError:
+            pass
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+
+    return preexec
 
 
 async def stop(proc: asyncio.subprocess.Process, grace_s: float, signals: int = 1) -> int | None:

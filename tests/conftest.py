@@ -15,11 +15,12 @@ DATA = Path(__file__).resolve().parent / "data"
 HTA = [str(ROOT / ".venv" / "bin" / "hta")] if (ROOT / ".venv" / "bin" / "hta").exists() else ["hta"]
 
 
-def cctools_processes(marker: str | None = None) -> list[psutil.Process]:
-    """Live makeflow / work_queue_worker processes (optionally whose cwd or args mention ``marker``)."""
+def cctools_processes(marker: str | None = None, any_name: bool = False) -> list[psutil.Process]:
+    """Live makeflow / work_queue_worker processes (optionally whose cwd or args mention ``marker``;
+    with ``any_name``, every live process that does: ``hta worker``, task processes, ...)."""
     out = []
     for p in psutil.process_iter(["name", "cmdline", "cwd", "status"]):
-        if p.info["name"] not in ("makeflow", "work_queue_worker"):
+        if p.info["name"] not in ("makeflow", "work_queue_worker") and not (any_name and marker):
             continue
         if p.info["status"] == psutil.STATUS_ZOMBIE:
             continue

@@ -21,11 +21,12 @@ def records(path: Path) -> list[dict]:
 
 
 def wait_gone(marker: str, timeout: float = 15.0) -> list:
+    """Processes that mention ``marker`` (makeflow, hta worker, work_queue_worker, tasks) still alive."""
     deadline = time.time() + timeout
-    left = cctools_processes(marker)
+    left = cctools_processes(marker, any_name=True)
     while left and time.time() < deadline:
         time.sleep(0.2)
-        left = cctools_processes(marker)
+        left = cctools_processes(marker, any_name=True)
     return left
 
 

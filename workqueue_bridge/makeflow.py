@@ -26,12 +26,11 @@ class MakeflowError(RuntimeError):
     """makeflow could not start or failed; the message is one line for the user."""
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """makeflow dies with HTA (even when HTA is SIGKILLed) — by SIGKILL, not SIGTERM:
-    on SIGTERM makeflow aborts every rule in its log, so a restarted HTA could not
-    resume the workflow; killed, it leaves the rules "running" and a restarted
-    makeflow resubmits them."""
-    die_with_parent(signal.SIGKILL)
+#: makeflow dies with HTA (even when HTA is SIGKILLed) — by SIGKILL, not SIGTERM:
+#: on SIGTERM makeflow aborts every rule in its log, so a restarted HTA could not
+#: resume the workflow; killed, it leaves the rules "running" and a restarted
+#: makeflow resubmits them.
+MAKEFLOW_PARENT_DEATH_SIGNAL = signal.SIGKILL
 
 
 def _listening(port: int) -> bool:
@@ -107,7 +106,7 @@ class MakeflowRun:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.command(), cwd=self.cwd, stdout=out, stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
+                stdin=asyncio.subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent(MAKEFLOW_PARENT_DEATH_SIGNAL),
             )
         finally:
             out.close()

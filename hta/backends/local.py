@@ -15,7 +15,6 @@ not on SIGTERM/Ctrl-C, and not even when HTA is killed with SIGKILL.
 from __future__ import annotations
 
 import asyncio
-import functools
 import signal
 import random
 import shutil
@@ -131,7 +130,7 @@ class LocalBackend:
                 stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=functools.partial(die_with_parent, signal.SIGHUP),  # HTA gone: stop now
+                preexec_fn=die_with_parent(signal.SIGHUP),  # HTA gone: stop now
             )
         finally:
             out.close()

@@ -31,6 +31,7 @@ from pathlib import Path
 import psutil
 
 from hta.node.capacity import Capacity, effective_capacity
+from hta.processes import die_with_parent
 
 log = logging.getLogger("hta.worker")
 
@@ -99,7 +100,18 @@ def run(o: WorkerOptions) -> int:
           file=sys.stderr, flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(cap.cores)}
     become_subreaper()
-    proc = subprocess.Popen(command(o, cap), env=env)
+    signals: list[int] = []
+
+    def on_signal(signum, _frame):
+        signals.append(signum)
+        if signum == signal.SIGHUP:  # our parent (HTA) died: nothing to drain for, stop now
+            signals.append(signum)
+
+    # handlers first: a signal that arrives while we start must not kill us and orphan the worker
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    # and if we die anyway (SIGKILL), the worker follows
+    proc = subprocess.Popen(command(o, cap), env=env, preexec_fn=die_with_parent(signal.SIGTERM))
     daemon = None
     if o.css:
         try:
@@ -113,26 +125,40 @@ def run(o: WorkerOptions) -> int:
         except OSError as exc:
             log.warning("CSS disabled: %s", exc)
 
-    signals: list[int] = []
-
-    def on_signal(signum, _frame):
-        signals.append(signum)
-        if signum == signal.SIGHUP:  # our parent (HTA) died: nothing to drain for, stop now
-            signals.append(signum)
-
-    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(s, on_signal)
-    passed = False
+    passed_at: float | None = None
     while proc.poll() is None:
-        if signals and not passed and (len(signals) > 1 or not has_tasks(proc.pid)):
+        if signals and passed_at is None and (len(signals) > 1 or not has_tasks(proc.pid)):
             proc.send_signal(signal.SIGTERM)
-            passed = True
+            passed_at = time.monotonic()
+        elif passed_at is not None and time.monotonic() - passed_at > STOP_GRACE_S:
+            # seen here: an aborting worker blocked in wait4() on a task its kill did not reach
+            kill_tree(proc.pid)
         time.sleep(0.2)
     if daemon is not None:
         daemon.stop_event.set()
     reap_leftovers()
     rc = proc.returncode
     return 128 - rc if rc < 0 else rc
+
+
+#: how long a worker told to stop may take before its task processes and then it are killed
+STOP_GRACE_S = 3.0
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL the worker's task processes, then the worker itself."""
+    try:
+        root = psutil.Process(pid)
+        victims = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return
+    for p in victims:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    log.warning("worker %d did not stop within %.0f s of SIGTERM: killed it and %d task processes",
+                pid, STOP_GRACE_S, len(victims) - 1)
 
 
 def become_subreaper() -> None:

@@ -85,7 +85,7 @@ class PodRunner:
                     pod.metadata.name, str(hosts), *argv]
         out = open(LOGS / f"{pod.metadata.namespace}_{pod.metadata.name}.log", "ab")
         proc = subprocess.Popen(argv, env=pod_env(pod, c), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent(),
                                 cwd="/tmp")
         out.close()
         grace = float(pod.spec.termination_grace_period_seconds or 30)
