@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# DRAFT (issue 7, not yet run): written from the reference recipe, untested here.
-# Builds the worker image without a registry, cached outside git:
-#   1. a debootstrap bookworm rootfs committed as the local base image
-#      localhost/hta-base:bookworm (once);
-#   2. k8s/image/Dockerfile built on it with `buildah bud --pull=never`
-#      (rebuilt only when the Dockerfile or the package sources change);
-#   3. exported as an OCI archive: $HTA_IMAGE_CACHE/hta-worker.oci.tar.
+# Build the worker image without a registry, cached outside git.
+#
+#   1. a debootstrap bookworm (minbase) rootfs committed as the local base image
+#      localhost/hta-base:bookworm — once;
+#   2. the build context: the hta wheel and the worker's runtime wheels, made
+#      with the project's pip (which knows this machine's index and CA);
+#   3. k8s/image/Dockerfile built on the base with `buildah bud --pull=never`,
+#      exported as an OCI archive: $HTA_IMAGE_CACHE/hta-worker.oci.tar.
+#      Steps 2-3 rerun only when the Dockerfile or the package sources change.
+#
 # Container tools are configured through files in the cache (runc, cgroupfs,
-# vfs storage, file events), not through /etc.
+# vfs storage, file events), not through /etc. Prints the archive's path last.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CACHE="${HTA_IMAGE_CACHE:-/var/cache/hta-image}"
+PY="${HTA_PYTHON:-$root/.venv/bin/python}"
 say() { echo "[image] $*" >&2; }
 mkdir -p "$CACHE"
 
@@ -41,39 +45,53 @@ export CONTAINERS_CONF="$CACHE/containers.conf" CONTAINERS_STORAGE_CONF="$CACHE/
 export BUILDAH_ISOLATION=chroot
 
 mirror=$(grep -rhoE '^(deb|URIs:) +https?://[^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null \
-         | awk '{print $2}' | grep -v security | head -1)
+         | awk '{print $2}' | grep -E '/debian/?$' | head -1 || true)
 mirror=${mirror:-http://deb.debian.org/debian}
 
-t0=$(date +%s)
-if ! buildah images --quiet localhost/hta-base:bookworm >/dev/null 2>&1; then
-  say "debootstrap bookworm from $mirror"
+if ! buildah inspect --type image localhost/hta-base:bookworm >/dev/null 2>&1; then
+  t0=$(date +%s)
+  say "debootstrap bookworm from $mirror (once, about a minute)"
   rm -rf "$CACHE/rootfs"
-  debootstrap --variant=minbase bookworm "$CACHE/rootfs" "$mirror" >/dev/null
+  debootstrap --variant=minbase bookworm "$CACHE/rootfs" "$mirror" >"$CACHE/debootstrap.log" 2>&1 \
+    || { say "debootstrap failed: see $CACHE/debootstrap.log"; exit 1; }
   rm -rf "$CACHE/rootfs/var/cache/apt/archives/"*.deb "$CACHE/rootfs/var/lib/apt/lists/"*
   ctr=$(buildah from scratch)
   mnt=$(buildah mount "$ctr")
   cp -a "$CACHE/rootfs/." "$mnt/"
   buildah umount "$ctr" >/dev/null
-  buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$ctr"
+  buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd /bin/bash "$ctr"
   buildah commit --quiet "$ctr" localhost/hta-base:bookworm >/dev/null
   buildah rm "$ctr" >/dev/null
   rm -rf "$CACHE/rootfs"
-  say "base image ready ($(( $(date +%s) - t0 )) s)"
+  say "base image localhost/hta-base:bookworm ready in $(( $(date +%s) - t0 )) s"
 fi
 
 cd "$root"
-inputs=$(cat k8s/image/Dockerfile setup.cfg pyproject.toml README.md \
-         $(git ls-files hta workqueue_bridge resource_monitor k8s 2>/dev/null || find hta workqueue_bridge resource_monitor k8s -name '*.py') \
+inputs=$( (cat k8s/image/Dockerfile setup.cfg pyproject.toml
+          find hta workqueue_bridge resource_monitor k8s -name '*.py' -not -path '*/__pycache__/*' | sort | xargs cat) \
          | sha256sum | cut -d' ' -f1)
-if [ -f "$CACHE/hta-worker.oci.tar" ] && [ "$(cat "$CACHE/inputs" 2>/dev/null)" = "$inputs" ]; then
-  say "hta-worker image up to date: $CACHE/hta-worker.oci.tar"
+archive="$CACHE/hta-worker.oci.tar"
+if [ -f "$archive" ] && [ "$(cat "$CACHE/inputs" 2>/dev/null)" = "$inputs" ] \
+   && buildah inspect --type image localhost/hta-worker:latest >/dev/null 2>&1; then
+  say "hta-worker image up to date"
+  echo "$archive"
   exit 0
 fi
+
 t1=$(date +%s)
-say "building hta-worker:latest"
+ctx="$CACHE/context"
+rm -rf "$ctx" && mkdir -p "$ctx/wheels"
+"$PY" -m pip wheel --quiet --no-deps -w "$ctx/wheels" "$root" >/dev/null
+"$PY" -m pip download --quiet --only-binary=:all: --python-version 3.11 --platform manylinux2014_x86_64 \
+  -d "$ctx/wheels" 'pydantic>=2.5,<3' 'psutil>=5.9' >/dev/null
+say "building localhost/hta-worker:latest on the local base"
 buildah bud --quiet --pull=never --layers=false --build-arg BASE=localhost/hta-base:bookworm \
-  -t localhost/hta-worker:latest -f k8s/image/Dockerfile . >/dev/null
-rm -f "$CACHE/hta-worker.oci.tar"
-buildah push --quiet localhost/hta-worker:latest "oci-archive:$CACHE/hta-worker.oci.tar:hta-worker:latest" >/dev/null
+  -t localhost/hta-worker:latest -f k8s/image/Dockerfile "$ctx" >"$CACHE/build.log" 2>&1 \
+  || { tail -20 "$CACHE/build.log" >&2; say "build failed: see $CACHE/build.log"; exit 1; }
+rm -f "$archive"
+buildah push --quiet localhost/hta-worker:latest "oci-archive:$archive:localhost/hta-worker:latest" >/dev/null
 echo "$inputs" > "$CACHE/inputs"
-say "built in $(( $(date +%s) - t1 )) s: $CACHE/hta-worker.oci.tar ($(du -h "$CACHE/hta-worker.oci.tar" | cut -f1))"
+buildah rmi --prune >/dev/null 2>&1 || true
+size=$(du -h "$archive" | cut -f1)
+say "built in $(( $(date +%s) - t1 )) s: $archive ($size)"
+echo "$archive"
