@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--kubeconfig", default=None, metavar="FILE",
                    help="default: in-cluster config in a pod, else $KUBECONFIG or ~/.kube/config")
     k.add_argument("--namespace", default="default")
-    k.add_argument("--image", default="hta-worker:latest", help="worker image")
+    k.add_argument("--image", default="localhost/hta-worker:latest",
+                   help="worker image (default: the one k8s/image/build.sh builds)")
     k.add_argument("--master-host", default=None, metavar="HOST",
                    help="address workers use to reach the master (default: this host's routable address)")
     k.add_argument("--host-network", action="store_true", help="worker pods use the node's network")

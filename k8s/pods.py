@@ -19,7 +19,8 @@ from kubernetes import client
 from hta.model import Resources
 
 RUN_LABEL = "hta.io/run"
-DEFAULT_IMAGE = "hta-worker:latest"
+#: what k8s/image/build.sh builds; with a registry, pass --image REGISTRY/hta-worker:TAG
+DEFAULT_IMAGE = "localhost/hta-worker:latest"
 
 
 def run_id_for(workflow: Path) -> str:
@@ -28,15 +29,14 @@ def run_id_for(workflow: Path) -> str:
 
 
 def worker_command(shape: Resources, master_host: str, master_port: int, idle_timeout_s: int) -> list[str]:
+    """``hta worker`` in the pod: it reads its cores and memory from the pod's cgroup (the
+    limits below), so they are not passed; disk is, as no cgroup limits it."""
     return [
-        "work_queue_worker",
-        f"--cores={int(shape.cores)}",
-        f"--memory={int(shape.memory_mb)}",
+        "hta", "worker",
+        f"--master={master_host}:{master_port}",
         f"--disk={int(shape.disk_mb)}",
         f"--idle-timeout={idle_timeout_s}",
         "--connect-timeout=900",
-        master_host,
-        str(master_port),
     ]
 
 

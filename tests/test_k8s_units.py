@@ -21,7 +21,9 @@ def test_worker_pod_template(monkeypatch):
     assert pod.spec.restart_policy == "Never" and pod.spec.termination_grace_period_seconds == 5
     assert pod.spec.host_network is True
     assert c.resources.requests == c.resources.limits == {"cpu": "3000m", "memory": "12000Mi"}
-    assert [c.command[0], *c.args] == cmd and "--cores=3" in cmd and cmd[-2:] == ["10.0.0.5", "9123"]
+    assert [c.command[0], *c.args] == cmd and cmd[:2] == ["hta", "worker"] and "--master=10.0.0.5:9123" in cmd
+    # cores and memory come from the pod's cgroup (its limits), not from flags
+    assert not [a for a in cmd if a.startswith(("--cores", "--memory"))] and "--disk=50000" in cmd
     (owner,) = pod.metadata.owner_references
     assert (owner.kind, owner.name, owner.uid) == ("Pod", "hta-0", "1234")
 

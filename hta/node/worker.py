@@ -7,7 +7,8 @@ unless disabled, and exits with the worker's exit code.
 
 Draining: ``work_queue_worker`` has no graceful signal — every signal it
 handles aborts its running tasks. So on the first SIGTERM/SIGINT ``hta
-worker`` waits until the worker runs no task, then passes SIGTERM on (the
+worker`` waits until the worker holds no task (no task process, and no task sandbox:
+its result is with the master), then passes SIGTERM on (the
 backends only drain idle workers, so this is normally at once); a second
 signal passes it on at once, and so does SIGHUP (the local backend's parent-death
 signal: when HTA is gone there is nothing to drain for). Tasks see the worker's cores through
@@ -82,11 +83,16 @@ def command(o: WorkerOptions, cap: Capacity) -> list[str]:
     return cmd
 
 
-def has_tasks(pid: int) -> bool:
+def has_tasks(pid: int, workdir: Path) -> bool:
+    """Does the worker hold a task? A task's process may have exited while its result is not
+    yet with the master; the worker keeps the task's sandbox (``t.<id>`` in its workspace
+    ``worker-<uid>-<pid>``) until the master has fetched the outputs and released it."""
     try:
-        return bool(psutil.Process(pid).children())
+        if psutil.Process(pid).children():
+            return True
     except psutil.NoSuchProcess:
         return False
+    return any(Path(workdir).glob(f"worker-*-{pid}/t.*"))
 
 
 def run(o: WorkerOptions) -> int:
@@ -127,7 +133,7 @@ def run(o: WorkerOptions) -> int:
 
     passed_at: float | None = None
     while proc.poll() is None:
-        if signals and passed_at is None and (len(signals) > 1 or not has_tasks(proc.pid)):
+        if signals and passed_at is None and (len(signals) > 1 or not has_tasks(proc.pid, o.workdir)):
             proc.send_signal(signal.SIGTERM)
             passed_at = time.monotonic()
         elif passed_at is not None and time.monotonic() - passed_at > STOP_GRACE_S:

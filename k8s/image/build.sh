@@ -8,6 +8,8 @@
 #   3. k8s/image/Dockerfile built on the base with `buildah bud --pull=never`,
 #      exported as an OCI archive: $HTA_IMAGE_CACHE/hta-worker.oci.tar.
 #      Steps 2-3 rerun only when the Dockerfile or the package sources change.
+# `build.sh pause` builds the pause image the test cluster's real node needs
+# (k8s/image/pause.c, static) instead.
 #
 # Container tools are configured through files in the cache (runc, cgroupfs,
 # vfs storage, file events), not through /etc. Prints the archive's path last.
@@ -64,6 +66,23 @@ if ! buildah inspect --type image localhost/hta-base:bookworm >/dev/null 2>&1; t
   buildah rm "$ctr" >/dev/null
   rm -rf "$CACHE/rootfs"
   say "base image localhost/hta-base:bookworm ready in $(( $(date +%s) - t0 )) s"
+fi
+
+if [ "${1:-}" = pause ]; then  # the real test node's sandbox image: one static binary
+  archive="$CACHE/pause.oci.tar"
+  if [ ! -f "$archive" ] || [ "$root/k8s/image/pause.c" -nt "$archive" ]; then
+    gcc -static -Os -o "$CACHE/pause" "$root/k8s/image/pause.c" && strip "$CACHE/pause"
+    ctr=$(buildah from scratch)
+    buildah copy --quiet "$ctr" "$CACHE/pause" /pause >/dev/null
+    buildah config --entrypoint '["/pause"]' "$ctr"
+    buildah commit --quiet "$ctr" localhost/pause:3.10 >/dev/null
+    buildah rm "$ctr" >/dev/null
+    rm -f "$archive"
+    buildah push --quiet localhost/pause:3.10 "oci-archive:$archive:localhost/pause:3.10" >/dev/null
+    say "pause image built: $archive"
+  fi
+  echo "$archive"
+  exit 0
 fi
 
 cd "$root"

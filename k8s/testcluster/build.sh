@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what the local test cluster needs, once, into a cache outside git:
 #   etcd (Debian's etcd-server), kube-apiserver / kube-scheduler /
-#   kube-controller-manager v1.33.13 (a wrapper go.mod over k8s.io/kubernetes
+#   kube-controller-manager and kubelet v1.33.13 (a wrapper go.mod over k8s.io/kubernetes
 #   with every staging module replaced by v0.33.13) and kwok v0.8.0.
 # A warm run takes well under a second; a cold one about 8 minutes on 2 cores
 # (and ~5 GB of Go caches under $HTA_K8S_CACHE).
@@ -22,7 +22,7 @@ if ! command -v go >/dev/null; then
   [ -x /usr/local/go/bin/go ] && export PATH="$PATH:/usr/local/go/bin" || { say "Go is needed to build the control plane"; exit 1; }
 fi
 stamp="$BIN/.versions"
-want="k8s=$K8S kwok=$KWOK"
+want="k8s=$K8S kwok=$KWOK kubelet"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -46,7 +46,7 @@ pkg=k8s.io/component-base/version
 cpkg=k8s.io/client-go/pkg/version
 minor=$(echo "$K8S" | cut -d. -f2)
 ldf="-s -w -X $pkg.gitVersion=v$K8S -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $cpkg.gitVersion=v$K8S -X $cpkg.gitMajor=1 -X $cpkg.gitMinor=$minor"
-for c in kube-apiserver kube-scheduler kube-controller-manager; do
+for c in kube-apiserver kube-scheduler kube-controller-manager kubelet; do
   if [ ! -x "$BIN/$c" ]; then
     say "building $c"
     go build -ldflags "$ldf" -o "$BIN/$c" "k8s.io/kubernetes/cmd/$c"

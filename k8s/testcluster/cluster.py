@@ -11,6 +11,10 @@ nodes, and two named stand-ins for what cannot run here:
   (:mod:`k8s.testcluster.pod_runner`): runs a Running pod's container command
   as a local process, so real work_queue_workers connect to a real master.
 
+With ``--real-node`` it adds one real node instead of the fake kubelet
+(:mod:`k8s.testcluster.real_node`: kubelet + containerd + runc running the
+worker image), and ``down`` puts back everything that node changed on the host.
+
 Every process is started in its own session, recorded in ``pids.json`` and
 stopped by ``down``, which also removes the state directory. ``up`` prints
 ``export KUBECONFIG=...`` as its last line.
@@ -37,8 +41,8 @@ BIN = CACHE / "bin"
 STATE = Path(os.environ.get("HTA_TESTCLUSTER_DIR", "/tmp/hta-testcluster"))
 TOKEN = "hta-admin-token"
 KWOK_STAGES = CACHE / "gomodcache" / "sigs.k8s.io" / "kwok@v0.8.0" / "kustomize" / "stage"
-ORDER = ["etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok", "pod-runner",
-         "node-provisioner"]
+ORDER = ["etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "containerd", "kubelet", "kwok",
+         "pod-runner", "node-provisioner"]
 
 
 def free_port() -> int:
@@ -144,7 +148,8 @@ def up(args: argparse.Namespace) -> None:
                              "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                              f"--service-account-key-file={p / 'sa.pub'}",
                              f"--service-account-signing-key-file={p / 'sa.key'}",
-                             "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none"], pids)
+                             "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none",
+                             "--kubelet-preferred-address-types=InternalIP,Hostname"], pids)
     wait_for("kube-apiserver", lambda: https_ok(f"https://127.0.0.1:{api}/readyz"), 90)
     kc = str(STATE / "kubeconfig")
     # retry unschedulable pods at most 1 s after a node appears (default backoff: up to 10 s),
@@ -167,7 +172,7 @@ def up(args: argparse.Namespace) -> None:
                    "--cidr=10.0.0.1/24", "--node-ip=127.0.0.1", f"--server-address=127.0.0.1:{kwok_p}"], pids)
     py = sys.executable
     env = {"KUBECONFIG": kc, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    if not args.no_pod_runner:
+    if not (args.no_pod_runner or args.real_node):
         start("pod-runner", [py, "-m", "k8s.testcluster.pod_runner"], pids, env)
     start("node-provisioner", [py, "-m", "k8s.testcluster.provisioner",
                                f"--node-cores={args.node_cores}", f"--node-memory={args.node_memory}",
@@ -176,10 +181,18 @@ def up(args: argparse.Namespace) -> None:
                                f"--empty-ttl={args.empty_node_ttl}"], pids, env)
     wait_for("the default service account",
              lambda: https_ok(f"https://127.0.0.1:{api}/api/v1/namespaces/default/serviceaccounts/default"), 90)
-    (STATE / "config.json").write_text(json.dumps(vars(args) | {"api_port": api}, default=str))
+    real = {}
+    if args.real_node:
+        from k8s.testcluster import real_node
+
+        real = real_node.bring_up(STATE, Path(kc), lambda name, cmd: start(name, cmd, pids), wait_for)
+        print(f"real node {real_node.NAME} Ready: images {real['images']:.1f}s, import {real['import']:.1f}s, "
+              f"kubelet start → Ready {real['node_ready']:.1f}s", file=sys.stderr)
+    (STATE / "config.json").write_text(json.dumps(vars(args) | {"api_port": api, "real_node": real}, default=str))
     print(f"cluster up in {time.time() - t0:.1f}s: kube-apiserver https://127.0.0.1:{api}, "
-          f"nodes {args.node_cores} cores each, at most {args.max_nodes}, provisioning "
-          f"{args.provision_delay:g}±{args.provision_jitter:g}s (node-provisioner stand-in)", file=sys.stderr)
+          f"kwok nodes {args.node_cores} cores each, at most {args.max_nodes}, provisioning "
+          f"{args.provision_delay:g}±{args.provision_jitter:g}s (node-provisioner stand-in)"
+          + (", plus the real node" if args.real_node else ""), file=sys.stderr)
     print(f"export KUBECONFIG={kc}")
 
 
@@ -197,17 +210,28 @@ def alive(pid: int) -> bool:
 def down(_: argparse.Namespace) -> None:
     f = STATE / "pids.json"
     pids = json.loads(f.read_text()) if f.exists() else {}
-    for name in reversed(ORDER):
+
+    def stop_one(name: str) -> None:
         pid = pids.get(name)
         if pid is None or not alive(pid):
-            continue
+            return
         os.kill(pid, signal.SIGTERM)
         deadline = time.time() + 15
         while alive(pid) and time.time() < deadline:
             time.sleep(0.1)
         if alive(pid):
             os.killpg(pid, signal.SIGKILL)
+
+    for name in ("node-provisioner", "pod-runner", "kwok"):
+        stop_one(name)
+    from k8s.testcluster import real_node
+
+    left = real_node.teardown(STATE, stop_one)  # no-op without a real node
+    for name in reversed(ORDER):
+        stop_one(name)
     shutil.rmtree(STATE, ignore_errors=True)
+    if left:
+        raise SystemExit(f"cluster down, but could not undo: {', '.join(left)}")
     print("cluster down", file=sys.stderr)
 
 
@@ -245,6 +269,9 @@ def main(argv: list[str] | None = None) -> None:
     u.add_argument("--pod-start-jitter", type=float, default=0.0)
     u.add_argument("--no-pod-runner", action="store_true",
                    help="do not run pods' processes (benchmarks of the control path only)")
+    u.add_argument("--real-node", action="store_true",
+                   help="add a real node (kubelet + containerd + runc) running the worker image; "
+                        "the pod process runner is then not started")
     u.set_defaults(func=up)
     sub.add_parser("down").set_defaults(func=down)
     sub.add_parser("status").set_defaults(func=status)

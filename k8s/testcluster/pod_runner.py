@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -44,7 +45,9 @@ class Running:
 
 
 def pod_env(pod: client.V1Pod, container: client.V1Container) -> dict[str, str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOSTNAME": pod.metadata.name}
+    # the image's PATH has `hta`; here it is the venv's, next to this Python
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    env = {"PATH": path, "HOSTNAME": pod.metadata.name}
     fields = {"metadata.name": pod.metadata.name, "metadata.namespace": pod.metadata.namespace,
               "metadata.uid": pod.metadata.uid, "spec.nodeName": pod.spec.node_name or "",
               "status.podIP": pod.status.pod_ip or "127.0.0.1", "status.hostIP": pod.status.host_ip or ""}
@@ -57,6 +60,22 @@ def pod_env(pod: client.V1Pod, container: client.V1Container) -> dict[str, str]:
             lim = (container.resources.limits or {}) if container.resources else {}
             env[e.name] = str(lim.get(e.value_from.resource_field_ref.resource.split(".")[-1], ""))
     return env
+
+
+def limit_flags(argv: list[str], c: client.V1Container) -> list[str]:
+    """This fake applies no cgroup, so ``hta worker`` would see the host's CPUs and memory
+    where a real pod's worker reads its limits from its cgroup: pass the limits as flags."""
+    if argv[:2] != ["hta", "worker"] or not (c.resources and c.resources.limits):
+        return []
+    lim, out = c.resources.limits, []
+    if "cpu" in lim and not any(a.startswith("--cores") for a in argv):
+        cpu = str(lim["cpu"])
+        out.append(f"--cores={max(1, int(cpu[:-1]) // 1000 if cpu.endswith('m') else int(float(cpu)))}")
+    if "memory" in lim and not any(a.startswith("--memory") for a in argv):
+        mem = str(lim["memory"])
+        mb = int(mem[:-2]) if mem.endswith("Mi") else int(mem[:-2]) * 1024 if mem.endswith("Gi") else int(mem) // 2**20
+        out.append(f"--memory={mb}")
+    return out
 
 
 class PodRunner:
@@ -75,6 +94,7 @@ class PodRunner:
         if not argv:
             log.warning("pod %s has no command: nothing to run", pod.metadata.name)
             return
+        argv += limit_flags(argv, c)
         LOGS.mkdir(parents=True, exist_ok=True)
         if self.can_unshare:
             # as a kubelet does: the pod's hostname, resolvable through the pod's own /etc/hosts
