@@ -326,7 +326,7 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
 
         backend = KubernetesBackend(run_id=run_id_for(wf), epoch=epoch, namespace=args.namespace,
                                     image=args.image, kubeconfig=args.kubeconfig,
-                                    master_host=args.master_host or routable_address(args.kubeconfig),
+                                    master_host=args.master_host or routable_address(args.kubeconfig, args.host_network),
                                     host_network=args.host_network, idle_timeout_s=args.idle_timeout)
         try:
             backend.connect()
@@ -352,8 +352,11 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def routable_address(kubeconfig: str | None) -> str:
-    """The address of this host that routes towards the API server (127.0.0.1 for a local cluster)."""
+def routable_address(kubeconfig: str | None, host_network: bool) -> str:
+    """The address of this host that worker pods can reach the master at: the one that routes
+    towards the API server. For an API server on loopback (a cluster on this machine), that is
+    127.0.0.1 only for pods on the host network; pods on a pod network need the address of the
+    default route."""
     import socket
     from urllib.parse import urlparse
 
@@ -366,7 +369,9 @@ def routable_address(kubeconfig: str | None) -> str:
     except Exception:
         host = None
     if host in ("127.0.0.1", "localhost", "::1"):
-        return "127.0.0.1"
+        if host_network:
+            return "127.0.0.1"
+        host = "192.0.2.254"  # any non-local destination picks the default route
     if host is None:
         try:
             return socket.gethostbyname(socket.gethostname())

@@ -87,7 +87,8 @@ fi
 
 cd "$root"
 inputs=$( (cat k8s/image/Dockerfile setup.cfg pyproject.toml
-          find hta workqueue_bridge resource_monitor k8s -name '*.py' -not -path '*/__pycache__/*' | sort | xargs cat) \
+          find hta workqueue_bridge resource_monitor k8s -name '*.py' -not -path '*/__pycache__/*' \
+               -not -path 'k8s/testcluster/*' | sort | xargs cat) \
          | sha256sum | cut -d' ' -f1)
 archive="$CACHE/hta-worker.oci.tar"
 if [ -f "$archive" ] && [ "$(cat "$CACHE/inputs" 2>/dev/null)" = "$inputs" ] \
@@ -100,7 +101,12 @@ fi
 t1=$(date +%s)
 ctx="$CACHE/context"
 rm -rf "$ctx" && mkdir -p "$ctx/wheels"
-"$PY" -m pip wheel --quiet --no-deps -w "$ctx/wheels" "$root" >/dev/null
+# the wheel is built from a copy: setuptools leaves build/ where it builds
+mkdir -p "$ctx/src"
+tar -C "$root" --exclude=__pycache__ -c setup.cfg pyproject.toml README.md hta workqueue_bridge resource_monitor k8s \
+  | tar -C "$ctx/src" -x
+"$PY" -m pip wheel --quiet --no-deps -w "$ctx/wheels" "$ctx/src" >/dev/null
+rm -rf "$ctx/src"
 "$PY" -m pip download --quiet --only-binary=:all: --python-version 3.11 --platform manylinux2014_x86_64 \
   -d "$ctx/wheels" 'pydantic>=2.5,<3' 'psutil>=5.9' >/dev/null
 say "building localhost/hta-worker:latest on the local base"

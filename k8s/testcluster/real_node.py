@@ -121,6 +121,7 @@ state = "{d}/containerd/state"
         "cniVersion": "0.4.0", "name": "hta",
         "plugins": [{"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
                      "ipam": {"type": "host-local", "ranges": [[{"subnet": SUBNET, "gateway": GATEWAY}]],
+                              "routes": [{"dst": "0.0.0.0/0"}],  # pods reach the host's addresses
                               "dataDir": str(d / "cni/ipam")}}]}, indent=1))
     (d / "kubelet.yaml").write_text(f"""apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
