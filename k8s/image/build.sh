@@ -8,8 +8,9 @@
 #   3. k8s/image/Dockerfile built on the base with `buildah bud --pull=never`,
 #      exported as an OCI archive: $HTA_IMAGE_CACHE/hta-worker.oci.tar.
 #      Steps 2-3 rerun only when the Dockerfile or the package sources change.
-# `build.sh pause` builds the pause image the test cluster's real node needs
-# (k8s/image/pause.c, static) instead.
+# `build.sh controller` builds HTA's own image (Dockerfile.controller: makeflow
+# and the whole package) the same way, as localhost/hta:latest; `build.sh pause`
+# the pause image the test cluster's real node needs (k8s/image/pause.c, static).
 #
 # Container tools are configured through files in the cache (runc, cgroupfs,
 # vfs storage, file events), not through /etc. Prints the archive's path last.
@@ -85,38 +86,47 @@ if [ "${1:-}" = pause ]; then  # the real test node's sandbox image: one static 
   exit 0
 fi
 
+# the worker image (default) or, with `controller`, HTA's own image (Dockerfile.controller)
+target="${1:-worker}"
+case "$target" in
+  worker) image=localhost/hta-worker:latest; dockerfile=k8s/image/Dockerfile ;;
+  controller) image=localhost/hta:latest; dockerfile=k8s/image/Dockerfile.controller ;;
+  *) say "unknown target '$target': use worker, controller or pause"; exit 2 ;;
+esac
 cd "$root"
-inputs=$( (cat k8s/image/Dockerfile setup.cfg pyproject.toml
+inputs=$( (cat "$dockerfile" setup.cfg pyproject.toml
           find hta workqueue_bridge resource_monitor k8s -name '*.py' -not -path '*/__pycache__/*' \
                -not -path 'k8s/testcluster/*' | sort | xargs cat) \
          | sha256sum | cut -d' ' -f1)
-archive="$CACHE/hta-worker.oci.tar"
-if [ -f "$archive" ] && [ "$(cat "$CACHE/inputs" 2>/dev/null)" = "$inputs" ] \
-   && buildah inspect --type image localhost/hta-worker:latest >/dev/null 2>&1; then
-  say "hta-worker image up to date"
+archive="$CACHE/${image#localhost/}"; archive="${archive%:latest}.oci.tar"
+if [ -f "$archive" ] && [ "$(cat "$archive.inputs" 2>/dev/null)" = "$inputs" ] \
+   && buildah inspect --type image "$image" >/dev/null 2>&1; then
+  say "$image up to date"
   echo "$archive"
   exit 0
 fi
 
 t1=$(date +%s)
-ctx="$CACHE/context"
-rm -rf "$ctx" && mkdir -p "$ctx/wheels"
+ctx="$CACHE/context-$target"
+rm -rf "$ctx" && mkdir -p "$ctx/wheels" "$ctx/src"
 # the wheel is built from a copy: setuptools leaves build/ where it builds
-mkdir -p "$ctx/src"
 tar -C "$root" --exclude=__pycache__ -c setup.cfg pyproject.toml README.md hta workqueue_bridge resource_monitor k8s \
   | tar -C "$ctx/src" -x
-"$PY" -m pip wheel --quiet --no-deps -w "$ctx/wheels" "$ctx/src" >/dev/null
+if [ "$target" = worker ]; then  # hta alone, and the two packages the worker path imports
+  "$PY" -m pip wheel --quiet --no-deps -w "$ctx/wheels" "$ctx/src" >/dev/null
+  "$PY" -m pip download --quiet --only-binary=:all: --python-version 3.11 --platform manylinux2014_x86_64 \
+    -d "$ctx/wheels" 'pydantic>=2.5,<3' 'psutil>=5.9' >/dev/null
+else  # hta and every dependency
+  "$PY" -m pip wheel --quiet --prefer-binary -w "$ctx/wheels" "$ctx/src" >/dev/null
+fi
 rm -rf "$ctx/src"
-"$PY" -m pip download --quiet --only-binary=:all: --python-version 3.11 --platform manylinux2014_x86_64 \
-  -d "$ctx/wheels" 'pydantic>=2.5,<3' 'psutil>=5.9' >/dev/null
-say "building localhost/hta-worker:latest on the local base"
+say "building $image on the local base"
 buildah bud --quiet --pull=never --layers=false --build-arg BASE=localhost/hta-base:bookworm \
-  -t localhost/hta-worker:latest -f k8s/image/Dockerfile "$ctx" >"$CACHE/build.log" 2>&1 \
-  || { tail -20 "$CACHE/build.log" >&2; say "build failed: see $CACHE/build.log"; exit 1; }
+  -t "$image" -f "$dockerfile" "$ctx" >"$CACHE/build-$target.log" 2>&1 \
+  || { tail -20 "$CACHE/build-$target.log" >&2; say "build failed: see $CACHE/build-$target.log"; exit 1; }
 rm -f "$archive"
-buildah push --quiet localhost/hta-worker:latest "oci-archive:$archive:localhost/hta-worker:latest" >/dev/null
-echo "$inputs" > "$CACHE/inputs"
+buildah push --quiet "$image" "oci-archive:$archive:$image" >/dev/null
+echo "$inputs" > "$archive.inputs"
 buildah rmi --prune >/dev/null 2>&1 || true
-size=$(du -h "$archive" | cut -f1)
-say "built in $(( $(date +%s) - t1 )) s: $archive ($size)"
+say "built in $(( $(date +%s) - t1 )) s: $archive ($(du -h "$archive" | cut -f1))"
 echo "$archive"
