@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
@@ -47,3 +48,14 @@ def blast_copy(tmp_path: Path) -> Path:
 def run_hta(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None):
     return subprocess.run([*HTA, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
+
+
+def wait(cond, timeout: float = 60.0, every: float = 0.5):
+    """Poll ``cond`` until it returns something true (returned) or ``timeout`` passes."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(every)
+    return cond()

@@ -8,13 +8,12 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 
-from conftest import HTA, ROOT, cctools_processes, run_hta
+from conftest import HTA, ROOT, cctools_processes, run_hta, wait
 
 pytestmark = pytest.mark.slow
 
@@ -57,16 +56,6 @@ def hta_pods(core) -> list:
 
 def stand_in_nodes(core) -> list:
     return core.list_node(label_selector="hta.io/provisioned-by=node-provisioner-stand-in").items
-
-
-def wait(cond, timeout=60.0, every=0.5):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(every)
-    return cond()
 
 
 def k8s_args(kubeconfig: str, *extra: str) -> list[str]:

@@ -10,13 +10,12 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 
-from conftest import ROOT, run_hta
+from conftest import ROOT, run_hta, wait
 from k8s.testcluster import real_node
 
 pytestmark = pytest.mark.slow
@@ -58,16 +57,6 @@ def node(tmp_path_factory):
         yield info
     finally:
         subprocess.run([CLUSTER, "down"], env=env, capture_output=True, text=True, timeout=300)
-
-
-def wait(cond, timeout=60.0, every=0.5):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(every)
-    return cond()
 
 
 def test_real_node_is_ready_and_runs_no_fake(node):

@@ -185,7 +185,8 @@ def up(args: argparse.Namespace) -> None:
     if args.real_node:
         from k8s.testcluster import real_node
 
-        real = real_node.bring_up(STATE, Path(kc), lambda name, cmd: start(name, cmd, pids), wait_for)
+        real = real_node.bring_up(STATE, Path(kc), BIN / "kubelet", lambda name, cmd: start(name, cmd, pids),
+                                   wait_for)
         print(f"real node {real_node.NAME} Ready: images {real['images']:.1f}s, import {real['import']:.1f}s, "
               f"kubelet start → Ready {real['node_ready']:.1f}s", file=sys.stderr)
     (STATE / "config.json").write_text(json.dumps(vars(args) | {"api_port": api, "real_node": real}, default=str))

@@ -160,7 +160,7 @@ def ctr(sock: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
                           capture_output=True, text=True)
 
 
-def bring_up(state: Path, kubeconfig: Path, start: Callable[[str, list[str]], None],
+def bring_up(state: Path, kubeconfig: Path, kubelet: Path, start: Callable[[str, list[str]], None],
              wait_for: Callable[..., None]) -> dict[str, float]:
     """Start containerd and the kubelet, import the images; return timings (s)."""
     t = {}
@@ -178,28 +178,22 @@ def bring_up(state: Path, kubeconfig: Path, start: Callable[[str, list[str]], No
         ctr(cfg["sock"], "images", "import", str(a))
     t["import"] = time.time() - t1
     t2 = time.time()
-    start("kubelet", [str(Path(os.environ.get("HTA_K8S_CACHE", "/var/cache/hta-k8s")) / "bin" / "kubelet"),
+    start("kubelet", [str(kubelet),
                       f"--config={cfg['kubelet']}", f"--kubeconfig={kubeconfig}",
                       f"--root-dir={cfg['dir'] / 'kubelet'}", f"--node-ip={ip}",
-                      f"--hostname-override={NAME}", f"--node-labels=hta.io/real-node=true", "--v=1"])
+                      f"--hostname-override={NAME}", "--node-labels=hta.io/real-node=true", "--v=1"])
+    from kubernetes import client, config
+
+    config.load_kube_config(str(kubeconfig))
+    core = client.CoreV1Api()
 
     def ready() -> bool:
-        r = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", _READY, str(kubeconfig), NAME],
-                           capture_output=True, text=True)
-        return r.stdout.strip() == "True"
+        conditions = core.read_node(NAME).status.conditions or []
+        return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
     wait_for(f"the real node {NAME}", ready, 90)
     t["node_ready"] = time.time() - t2
     return t
-
-
-_READY = """
-import sys
-from kubernetes import client, config
-config.load_kube_config(sys.argv[1])
-n = client.CoreV1Api().read_node(sys.argv[2])
-print(any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []))
-"""
 
 
 def _pids_where(pred: Callable[[int], bool]) -> list[int]:
@@ -266,13 +260,13 @@ def teardown(state: Path, stop_daemon: Callable[[str], None]) -> list[str]:
                     key=len, reverse=True):
         if subprocess.run(["umount", "-l", m], capture_output=True).returncode:
             problems.append(f"mount {m}")
-    if rec.get("netns") is not None or Path("/run/netns").is_dir():
-        before = set(rec.get("netns") or [])
-        for ns in set(os.listdir("/run/netns")) - before if Path("/run/netns").is_dir() else ():
-            subprocess.run(["umount", "-l", f"/run/netns/{ns}"], capture_output=True)
-            Path(f"/run/netns/{ns}").unlink(missing_ok=True)
+    netns = Path("/run/netns")
+    if netns.is_dir():  # the pods' network namespaces (containerd pins them there)
+        for ns in set(os.listdir(netns)) - set(rec.get("netns") or []):
+            subprocess.run(["umount", "-l", str(netns / ns)], capture_output=True)
+            (netns / ns).unlink(missing_ok=True)
         if rec.get("netns") is None:
-            _rmdir_tree(Path("/run/netns"))
+            _rmdir_tree(netns)
     if not rec.get("bridge") and Path(f"/sys/class/net/{BRIDGE}").exists():
         subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True)
     for k, v in rec.get("sysctls", {}).items():
