@@ -7,6 +7,13 @@ each task declares (a task that declares nothing wants a whole worker).
     waste    = ∫ max(S − U, 0) dt      (core·s paid for and not used)
     shortage = ∫ (D − U) dt            (core·s of work that waited for cores)
 
+Waste splits by where it sits: on idle workers I(t) (cores of connected
+workers running nothing, which a policy may drain) and the rest on busy
+workers (free cores beside a running task: no policy that drains only idle
+workers can remove those; only fewer, fuller workers avoid them).
+
+    idle waste = ∫ min(I, max(S − U, 0)) dt;   busy waste = waste − idle waste
+
 Samples are step functions: a sample's values hold until the next sample (or
 the end of the run). The simulator, the controller's summary, the report and
 the tests all call :func:`integrate`.
@@ -24,6 +31,8 @@ class CoreSample:
     supply: float
     in_use: float
     demand: float
+    #: cores of connected workers that run no task
+    idle: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,11 @@ class Totals:
     shortage_core_s: float
     supply_core_s: float
     in_use_core_s: float
+    idle_waste_core_s: float = 0.0
+
+    @property
+    def busy_waste_core_s(self) -> float:
+        return max(self.waste_core_s - self.idle_waste_core_s, 0.0)
 
     @property
     def utilization(self) -> float | None:
@@ -40,23 +54,25 @@ class Totals:
 
 def integrate(samples: Iterable[CoreSample], end: float | None = None) -> Totals:
     """Integrate step-function samples (sorted by time) up to ``end``."""
-    waste = shortage = supply = in_use = 0.0
+    waste = shortage = supply = in_use = idle = 0.0
+
+    def add(s: CoreSample, dt: float) -> None:
+        nonlocal waste, shortage, supply, in_use, idle
+        free = max(s.supply - s.in_use, 0.0)
+        waste += free * dt
+        idle += min(s.idle, free) * dt
+        shortage += max(s.demand - s.in_use, 0.0) * dt
+        supply += s.supply * dt
+        in_use += s.in_use * dt
+
     prev: CoreSample | None = None
     for s in samples:
         if prev is not None:
-            dt = max(0.0, s.t - prev.t)
-            waste += max(prev.supply - prev.in_use, 0.0) * dt
-            shortage += max(prev.demand - prev.in_use, 0.0) * dt
-            supply += prev.supply * dt
-            in_use += prev.in_use * dt
+            add(prev, max(0.0, s.t - prev.t))
         prev = s
     if prev is not None and end is not None and end > prev.t:
-        dt = end - prev.t
-        waste += max(prev.supply - prev.in_use, 0.0) * dt
-        shortage += max(prev.demand - prev.in_use, 0.0) * dt
-        supply += prev.supply * dt
-        in_use += prev.in_use * dt
-    return Totals(waste, shortage, supply, in_use)
+        add(prev, end - prev.t)
+    return Totals(waste, shortage, supply, in_use, idle)
 
 
 def node_seconds(intervals: Iterable[tuple[float, float | None]], end: float) -> float:

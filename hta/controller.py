@@ -115,10 +115,12 @@ class Controller:
             retired=self.backend.retired(),
         )
         self.last_observation = obs
-        sample = CoreSample(now, obs.supply_cores(), obs.in_use_cores(), obs.in_use_cores() + obs.waiting_cores())
+        sample = CoreSample(now, obs.supply_cores(), obs.in_use_cores(), obs.in_use_cores() + obs.waiting_cores(),
+                            obs.idle_cores())
         self.samples.append(sample)
         self.log.write(ObservationRecord(
             t=round(now, 3), supply_cores=sample.supply, in_use_cores=sample.in_use, demand_cores=sample.demand,
+            idle_cores=sample.idle,
             waiting=obs.waiting_count, running=len(obs.running), workers=len(obs.workers),
             pending=len(obs.pending), tasks_done=obs.tasks_done, tasks_failed=obs.tasks_failed,
         ))

@@ -22,9 +22,11 @@ stage do until one completes.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from hta.model import CategoryModel, Observation, Resources, TaskGroup
 
@@ -44,6 +46,9 @@ class EstimatorOptions:
     lookahead: bool = True
     #: do not buy workers that would arrive after the work they are bought for is gone
     tail_aware: bool = True
+    #: a release waiting on many tasks comes when the slowest of them ends (the
+    #: median of their maximum), not when the average one does (lookahead only)
+    barrier_aware: bool = True
 
 
 @dataclass
@@ -90,6 +95,7 @@ class _Group:
     req: Resources
     whole: bool
     runtime: float | None
+    model: CategoryModel | None = None
     inflight: int = 0
     blocked: bool = False  # a task of it will not finish within the horizon
     finished_at: float | None = None
@@ -111,6 +117,84 @@ def expected_remaining(elapsed: float, model: CategoryModel) -> float:
     if elapsed <= OUTLIER_FACTOR * p90:
         return OVERDUE_FRACTION * mean
     return max(elapsed, OVERDUE_FRACTION * mean)
+
+
+def batch_last_runtime(model: CategoryModel, k: int) -> float:
+    """When the slowest of ``k`` alike tasks started together ends: the median
+    of their maximum, Q(0.5^(1/k)) of the category's runtime distribution
+    (never below the mean). A barrier (a reduce waiting on every align) is
+    released by its slowest parent; the mean predicts it one straggler early."""
+    mean = model.runtime_mean_s or 0.0
+    if k <= 1:
+        return mean
+    return max(mean, model.runtime_quantile(0.5 ** (1.0 / k)) or mean)
+
+
+def runtime_cdf(model: CategoryModel) -> Callable[[float], float]:
+    """P(runtime ≤ x) for the category: the inverse of its
+    :meth:`~hta.model.CategoryModel.runtime_quantile` (1 if never measured)."""
+    pts = model.runtime_knots()
+    if not pts:
+        return lambda x: 1.0
+    xs = [x for _, x in pts]
+
+    def cdf(x: float) -> float:
+        if x >= xs[-1]:
+            return 1.0
+        if x < xs[0]:
+            return 0.0
+        i = bisect.bisect_right(xs, x)
+        (q0, x0), (q1, x1) = pts[i - 1], pts[i]
+        return q0 + (q1 - q0) * (x - x0) / (x1 - x0) if x1 > x0 else q1
+
+    return cdf
+
+
+def barrier_wait(tasks: list[tuple[CategoryModel, float]]) -> float:
+    """Seconds until the last of these running tasks (model, elapsed) ends,
+    as the median of that maximum: the Δ where the product of each task's
+    conditional P(done within Δ | still running after its elapsed time) is ½.
+    A task past its category's longest measured runtime contributes its
+    :func:`expected_remaining` as a certainty. Tasks are bucketed by category
+    and whole second of elapsed time, so a barrier over thousands of tasks
+    costs a few hundred distinct terms per step."""
+    sure = 0.0
+    buckets: dict[tuple[str, int], int] = {}
+    by_name: dict[str, CategoryModel] = {}
+    for model, elapsed in tasks:
+        by_name[model.name] = model
+        key = (model.name, int(elapsed))
+        buckets[key] = buckets.get(key, 0) + 1
+    cdfs = {name: runtime_cdf(model) for name, model in by_name.items()}
+    live: list[tuple[Callable[[float], float], float, float, int]] = []
+    hi = 0.0
+    for (name, elapsed), n in buckets.items():
+        model, cdf = by_name[name], cdfs[name]
+        f0 = cdf(elapsed)
+        if f0 >= 1.0:
+            sure = max(sure, expected_remaining(elapsed, model))
+        else:
+            live.append((cdf, elapsed, f0, n))
+            hi = max(hi, (model.runtime_quantile(1.0) or 0.0) - elapsed)
+    if not live:
+        return sure
+
+    def p_all_done(d: float) -> float:
+        p = 1.0
+        for cdf, elapsed, f0, n in live:
+            p *= ((cdf(elapsed + d) - f0) / (1.0 - f0)) ** n
+            if p < 0.5:
+                break
+        return p
+
+    lo = 0.0
+    for _ in range(24):  # bisection: hi / 2**24, far below a second
+        mid = (lo + hi) / 2
+        if p_all_done(mid) >= 0.5:
+            hi = mid
+        else:
+            lo = mid
+    return max(sure, hi)
 
 
 def _runtime(models: dict[str, CategoryModel], category: str) -> float | None:
@@ -151,6 +235,22 @@ class QueueDrainEstimator:
             slots.append(_Slot(w.id, w.capacity.cores, w.capacity.memory_mb, w.capacity.disk_mb,
                                max(free.cores, 0), max(free.memory_mb, 0), max(free.disk_mb, 0), w.idle))
 
+        # lookahead: the DAG's upcoming groups, released when all they wait for completes
+        upcoming = obs.upcoming if self.options.lookahead else []
+        # barriers: a group waiting on several running tasks is released when the
+        # slowest ends; each such task's completion (for releases only) is put there
+        barrier_at: dict[str, float] = {}
+        if self.options.barrier_aware and upcoming:
+            running = {f"task:{t.task_id}": t for t in obs.running if _runtime(models, t.category) is not None}
+            for up in upcoming:
+                parents = [running[ref] for ref in up.after if ref in running]
+                if len(parents) < 2:
+                    continue
+                at = now + barrier_wait([(models[t.category], now - t.started_at) for t in parents])
+                for t in parents:
+                    ref = f"task:{t.task_id}"
+                    barrier_at[ref] = max(barrier_at.get(ref, at), at)
+
         # running tasks free their allocation when their category's runtime is over
         finishing: dict[tuple[int, float], list[float]] = {}
         task_done: dict[str, float] = {}
@@ -161,8 +261,10 @@ class QueueDrainEstimator:
                 # lookahead only) is expected to run as long again as it has so far
                 task_done[f"task:{t.task_id}"] = now + max(now - t.started_at, UNKNOWN_RELEASE_PRIOR_S)
                 continue
-            at = now + max(expected_remaining(now - t.started_at, models[t.category]), 0.0)
-            task_done[f"task:{t.task_id}"] = at
+            elapsed = now - t.started_at
+            at = now + max(expected_remaining(elapsed, models[t.category]), 0.0)
+            ref = f"task:{t.task_id}"
+            task_done[ref] = max(at, barrier_at.get(ref, at))
             slot = index.get(t.worker or "")
             if at > end or slot is None:
                 continue
@@ -183,11 +285,9 @@ class QueueDrainEstimator:
             events.append((at, seq, 0, len(slots) - 1, p.shape.cores, p.shape.memory_mb, p.shape.disk_mb, -1))
             seq += 1
 
-        queue = [_Group(g.id, g.category, g.count, g.request, g.whole_worker, _runtime(models, g.category))
-                 for g in obs.waiting]
+        queue = [_Group(g.id, g.category, g.count, g.request, g.whole_worker, _runtime(models, g.category),
+                        models.get(g.category)) for g in obs.waiting]
 
-        # lookahead: the DAG's upcoming groups, released when all they wait for completes
-        upcoming = obs.upcoming if self.options.lookahead else []
         waits: dict[str, list[int]] = {}  # ref → upcoming groups waiting for it
         missing: list[int] = []  # per upcoming group: refs not yet complete
         for k, up in enumerate(upcoming):
@@ -257,17 +357,31 @@ class QueueDrainEstimator:
                 s.free_m -= k * m
                 s.free_d -= k * d
                 s.used = True
-                if g.runtime is not None and t + g.runtime <= end:
-                    g.inflight += 1
-                    heapq.heappush(events, (t + g.runtime, seq, 0, i, k * c, k * m, k * d, gi))
-                    seq += 1
-                elif g.runtime is None and upcoming and t + UNKNOWN_RELEASE_PRIOR_S <= end:
-                    # resources stay held; only the dependents' release is predicted
-                    g.inflight += 1
-                    heapq.heappush(events, (t + UNKNOWN_RELEASE_PRIOR_S, seq, 2, i, 0.0, 0.0, 0.0, gi))
-                    seq += 1
-                else:
+                if g.runtime is None:
+                    if upcoming and t + UNKNOWN_RELEASE_PRIOR_S <= end:
+                        # resources stay held; only the dependents' release is predicted
+                        g.inflight += 1
+                        heapq.heappush(events, (t + UNKNOWN_RELEASE_PRIOR_S, seq, 2, i, 0.0, 0.0, 0.0, gi))
+                        seq += 1
+                    else:
+                        g.blocked = True
+                elif t + g.runtime > end:
                     g.blocked = True
+                else:
+                    last = g.runtime
+                    if upcoming and self.options.barrier_aware and g.model is not None:
+                        last = batch_last_runtime(g.model, k)
+                    # resources come back at the mean; the batch counts as done when its last task is
+                    same = last <= g.runtime
+                    heapq.heappush(events, (t + g.runtime, seq, 0, i, k * c, k * m, k * d, gi if same else -1))
+                    seq += 1
+                    if same or t + last <= end:
+                        g.inflight += 1
+                    else:
+                        g.blocked = True
+                    if not same and t + last <= end:
+                        heapq.heappush(events, (t + last, seq, 2, i, 0.0, 0.0, 0.0, gi))
+                        seq += 1
                 if s.free_c <= 1e-9:
                     break
 
@@ -282,12 +396,12 @@ class QueueDrainEstimator:
                 up = upcoming[i]
                 releases.append((at, up.count))
                 queue.append(_Group(up.id, up.category, up.count, up.request, up.whole_worker,
-                                    _runtime(models, up.category)))
+                                    _runtime(models, up.category), models.get(up.category)))
                 for j in range(len(slots)):
                     if slots[j].free_c > 1e-9:
                         fill(j, at)
                 continue
-            if kind == 2:  # a never-measured batch is assumed done (for release only)
+            if kind == 2:  # a batch counts as done, for its dependents only (its resources are not freed here)
                 queue[gi].inflight -= 1
                 group_progress(gi, at)
                 continue

@@ -76,11 +76,40 @@ class CategoryModel(BaseModel):
     runtime_mean_s: float | None = None
     runtime_median_s: float | None = None
     runtime_p90_s: float | None = None
+    runtime_min_s: float | None = None
+    runtime_max_s: float | None = None
     declared: Resources | None = None
 
     @property
     def measured(self) -> bool:
         return self.samples > 0
+
+    def runtime_knots(self) -> list[tuple[float, float]]:
+        """(quantile, runtime) points of the measured runtime distribution:
+        min at 0, median at 0.5, p90 at 0.9, max at 1 (those kept), linear in
+        between. Empty when never measured."""
+        if not self.measured or self.runtime_mean_s is None:
+            return []
+        med = self.runtime_median_s if self.runtime_median_s is not None else self.runtime_mean_s
+        pts = [(0.0, self.runtime_min_s if self.runtime_min_s is not None else med), (0.5, med)]
+        if self.runtime_p90_s is not None:
+            pts.append((0.9, self.runtime_p90_s))
+        pts.append((1.0, self.runtime_max_s if self.runtime_max_s is not None else pts[-1][1]))
+        out: list[tuple[float, float]] = []
+        for q, x in pts:  # keep it monotone whatever the inputs
+            out.append((q, max(x, out[-1][1]) if out else x))
+        return out
+
+    def runtime_quantile(self, q: float) -> float | None:
+        """The q-quantile of the runtime, interpolated between the knots."""
+        pts = self.runtime_knots()
+        if not pts:
+            return None
+        q = min(max(q, 0.0), 1.0)
+        for (q0, x0), (q1, x1) in zip(pts, pts[1:]):
+            if q <= q1:
+                return x0 + (x1 - x0) * (q - q0) / (q1 - q0)
+        return pts[-1][1]
 
 
 class TaskGroup(BaseModel):
@@ -209,6 +238,10 @@ class Observation(BaseModel):
 
     def in_use_cores(self) -> float:
         return sum(w.in_use.cores for w in self.workers)
+
+    def idle_cores(self) -> float:
+        """Cores of workers that run no task (what draining could give back)."""
+        return sum(w.capacity.cores for w in self.workers if w.idle)
 
 
 class ScaleDecision(BaseModel):

@@ -65,6 +65,7 @@ def rows(s: RunSummary) -> list[tuple[str, str]]:
         ("runtime s", _f(s.runtime_s, 1)),
         ("tasks done/failed/re-run", f"{s.tasks_done}/{s.tasks_failed}/{s.tasks_retried}"),
         ("waste core·s", _f(s.waste_core_s)),
+        ("  on idle workers", _f(s.idle_waste_core_s)),
         ("shortage core·s", _f(s.shortage_core_s)),
         ("node·s paid", _f(s.node_s)),
         ("lost work core·s", _f(s.lost_work_core_s)),

@@ -42,6 +42,8 @@ class ObservationRecord(BaseModel):
     supply_cores: float
     in_use_cores: float
     demand_cores: float
+    #: cores of connected workers that run no task (0 in logs from before it was kept)
+    idle_cores: float = 0.0
     waiting: int
     running: int
     workers: int

@@ -39,6 +39,9 @@ class RunSummary(BaseModel):
     tasks_failed: int
     tasks_retried: int
     waste_core_s: float
+    #: the part of the waste on workers that ran nothing (drainable); the rest sat
+    #: beside running tasks on busy workers
+    idle_waste_core_s: float = 0.0
     shortage_core_s: float
     node_s: float
     lost_work_core_s: float = 0.0
@@ -70,7 +73,8 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
 
     last_t = max([r.t for r in records if hasattr(r, "t")] or [0.0])
     t_end = end.t if end else last_t
-    totals = integrate((CoreSample(o.t, o.supply_cores, o.in_use_cores, o.demand_cores) for o in obs), t_end)
+    totals = integrate((CoreSample(o.t, o.supply_cores, o.in_use_cores, o.demand_cores, o.idle_cores)
+                        for o in obs), t_end)
 
     asked: dict[str, float] = {}
     gone: dict[str, float] = {}
@@ -105,6 +109,7 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
         tasks_failed=end.tasks_failed if end else (last_obs.tasks_failed if last_obs else 0),
         tasks_retried=end.tasks_retried if end else 0,
         waste_core_s=totals.waste_core_s,
+        idle_waste_core_s=totals.idle_waste_core_s,
         shortage_core_s=totals.shortage_core_s,
         node_s=node_s,
         lost_work_core_s=end.lost_work_core_s if end else 0.0,

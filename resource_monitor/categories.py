@@ -17,6 +17,23 @@ def percentile(values: list[float], q: float) -> float:
     return s[k]
 
 
+def runtime_model(name: str, runtimes: list[float], peak: Resources,
+                  declared: Resources | None = None) -> CategoryModel:
+    """The category's model from its measured runtimes (non-empty) and peak:
+    the one place the runtime statistics are computed (learner and simulator)."""
+    return CategoryModel(
+        name=name,
+        samples=len(runtimes),
+        peak=peak,
+        runtime_mean_s=statistics.fmean(runtimes),
+        runtime_median_s=statistics.median(runtimes),
+        runtime_p90_s=percentile(runtimes, 90),
+        runtime_min_s=min(runtimes),
+        runtime_max_s=max(runtimes),
+        declared=declared,
+    )
+
+
 @dataclass
 class _Samples:
     runtimes: list[float] = field(default_factory=list)
@@ -60,16 +77,7 @@ class CategoryLearner:
         if s is None or not s.runtimes:
             return CategoryModel(name=category, samples=0, declared=declared,
                                  peak=self._peak(s) if s else Resources())
-        rt = s.runtimes
-        return CategoryModel(
-            name=category,
-            samples=len(rt),
-            peak=self._peak(s),
-            runtime_mean_s=statistics.fmean(rt),
-            runtime_median_s=statistics.median(rt),
-            runtime_p90_s=percentile(rt, 90),
-            declared=declared,
-        )
+        return runtime_model(category, s.runtimes, self._peak(s), declared)
 
     @staticmethod
     def _peak(s: _Samples) -> Resources:

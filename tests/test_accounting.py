@@ -13,3 +13,9 @@ def test_step_integration_by_hand():
 
 def test_node_seconds_count_from_request():
     assert node_seconds([(0, 10), (5, None)], end=20) == 10 + 15
+
+
+def test_waste_splits_into_idle_workers_and_beside_running_tasks():
+    # 3 workers of 2 cores: one idle, one with 1 of 2 cores in use, one full, for 10 s
+    tot = integrate([CoreSample(0, 6, 3, 3, idle=2)], end=10)
+    assert tot.waste_core_s == 30 and tot.idle_waste_core_s == 20 and tot.busy_waste_core_s == 10

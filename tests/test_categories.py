@@ -20,6 +20,9 @@ def test_peaks_and_runtime_distribution():
     assert m.samples == 10 and m.measured
     assert m.peak == Resources(cores=2, memory_mb=109, disk_mb=5)  # 1.1 peak cores → 2 whole cores
     assert m.runtime_mean_s == 55 and m.runtime_median_s == 55 and m.runtime_p90_s == 90
+    assert m.runtime_min_s == 10 and m.runtime_max_s == 100
+    # the distribution the estimator uses: linear between min, median, p90 and max
+    assert m.runtime_quantile(0.25) == 32.5 and m.runtime_quantile(0.95) == 95 and m.runtime_quantile(1) == 100
 
 
 def test_failed_tasks_teach_peaks_not_runtimes():

@@ -37,7 +37,9 @@ def test_buys_for_what_still_waits_after_one_latency():
     # at t=105 the two running tasks end and two waiting ones start: 8 still wait at t=110
     assert est.left_count == 8 and est.packed_need == 4
     d = HTAPolicy(options=EstimatorOptions(tail_aware=False)).decide(o)
-    assert d.add == 4 and d.next_decision_s == 10.0 and not d.drain
+    assert d.add == 4 and not d.drain
+    # asked again at the next idle check (5 s), before the cycle (10 s) ends
+    assert d.next_decision_s == 5.0
     # tail-aware: 3 new workers + the 2 cores freed at t=205 drain the 800 core·s backlog in
     # one task runtime; a 4th worker would idle after its first task.
     assert HTAPolicy().decide(o).add == 3
@@ -124,3 +126,55 @@ def test_idle_workers_drain_while_an_outlier_blocks_the_next_stage():
     )
     d = HTAPolicy().decide(o)
     assert sorted(d.drain) == ["w2", "w3"]
+
+
+def spread(name, mean, lo, hi):
+    """A category whose runtimes spread evenly from ``lo`` to ``hi``."""
+    return CategoryModel(name=name, samples=50, peak=ONE, runtime_mean_s=mean, runtime_median_s=mean,
+                         runtime_p90_s=lo + 0.9 * (hi - lo), runtime_min_s=lo, runtime_max_s=hi)
+
+
+def test_runtime_distribution_from_the_kept_statistics():
+    from hta.estimator import runtime_cdf
+
+    m = spread("a", 100, 80, 120)
+    assert m.runtime_quantile(0) == 80 and m.runtime_quantile(0.5) == 100 and m.runtime_quantile(1) == 120
+    cdf = runtime_cdf(m)
+    for q in (0.1, 0.5, 0.75, 0.95):
+        assert abs(cdf(m.runtime_quantile(q)) - q) < 1e-9
+    assert cdf(79) == 0 and cdf(120) == 1
+    assert cat("b", 10).runtime_quantile(0.99) == 10  # only the mean known: no spread assumed
+
+
+def test_a_barrier_is_released_by_its_slowest_parent():
+    from hta.estimator import barrier_wait, batch_last_runtime
+
+    m = spread("a", 100, 80, 120)
+    assert batch_last_runtime(m, 1) == 100  # one task: the mean
+    # the median of the slowest of 30 started together: Q(0.5^(1/30)) ≈ 119.1 s, not the mean
+    assert abs(batch_last_runtime(m, 30) - m.runtime_quantile(0.5 ** (1 / 30))) < 1e-9
+    assert 118 < batch_last_runtime(m, 30) < 120
+    assert abs(barrier_wait([(m, 0.0)] * 30) - batch_last_runtime(m, 30)) < 0.01
+    # tasks that ran 50 s already: the slowest has ≈ 69 s to go; one past the longest ever
+    # seen contributes its straggler estimate
+    assert abs(barrier_wait([(m, 50.0)] * 30) - 69.1) < 0.1
+    assert barrier_wait([(m, 130.0)]) == 10.0
+
+
+def test_barrier_awareness_drains_a_worker_the_mean_would_keep():
+    # 15 busy workers run 30 tasks that started now (80–120 s, mean 100); 40 tasks wait for
+    # all 30. The mean says they are released at t=200, inside the 110 s horizon, and need
+    # the idle worker; the slowest of 30 ends near t=219, outside it: drain.
+    busy = [worker(f"b{i}", 2, 2) for i in range(15)]
+    running = [RunningTask(task_id=i, category="a", allocation=ONE, started_at=100.0, worker=f"b{i // 2}")
+               for i in range(30)]
+    o = obs(workers=busy + [worker("idle")], running=running, latency=LatencyStats(samples=[110.0]),
+            categories={"a": spread("a", 100, 80, 120)}, max_workers=16,
+            upcoming=[UpcomingTasks(id="u0", category="a", count=40, request=ONE,
+                                    after=[f"task:{i}" for i in range(30)])])
+    mean_only = QueueDrainEstimator(EstimatorOptions(barrier_aware=False)).estimate(o, 110.0)
+    assert mean_only.releases == [(200.0, 40)] and mean_only.unused_idle == []
+    aware = QueueDrainEstimator().estimate(o, 110.0)
+    assert aware.releases == [] and aware.unused_idle == ["idle"]
+    assert HTAPolicy(options=EstimatorOptions(barrier_aware=False)).decide(o).drain == []
+    assert HTAPolicy().decide(o).drain == ["idle"]

@@ -66,6 +66,15 @@ def test_unmeasured_category_runs_alone_on_a_whole_worker_until_one_completes():
     assert abs(s.runtime_s - (10 + 13)) < 1e-6
 
 
+def test_waste_is_split_between_idle_workers_and_cores_beside_running_tasks():
+    # two workers all along; a1 takes worker 1 whole (never measured), then a2 runs there at
+    # 1 core: 2 cores sit beside it for 100 s; worker 2 idles for the whole 200 s
+    tasks = [SimTask("a1", "a", runtime_s=100), SimTask("a2", "a", runtime_s=100, parents=["a1"])]
+    s = world(tasks, Scripted(), start_nodes=2).run()
+    assert s.runtime_s == 200
+    assert s.waste_core_s == 2 * 100 + 3 * 200 and s.idle_waste_core_s == 3 * 200
+
+
 def test_fifo_dispatch_to_first_worker_with_room():
     tasks = [SimTask("seed", "a", runtime_s=1)] + [SimTask(f"t{i}", "a", runtime_s=100) for i in range(5)]
     for t in tasks[1:]:

@@ -29,7 +29,7 @@ class HTAPolicy:
     latency_statistic: Literal["last", "median"] = "median"
     drain_after: int = 1
     #: how often idle workers are checked (and surprises noticed)
-    check_s: float = 15.0
+    check_s: float = 5.0
     #: scale up at most once per latency cycle (the thesis's stabilisation)
     stabilize: bool = True
     _proposed: dict[str, int] = field(default_factory=dict)

@@ -20,7 +20,8 @@ from hta.sim.workload import load_workload
 from hta.sim.world import ClusterModel, SimWorld
 from hta.summary import RunSummary
 
-METRICS = ("runtime_s", "waste_core_s", "shortage_core_s", "node_s", "lost_work_core_s", "scale_actions")
+METRICS = ("runtime_s", "waste_core_s", "idle_waste_core_s", "shortage_core_s", "node_s", "lost_work_core_s",
+           "scale_actions")
 
 
 @dataclass
@@ -81,15 +82,16 @@ def _ms(values: list[float]) -> str:
 def comparison_table(c: Comparison) -> Table:
     t = Table(title=f"{c.workload}: mean ± sd over {len(next(iter(c.by_policy().values())))} seeds",
               title_justify="left")
-    for col in ("policy", "runtime s", "waste core·s", "shortage core·s", "node·s", "lost core·s", "actions"):
+    for col in ("policy", "runtime s", "waste core·s", "on idle workers", "shortage core·s", "node·s",
+                "lost core·s", "actions"):
         t.add_column(col, justify="left" if col == "policy" else "right")
     for policy, runs in c.by_policy().items():
         unfinished = sum(1 for r in runs if r.exit_code != 0)
         name = policy + (f" ({unfinished} unfinished)" if unfinished else "")
         t.add_row(name, *(_ms([getattr(r, m) for r in runs]) for m in METRICS))
-    t.add_row("oracle bound", f"{c.oracle_runtime_s:,.0f}", "", "", "", "", "")
+    t.add_row("oracle bound", f"{c.oracle_runtime_s:,.0f}", *[""] * (len(METRICS) - 1))
     return t
 
 
 def print_comparison(c: Comparison, console: Console | None = None) -> None:
-    (console or Console(width=110)).print(comparison_table(c))
+    (console or Console(width=130)).print(comparison_table(c))

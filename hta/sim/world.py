@@ -54,7 +54,7 @@ from hta.scaling_log import (
 )
 from hta.sim.workload import SimTask, Workload
 from hta.summary import RunSummary, summarize
-from resource_monitor.categories import percentile
+from resource_monitor.categories import runtime_model
 
 
 class ClusterModel(BaseModel):
@@ -118,9 +118,7 @@ class _Learned:
         rt = self.runtimes.get(cat)
         if not rt:
             return CategoryModel(name=cat)
-        s = sorted(rt)
-        return CategoryModel(name=cat, samples=len(rt), peak=self.peak[cat], runtime_mean_s=sum(rt) / len(rt),
-                             runtime_median_s=s[len(s) // 2], runtime_p90_s=percentile(rt, 90))
+        return runtime_model(cat, rt, self.peak[cat])
 
 
 class SimWorld:
@@ -369,25 +367,28 @@ class SimWorld:
             ref[tid] = g.id
         return list(groups.values())
 
-    def _cores(self) -> tuple[float, float, float, int, int, int, int]:
-        supply = in_use = 0.0
+    def _cores(self) -> tuple[float, float, float, float, int, int, int, int]:
+        supply = in_use = idle = 0.0
         for wid in self.order:
             w = self.workers[wid]
             supply += w.capacity.cores
             in_use += w.capacity.cores - w.free_c
+            if not w.running:
+                idle += w.capacity.cores
         # demand counts what each waiting task declares (WfFormat coreCount), as in
         # production (Makeflow's CORES), not the whole worker Work Queue may give it
         want = sum(self.tasks[tid].cores for tid in self.waiting)
         pending = sum(1 for w in self.workers.values() if w.connected_at is None and not w.gone)
-        return supply, in_use, in_use + want, len(self.waiting), len(self.runs), len(self.order), pending
+        return supply, in_use, in_use + want, idle, len(self.waiting), len(self.runs), len(self.order), pending
 
     def _record(self, force: bool = False) -> None:
         state = self._cores()
         if state == self._last_obs and not force:
             return
         self._last_obs = state
-        s, u, d, wt, rn, wk, pd = state
+        s, u, d, idle, wt, rn, wk, pd = state
         self.log.write(ObservationRecord(t=round(self.env.now, 3), supply_cores=s, in_use_cores=u, demand_cores=d,
+                                         idle_cores=idle,
                                          waiting=wt, running=rn, workers=wk, pending=pd,
                                          tasks_done=len(self.done)))
 
