@@ -5,7 +5,9 @@ the next L seconds forward: running tasks finish at their category's measured
 runtime, freed resources take waiting tasks first-in first-out (Work Queue's
 rule: the first worker with room), pending workers arrive one L after they
 were asked for, and — with lookahead — tasks the DAG releases join the queue
-when their parents finish. What still waits at the horizon is the shortage to
+when their parents finish (for a barrier, when the slowest parent is likely
+to finish: resources come back at the mean, a stage ends with its
+stragglers). What still waits at the horizon is the shortage to
 buy now (packed into the worker shape); workers idle now that the play never
 needed are the waste to drain.
 

@@ -89,7 +89,9 @@ class _Worker:
     connected_at: float | None = None
     free_c: float = 0.0
     free_m: float = 0.0
-    running: set = field(default_factory=set)
+    #: task ids in start order (a dict, not a set: iteration order must not depend on
+    #: string hashing, or runs of the same seed differ between processes)
+    running: dict[str, None] = field(default_factory=dict)
     idle_since: float | None = None
     gone: bool = False
 
@@ -203,7 +205,7 @@ class SimWorld:
     def _remove(self, w: _Worker, event: str) -> None:
         now = self.env.now
         lost = 0
-        for tid in list(w.running):
+        for tid in reversed(list(w.running)):  # back to the queue in their start order
             r = self.runs.pop(tid)
             self.lost_work += (now - r.start) * r.alloc.cores
             lost += 1
@@ -259,7 +261,7 @@ class SimWorld:
         self._token += 1
         w.free_c -= alloc.cores
         w.free_m -= alloc.memory_mb
-        w.running.add(t.id)
+        w.running[t.id] = None
         w.idle_since = None
         run = _Run(t, w, now, alloc, self._token)
         self.runs[t.id] = run
@@ -277,7 +279,7 @@ class SimWorld:
         w = r.worker
         w.free_c += r.alloc.cores
         w.free_m += r.alloc.memory_mb
-        w.running.discard(tid)
+        w.running.pop(tid, None)
         if not w.running:
             w.idle_since = now
         if failed:
@@ -331,7 +333,7 @@ class SimWorld:
             ))
         pending = [PendingWorker(id=w.id, requested_at=w.requested_at, shape=w.capacity)
                    for w in self.workers.values() if w.connected_at is None and not w.gone]
-        cats = {c: self.learned.model(c) for c in {t.category for t in self.workload.tasks}}
+        cats = {c: self.learned.model(c) for c in sorted({t.category for t in self.workload.tasks})}
         return Observation(
             time=now, waiting=groups, running=running, workers=workers, pending=pending, categories=cats,
             upcoming=upcoming,
