@@ -374,16 +374,17 @@ class QueueDrainEstimator:
                     if upcoming and self.options.barrier_aware and g.model is not None:
                         last = batch_last_runtime(g.model, k)
                     # resources come back at the mean; the batch counts as done when its last task is
-                    same = last <= g.runtime
-                    heapq.heappush(events, (t + g.runtime, seq, 0, i, k * c, k * m, k * d, gi if same else -1))
+                    later = last > g.runtime
+                    heapq.heappush(events, (t + g.runtime, seq, 0, i, k * c, k * m, k * d, -1 if later else gi))
                     seq += 1
-                    if same or t + last <= end:
+                    if not later:
                         g.inflight += 1
-                    else:
-                        g.blocked = True
-                    if not same and t + last <= end:
+                    elif t + last <= end:
+                        g.inflight += 1
                         heapq.heappush(events, (t + last, seq, 2, i, 0.0, 0.0, 0.0, gi))
                         seq += 1
+                    else:
+                        g.blocked = True
                 if s.free_c <= 1e-9:
                     break
 
