@@ -201,11 +201,12 @@ def test_dry_run_decides_without_pinning():
 
 
 class Master:
-    def __init__(self):
+    def __init__(self, debug_log: Path | None = None):
         from workqueue_bridge.wq import load
 
         self.wq = load()
-        self.q = self.wq.WorkQueue(port=0)
+        self.debug_log = debug_log
+        self.q = self.wq.WorkQueue(port=0, debug_log=str(debug_log) if debug_log else None)
         self.done = []
         self.stop = threading.Event()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -214,6 +215,12 @@ class Master:
         t = self.wq.Task(cmd)
         t.specify_cores(cores)
         return self.q.submit(t)
+
+    def debug_tail(self, lines: int = 40) -> str:
+        """The end of the master's debug log: why a task was not dispatched, when a test fails."""
+        if not self.debug_log or not self.debug_log.exists():
+            return ""
+        return "\n".join(self.debug_log.read_text(errors="replace").splitlines()[-lines:])
 
     def _pump(self):
         # wait(0) and a sleep: Debian's SWIG module holds the GIL inside wait(), and a
@@ -228,23 +235,28 @@ class Master:
 
 @pytest.mark.slow
 def test_hta_worker_runs_mixed_tasks_with_css(tmp_path):
-    m = Master()
+    m = Master(debug_log=tmp_path / "master.debug")
     ids = {m.submit("stress-ng --futex 1 -t 14 -q"): "futex", m.submit("stress-ng --cpu 1 -t 14 -q"): "cpu"}
     log = tmp_path / "css.jsonl"
-    w = subprocess.Popen([*HTA, "worker", f"--master=127.0.0.1:{m.q.port}", "--cores=2", "--idle-timeout=5",
+    # a long idle timeout: a busy machine may take seconds to dispatch (CI once saw the worker
+    # give up after a 5 s one with both tasks still queued); the test ends the worker itself
+    w = subprocess.Popen([*HTA, "worker", f"--master=127.0.0.1:{m.q.port}", "--cores=2", "--idle-timeout=120",
                           f"--workdir={tmp_path}", f"--css-log={log}", "--css-interval=3", "--css-backend=proc"],
                          stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + 90
         while len(m.done) < 2 and time.time() < deadline:
             time.sleep(0.5)
-        assert sorted(d[0] for d in m.done) == sorted(ids), m.done
+        assert sorted(d[0] for d in m.done) == sorted(ids), (m.done, m.debug_tail())
         assert all(d[1] == 0 for d in m.done)
-        w.wait(30)
+        w.send_signal(signal.SIGTERM)  # idle now: drains at once
+        assert w.wait(30) in (0, 143)
     finally:
         m.stop.set()
+        m.wq.cctools_debug_flags_clear()  # the debug log is process-wide: the next master logs nothing
         if w.poll() is None:
             w.kill()
+            w.wait()
     err = w.stderr.read()
     cap = json.loads(next(x for x in err.splitlines() if '"hta_worker"' in x))
     assert cap["cores"] == 2 and cap["sources"]["cores"] == "flag" and "memory" in cap["sources"]
