@@ -17,7 +17,7 @@ from hta.node.css.daemon import CSSConfig, CSSDaemon, Targets
 from hta.node.css.monitor import BACKENDS, available
 from hta.node.css.plan import classify, ctbra, equal_allocation
 
-from conftest import HTA
+from conftest import HTA, wait
 
 GIB = 2**30
 
@@ -268,6 +268,40 @@ def test_hta_worker_runs_mixed_tasks_with_css(tmp_path):
     assert sorted("io" in c for c in classes.values()) == [False, True], classes  # one io task, one cpu task
     io_cpus = {tuple(r["cpus"]) for r in recs if r["class"] == "io"}
     assert io_cpus == {(0,)}
+
+
+@pytest.mark.slow
+def test_hta_worker_survives_other_writers_on_its_filesystem(tmp_path):
+    """work_queue_worker quits when free disk drops below its --disk promise; the promise
+    measured by hta worker leaves headroom, so another writer on the node's disk is no crash."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(fs)], check=True)
+    m = Master()
+    w = subprocess.Popen([*HTA, "worker", f"--master=127.0.0.1:{m.q.port}", "--cores=1", "--no-css",
+                          "--idle-timeout=120", f"--workdir={fs}"], stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait(lambda: m.q.stats.workers_connected >= 1 or w.poll() is not None, 60)
+        (fs / "another-pod.log").write_bytes(b"x" * 3 * 2**20)  # 3 MB of someone else's
+        time.sleep(7)  # the worker remeasures its disk every 5 s and then checks its promise
+        m.submit("true")
+        assert wait(lambda: m.done or w.poll() is not None, 60)
+        assert w.poll() is None, w.stderr.read()
+        assert [d[1] for d in m.done] == [0]
+    finally:
+        m.stop.set()
+        if w.poll() is None:
+            w.send_signal(signal.SIGTERM)
+            try:
+                w.wait(30)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                w.wait()
+        subprocess.run(["umount", str(fs)], check=False)
+    cap = json.loads(next(x for x in w.stderr.read().splitlines() if '"hta_worker"' in x))
+    assert cap["sources"]["disk"].startswith("90% of the free space") and 50 <= cap["disk_mb"] < 60
 
 
 @pytest.mark.slow

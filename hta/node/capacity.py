@@ -7,7 +7,7 @@ sent more tasks than its cgroup lets it run. So:
     cores  = min(CPU quota / period, |cpuset|, ⌈shares · host CPUs⌉)   (whole cores, at least 1)
     memory = the hard limit (memory.limit_in_bytes, memory.max), never above the host's
     soft   = memory.soft_limit_in_bytes / memory.high, reported beside it
-    disk   = free space of the work directory's filesystem
+    disk   = 90 % of the free space of the work directory's filesystem (see DISK_HEADROOM)
 
 for cgroup v1 (cpu.cfs_quota_us, cpu.cfs_period_us, cpuset.cpus, cpu.shares)
 and v2 (cpu.max, cpuset.cpus.effective, cpu.weight). Shares follow the
@@ -25,6 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 UNLIMITED_BYTES = 2**60
+
+#: share of the free disk not promised to the master. ``work_queue_worker`` rechecks its
+#: ``--disk`` promise against the filesystem's free space (plus its own use) on every loop
+#: and quits when it falls short by even one MB; a node's filesystem is shared (container
+#: logs, images, other pods), so promising all of it made a pod's worker quit at once
+#: when anything else wrote a file (seen in CI: "73765 < 73764 MB")
+DISK_HEADROOM = 0.10
 
 
 @dataclass
@@ -143,6 +150,7 @@ def effective_capacity(
         soft_mb = int(soft) // 2**20
         src["soft_memory"] = f"{mem_dir / soft_name} ({soft})"
 
-    disk_mb = shutil.disk_usage(workdir).free // 2**20
-    src["disk"] = f"free space of {Path(workdir).resolve()}"
+    free_mb = shutil.disk_usage(workdir).free // 2**20
+    disk_mb = int(free_mb * (1 - DISK_HEADROOM))
+    src["disk"] = f"{1 - DISK_HEADROOM:.0%} of the free space of {Path(workdir).resolve()} ({free_mb} MB)"
     return Capacity(cores, memory_mb, disk_mb, soft_mb, src)
