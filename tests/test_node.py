@@ -238,8 +238,9 @@ def test_hta_worker_runs_mixed_tasks_with_css(tmp_path):
     m = Master(debug_log=tmp_path / "master.debug")
     ids = {m.submit("stress-ng --futex 1 -t 14 -q"): "futex", m.submit("stress-ng --cpu 1 -t 14 -q"): "cpu"}
     log = tmp_path / "css.jsonl"
-    # a long idle timeout: a busy machine may take seconds to dispatch (CI once saw the worker
-    # give up after a 5 s one with both tasks still queued); the test ends the worker itself
+    # a long idle timeout, and the test ends the worker itself: CI once saw the worker leave
+    # with both tasks queued (most likely its full-disk promise, fixed in capacity.py; its
+    # stderr was not shown then, so a failure now shows it and the master's debug log)
     w = subprocess.Popen([*HTA, "worker", f"--master=127.0.0.1:{m.q.port}", "--cores=2", "--idle-timeout=120",
                           f"--workdir={tmp_path}", f"--css-log={log}", "--css-interval=3", "--css-backend=proc"],
                          stderr=subprocess.PIPE, text=True)
@@ -247,6 +248,8 @@ def test_hta_worker_runs_mixed_tasks_with_css(tmp_path):
         deadline = time.time() + 90
         while len(m.done) < 2 and time.time() < deadline:
             time.sleep(0.5)
+        if len(m.done) < 2 and w.poll() is not None:
+            pytest.fail(f"hta worker exited ({w.returncode}) with tasks queued:\n{w.stderr.read()}\n{m.debug_tail()}")
         assert sorted(d[0] for d in m.done) == sorted(ids), (m.done, m.debug_tail())
         assert all(d[1] == 0 for d in m.done)
         w.send_signal(signal.SIGTERM)  # idle now: drains at once

@@ -27,7 +27,7 @@ from pathlib import Path
 UNLIMITED_BYTES = 2**60
 
 #: share of the free disk not promised to the master. ``work_queue_worker`` rechecks its
-#: ``--disk`` promise against the filesystem's free space (plus its own use) on every loop
+#: ``--disk`` promise against the filesystem's free space (plus its own use) every 5 s
 #: and quits when it falls short by even one MB; a node's filesystem is shared (container
 #: logs, images, other pods), so promising all of it made a pod's worker quit at once
 #: when anything else wrote a file (seen in CI: "73765 < 73764 MB")
