@@ -82,9 +82,8 @@ def main() -> None:
     print(f"  BLAST  HTA waste beside running tasks (no policy that drains only idle workers removes it):"
           f" {busy:,.0f} core·s = {busy / m(b, 'hpa-20', 'waste_core_s'):.3f} × HPA-20 waste (the goal is 0.125 for"
           f" all of it); on idle workers {m(b, 'hta', 'idle_waste_core_s'):,.0f} core·s")
+    full = ClusterModel(start_nodes=ClusterModel().max_nodes)
     for c in (b, io):
-        full = ClusterModel()
-        full = full.model_copy(update={"start_nodes": full.max_nodes})
         static = [SimWorld(load_workload(c.workload, s), StaticCluster(), full, seed=s).run().runtime_s
                   for s in range(args.seeds)]
         st = statistics.fmean(static)
