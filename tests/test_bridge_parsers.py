@@ -62,6 +62,15 @@ def test_worker_status_from_real_master():
     assert w.cores_in_use == 2 and w.tasks_running == 2 and w.task_ids == [2, 3]
 
 
+def test_a_worker_that_has_not_reported_its_resources_is_not_listed():
+    (real,) = load("worker_status_running.json")
+    accepted = {**real, "address_port": "127.0.0.1:51500", "hostname": "unknown", "total_tasks_running": 0,
+                **{f"{r}_{k}": 0 for r in ("cores", "memory", "disk") for k in ("total", "inuse", "largest", "smallest")}}
+    accepted = {k: v for k, v in accepted.items() if not k.startswith("current_task_")}
+    handshaken = {**accepted, "hostname": "vm"}  # hello sent, resources not yet
+    assert [w.address for w in parse_worker_status([real, accepted, handshaken])] == ["127.0.0.1:51424"]
+
+
 def test_observation_from_real_master():
     snap = captured_snapshot()
     epoch = 1795315968.0

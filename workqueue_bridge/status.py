@@ -138,9 +138,16 @@ def parse_task_status(data: Any) -> list[TaskStatus]:
 
 
 def parse_worker_status(data: Any) -> list[WorkerStatus]:
+    """The workers that can take tasks. The master lists a worker from the moment it
+    accepts the connection, before its handshake (hostname ``unknown``) and its resource
+    report (all totals 0); Work Queue sends such a worker nothing, so neither do we count
+    it as connected (seen in CI: a worker listed with 0 cores for one poll)."""
     out = []
     for w in data or []:
         if not w.get("address_port"):
+            continue
+        if w.get("hostname") == "unknown" or not any(
+                _num(w.get(k)) > 0 for k in ("cores_total", "memory_total", "disk_total")):
             continue
         ids = [int(_num(v)) for k, v in w.items() if k.startswith("current_task_") and k.endswith("_id")]
         start = _num(w.get("start_time"), 0.0)
