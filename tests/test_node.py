@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -141,7 +142,7 @@ def test_css_classifies_real_workloads_and_pins(backend, tmp_path):
         recs = {r["container"]: r for r in d.step()}
         d.close()
         f, c = recs[f"pid-{fut.pid}"], recs[f"pid-{cpu.pid}"]
-        assert (f["class"], c["class"]) == ("io", "cpu"), recs
+        assert (f["class"], c["class"]) == ("io", "cpu"), json.dumps(recs)
         assert f["futex"] > d.lam >= c["futex"] and f["backend"] == c["backend"] == backend
         assert f["cpus"] == [0] and c["cpus"] == [1]
         for child in __import__("psutil").Process(fut.pid).children(recursive=True) + [__import__("psutil").Process(fut.pid)]:
@@ -155,6 +156,46 @@ def test_css_classifies_real_workloads_and_pins(backend, tmp_path):
         cpu.kill()
         fut.wait()
         cpu.wait()
+
+
+PARKED = "import threading, time\nfor _ in range(50): threading.Thread(target=threading.Event().wait, daemon=True).start()\ntime.sleep(60)"
+
+
+@pytest.mark.parametrize("backend", ["perf", "bpftrace", "proc"])
+def test_css_threads_parked_in_futex_are_not_futex_activity(backend):
+    """50 threads asleep in futex for good make no futex calls: CPU class with every backend
+    (the proc sampler once counted each sample that found a thread in futex: 5,000 in 5 s)."""
+    if backend not in BACKS:
+        pytest.skip(f"{backend} backend not available here (needs root / tracefs / bpftrace)")
+    p = subprocess.Popen([sys.executable, "-c", PARKED])
+    try:
+        assert wait(lambda: len(os.listdir(f"/proc/{p.pid}/task")) > 50, 10)
+        d = CSSDaemon(Targets(pids=[p.pid]), CSSConfig(cores=[0, 1], dry_run=True), monitor=BACKENDS[backend]())
+        d.step()
+        time.sleep(3)
+        (rec,) = d.step()
+        d.close()
+        assert rec["class"] == "cpu" and rec["futex"] <= d.lam, rec
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_css_proc_backend_follows_processes_forked_between_intervals():
+    """The proc sampler re-lists a tree's threads every second: a futex-heavy program that a
+    shell starts after the tree was listed is counted within the same interval."""
+    sh = subprocess.Popen(["sh", "-c", "sleep 1; exec stress-ng --futex 1 -t 20 -q"])
+    try:
+        d = CSSDaemon(Targets(pids=[sh.pid]), CSSConfig(cores=[0, 1], dry_run=True), monitor=BACKENDS["proc"]())
+        (first,) = d.step()
+        time.sleep(5)
+        (rec,) = d.step()
+        d.close()
+        assert first["processes"] <= 2 and rec["processes"] == 3  # sh (+ sleep), then stress-ng and its two
+        assert rec["class"] == "io" and rec["futex"] > d.lam, rec
+    finally:
+        sh.kill()
+        sh.wait()
 
 
 def test_css_pins_a_cgroup_through_its_cpuset(tmp_path):

@@ -6,9 +6,9 @@ Three backends, best first; :func:`choose` takes the first that works here:
    tracepoint for every thread (ctypes; needs root or CAP_PERFMON and tracefs,
    which is mounted if absent). Exact, negligible overhead.
 2. ``bpftrace`` — one bpftrace process counting futex calls per process.
-3. ``proc`` — unprivileged: samples ``/proc/PID/task/TID/syscall`` of every
-   thread (fds kept open) and counts the samples blocked in futex (202 on
-   x86_64). It counts time blocked, not calls, so it has its own λ.
+3. ``proc`` — unprivileged: estimates futex waits from each thread's voluntary
+   context switches, attributed by sampling the syscall it sleeps in from
+   ``/proc/PID/task/TID/syscall`` (20 Hz; see :class:`ProcSampler`).
 
 Counts accumulate until :meth:`reset` (SBCC's cleaning interval).
 """
@@ -19,18 +19,20 @@ import ctypes
 import logging
 import os
 import re
+import resource
 import shutil
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 log = logging.getLogger("hta.css")
 
-#: λ per backend: the paper's 30 futex calls for counters; for the sampler,
-#: futex-blocked samples at 20 Hz (a CPU-bound task shows none; a futex-heavy one 8–25 in 5 s)
-LAMBDA = {"perf": 30.0, "bpftrace": 30.0, "proc": 4.0}
+#: λ per backend: the paper's 30 futex calls; the sampler's estimate counts futex
+#: waits (a CPU-bound stress-ng: 0 in 5 s; a futex-heavy one: about 200,000)
+LAMBDA = {"perf": 30.0, "bpftrace": 30.0, "proc": 30.0}
 SYS_FUTEX_X86_64 = 202
 SYS_PERF_EVENT_OPEN_X86_64 = 298
 TRACEFS = [Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing")]
@@ -93,6 +95,7 @@ class PerfMonitor:
         if tf is None:
             raise OSError("no tracefs with syscall tracepoints (mount needs root)")
         self.tp_id = int((tf / "events/syscalls/sys_enter_futex/id").read_text())
+        raise_open_files_limit()  # one counter per thread
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.fds: dict[int, tuple[str, int]] = {}  # tid → (container, fd)
         self.base: dict[str, int] = {}  # counts of threads that ended, since reset
@@ -221,60 +224,177 @@ class BpftraceMonitor(_Accumulated):
 
 
 # -- /proc sampler -----------------------------------------------------------------
+def process_tree(pids: set[int]) -> set[int]:
+    """These processes and all their descendants (``/proc/PID/task/TID/children``)."""
+    seen: set[int] = set()
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for t in tids:
+            try:
+                fd = os.open(f"/proc/{pid}/task/{t}/children", os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                todo.extend(int(x) for x in os.read(fd, 65536).split())
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+    return seen
+
+
+@dataclass
+class _SampledThread:
+    container: str
+    syscall_fd: int  # /proc/PID/task/TID/syscall, kept open
+    status_fd: int  # /proc/PID/task/TID/status, kept open
+    switches: int  # its voluntary context switches at the last tick
+    blocked_in: int | None = None  # the syscall it was last seen asleep in
+    active: bool = True  # it switched since the tick before: sample it until the next tick
+    sampled: bool = False  # it was sampled since the last tick
+
+
+def raise_open_files_limit() -> None:
+    """Soft limit on open files up to the hard one: the backends keep one or two
+    files open per watched thread, and 1,024 is only 500 threads (nothing here
+    uses select())."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-files limit from %d: %s", soft, exc)
+
+
+def _voluntary_switches(status_fd: int) -> int:
+    text = os.pread(status_fd, 4096, 0)
+    at = text.index(b"\nvoluntary_ctxt_switches:") + len(b"\nvoluntary_ctxt_switches:")
+    return int(text[at:text.index(b"\n", at)])
+
+
 class ProcSampler(_Accumulated):
+    """Futex waits per container, estimated without privileges from ``/proc``.
+
+    Every futex wait that sleeps is one voluntary context switch of its thread,
+    and the kernel counts those per thread (``voluntary_ctxt_switches``). Which
+    syscall a thread sleeps in is sampled ``hz`` times a second from its
+    ``syscall`` file. Once a second (a tick) each thread's new voluntary
+    switches are added to its container when the thread was last seen asleep
+    in futex, or sampled but never caught asleep (waits too short for the
+    sampler: the wait/wake ping-pong of a futex-heavy task). A thread last seen
+    asleep in anything else (read, poll, wait4, nanosleep) adds nothing, and
+    neither does a thread parked in futex that never wakes (no new switches).
+    The result is a count of futex waits, the unit of λ for the counters.
+
+    Only threads that switched in the previous tick are sampled: parked and
+    CPU-bound threads cost one read of their ``status`` a second. A thread
+    that wakes after a quiet tick is attributed by what it was last seen
+    asleep in; never seen, its first second is not counted.
+
+    Why not count the samples that find a thread in futex (this backend's first
+    form): a futex-heavy task's waits last microseconds, so that count swung
+    between 0 and 16 per second for the same ``stress-ng --futex`` while its
+    voluntary switches stayed at 29,000–55,000 a second; CI once saw 0 in a
+    5 s interval and called the task CPU-bound.
+
+    The threads are re-listed every tick from the tracked process trees, not
+    only at :meth:`update` (once per management interval): a task's busy
+    process is often forked after the task started (``sh -c`` → program).
+    """
+
     name = "proc"
 
-    def __init__(self, hz: float = 20.0) -> None:
+    def __init__(self, hz: float = 20.0, tick_s: float = 1.0) -> None:
         super().__init__()
+        raise_open_files_limit()  # two kept-open files per thread
         self.period = 1.0 / hz
-        self.fds: dict[int, tuple[str, int]] = {}
+        self.tick_every = max(1, round(tick_s * hz))
+        self.tracked: dict[str, set[int]] = {}
+        self.threads: dict[int, _SampledThread] = {}  # by TID
         self.stop = threading.Event()
         self.samples = 0
         threading.Thread(target=self._run, daemon=True).start()
 
     def update(self, containers: dict[str, set[int]]) -> None:
-        want = {}
-        for c, pids in containers.items():
-            for pid in pids:
+        with self.lock:
+            self.tracked = {c: set(pids) for c, pids in containers.items()}
+            self._tick()
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            self._tick()  # the switches up to now
+        return super().counts()
+
+    def _tick(self) -> None:  # call with the lock held
+        """Add each thread's new voluntary switches, then re-list the tracked threads."""
+        for t in self.threads.values():
+            try:
+                now = _voluntary_switches(t.status_fd)
+            except (OSError, ValueError):
+                continue  # ended since the last tick
+            new = now - t.switches
+            if t.blocked_in == SYS_FUTEX_X86_64 or (t.blocked_in is None and t.sampled):
+                self._add(t.container, new)
+            t.switches, t.active, t.sampled = now, new > 0, False
+        want: dict[int, tuple[str, int]] = {}  # TID → (container, PID)
+        for c, pids in self.tracked.items():
+            for pid in process_tree(pids):
                 try:
-                    for t in os.listdir(f"/proc/{pid}/task"):
-                        want[(pid, int(t))] = c
+                    want.update((int(tid), (c, pid)) for tid in os.listdir(f"/proc/{pid}/task"))
                 except OSError:
                     continue
-        wanted = {tid for _, tid in want}
-        with self.lock:
-            for tid in [t for t in self.fds if t not in wanted]:
-                os.close(self.fds.pop(tid)[1])
-            for (pid, tid), c in want.items():
-                if tid not in self.fds:
-                    try:
-                        self.fds[tid] = (c, os.open(f"/proc/{pid}/task/{tid}/syscall", os.O_RDONLY))
-                    except OSError:
-                        continue
+        for tid in [tid for tid in self.threads if tid not in want]:
+            self._forget(tid)
+        for tid, (c, pid) in want.items():
+            if tid in self.threads:
+                self.threads[tid].container = c
+                continue
+            fds: list[int] = []
+            try:
+                for name in ("syscall", "status"):
+                    fds.append(os.open(f"/proc/{pid}/task/{tid}/{name}", os.O_RDONLY))
+                self.threads[tid] = _SampledThread(c, *fds, switches=_voluntary_switches(fds[1]))
+            except (OSError, ValueError):
+                for fd in fds:  # the thread ended meanwhile
+                    os.close(fd)
+
+    def _forget(self, tid: int) -> None:
+        t = self.threads.pop(tid)
+        os.close(t.syscall_fd)
+        os.close(t.status_fd)
 
     def _run(self) -> None:
         while not self.stop.wait(self.period):
-            with self.lock:
-                items = list(self.fds.items())
-            hits: dict[str, int] = {}
-            for tid, (c, fd) in items:
-                try:
-                    first = os.pread(fd, 32, 0).split(b" ", 1)[0]
-                except OSError:
-                    continue
-                if first.isdigit() and int(first) == SYS_FUTEX_X86_64:
-                    hits[c] = hits.get(c, 0) + 1
-            with self.lock:
+            with self.lock:  # update() closes fds: read none of them meanwhile
                 self.samples += 1
-                for c, n in hits.items():
-                    self._add(c, n)
+                if self.samples % self.tick_every == 0:
+                    self._tick()
+                for t in self.threads.values():
+                    if not t.active:
+                        continue
+                    try:
+                        first = os.pread(t.syscall_fd, 32, 0).split(b" ", 1)[0]
+                    except OSError:
+                        continue
+                    t.sampled = True
+                    if first.isdigit():  # asleep in that syscall ("running" otherwise)
+                        t.blocked_in = int(first)
 
     def close(self) -> None:
         self.stop.set()
         with self.lock:
-            for _, fd in self.fds.values():
-                os.close(fd)
-            self.fds.clear()
+            for tid in list(self.threads):
+                self._forget(tid)
+            self.tracked = {}
 
 
 BACKENDS = {"perf": PerfMonitor, "bpftrace": BpftraceMonitor, "proc": ProcSampler}
