@@ -108,7 +108,8 @@ def main() -> None:
               f"   futex tasks {statistics.fmean(r[1] for r in res[flag]):6.2f} s"
               f"   cpu tasks {statistics.fmean(r[2] for r in res[flag]):6.2f} s")
     ratio = statistics.fmean(r[0] for r in res[True]) / statistics.fmean(r[0] for r in res[False])
-    print(f"   makespan with CSS / without: {ratio:.3f} ({(1 - ratio) * 100:+.1f} % faster with CSS)")
+    print(f"   makespan with CSS / without: {ratio:.3f} ({abs(1 - ratio) * 100:.1f} % "
+          f"{'faster' if ratio < 1 else 'slower'} with CSS)")
 
 
 if __name__ == "__main__":
