@@ -225,7 +225,11 @@ class BpftraceMonitor(_Accumulated):
 
 # -- /proc sampler -----------------------------------------------------------------
 def process_tree(pids: set[int]) -> set[int]:
-    """These processes and all their descendants (``/proc/PID/task/TID/children``)."""
+    """These processes and all their descendants (``/proc/PID/task/TID/children``).
+
+    Cheaper than psutil's scan of every process, so the sampler can follow the
+    trees every second; on a kernel without that file it returns the given
+    processes, which the daemon has already expanded with psutil."""
     seen: set[int] = set()
     todo = list(pids)
     while todo:
@@ -256,10 +260,11 @@ class _SampledThread:
     container: str
     syscall_fd: int  # /proc/PID/task/TID/syscall, kept open
     status_fd: int  # /proc/PID/task/TID/status, kept open
-    switches: int  # its voluntary context switches at the last tick
+    switches: int  # its voluntary context switches when last read
     blocked_in: int | None = None  # the syscall it was last seen asleep in
-    active: bool = True  # it switched since the tick before: sample it until the next tick
+    active: bool = True  # it switched in the tick before: sample it until the next tick
     sampled: bool = False  # it was sampled since the last tick
+    switched: int = 0  # its voluntary context switches since the last tick
 
 
 def raise_open_files_limit() -> None:
@@ -327,15 +332,21 @@ class ProcSampler(_Accumulated):
     def update(self, containers: dict[str, set[int]]) -> None:
         with self.lock:
             self.tracked = {c: set(pids) for c, pids in containers.items()}
-            self._tick()
+            self._relist()
 
     def counts(self) -> dict[str, int]:
         with self.lock:
-            self._tick()  # the switches up to now
+            self._count_switches()  # up to now, not only to the last tick
         return super().counts()
 
     def _tick(self) -> None:  # call with the lock held
-        """Add each thread's new voluntary switches, then re-list the tracked threads."""
+        self._count_switches()
+        for t in self.threads.values():
+            t.active, t.sampled, t.switched = t.switched > 0, False, 0
+        self._relist()
+
+    def _count_switches(self) -> None:  # call with the lock held
+        """Add each thread's voluntary switches since they were last read to its container."""
         for t in self.threads.values():
             try:
                 now = _voluntary_switches(t.status_fd)
@@ -344,7 +355,10 @@ class ProcSampler(_Accumulated):
             new = now - t.switches
             if t.blocked_in == SYS_FUTEX_X86_64 or (t.blocked_in is None and t.sampled):
                 self._add(t.container, new)
-            t.switches, t.active, t.sampled = now, new > 0, False
+            t.switches, t.switched = now, t.switched + new
+
+    def _relist(self) -> None:  # call with the lock held
+        """Follow the tracked process trees: open the threads that are new, close those gone."""
         want: dict[int, tuple[str, int]] = {}  # TID → (container, PID)
         for c, pids in self.tracked.items():
             for pid in process_tree(pids):
