@@ -12,19 +12,12 @@ Bad input is one line on stderr starting ``hta: error:`` and a non-zero exit.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 import time
 from pathlib import Path
 
-from hta.model import Resources
-
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    pass
+from hta.errors import EXIT_USAGE, UsageError
 
 
 def _positive_int(name: str, minimum: int = 1):
@@ -67,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "makeflow.")
     m.add_argument("workflow", type=Path, help="the Makeflow file")
     m.add_argument("makeflow_args", nargs=argparse.REMAINDER, help="extra makeflow arguments, after --")
-    m.add_argument("--backend", choices=["local", "k8s"], default="local",
-                   help="where workers run: local processes (default) or Kubernetes pods")
+    m.add_argument("--backend", default="local",
+                   help="where workers run: local processes (local, the default) or Kubernetes pods (k8s)")
     k = m.add_argument_group("Kubernetes backend")
     k.add_argument("--kubeconfig", default=None, metavar="FILE",
                    help="default: in-cluster config in a pod, else $KUBECONFIG or ~/.kube/config")
@@ -101,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="preparation latency assumed until one is measured (default: provision delay + 2s)")
     m.add_argument("--log", type=Path, default=None, metavar="FILE",
                    help="scaling log (default: WORKFLOW.scaling.jsonl next to the makeflow logs)")
+    m.add_argument("--record", type=Path, default=None, metavar="FILE",
+                   help="write every answer the controller reads (master, backend, monitor) to FILE, "
+                        "to replay the run's decisions later (hta.replay)")
     m.set_defaults(func=cmd_makeflow)
 
     s = sub.add_parser("simulate", help="compare policies on a simulated cluster",
@@ -286,103 +282,29 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_makeflow(args: argparse.Namespace) -> int:
-    from hta.backends.local import LocalBackend
-    from hta.controller import ControllerConfig
-    from hta.policies.base import make_policy
-    from hta.submit import paths_for, submit
+    from hta.backends import BackendOptions
+    from hta.submit import MakeflowOptions, run_makeflow
     from hta.summary_view import print_summary
-    from workqueue_bridge.makeflow import MakeflowError, check_extra_args, check_installed
 
-    wf: Path = args.workflow
-    if not wf.is_file():
-        raise UsageError(f"workflow file {str(wf)!r} not found: give the path to a Makeflow file")
     extra = list(args.makeflow_args)
     if extra and extra[0] == "--":
         extra = extra[1:]
-    if args.min_workers > args.max_workers:
-        raise UsageError(f"--min-workers ({args.min_workers}) is above --max-workers ({args.max_workers})")
-    if args.min_interval > args.max_interval:
-        raise UsageError(f"--min-interval ({args.min_interval:g}) is above --max-interval ({args.max_interval:g})")
-    try:
-        policy = make_policy(args.policy)
-        check_installed()
-        check_extra_args(extra)
-    except (ValueError, MakeflowError) as exc:
-        raise UsageError(str(exc)) from None
-
-    shape = Resources(cores=args.worker_cores, memory_mb=args.worker_memory, disk_mb=args.worker_disk)
-    prior = args.latency_prior if args.latency_prior is not None else args.provision_delay + 2.0
-    config = ControllerConfig(
-        worker_shape=shape, min_workers=args.min_workers, max_workers=args.max_workers,
-        poll_interval_s=args.poll_interval, min_interval_s=args.min_interval,
-        max_interval_s=args.max_interval, latency_prior_s=prior,
+    options = MakeflowOptions(
+        workflow=args.workflow, makeflow_args=extra, backend=args.backend, policy=args.policy, port=args.port,
+        min_workers=args.min_workers, max_workers=args.max_workers, worker_cores=args.worker_cores,
+        worker_memory_mb=args.worker_memory, worker_disk_mb=args.worker_disk,
+        poll_interval_s=args.poll_interval, min_interval_s=args.min_interval, max_interval_s=args.max_interval,
+        latency_prior_s=args.latency_prior, log=args.log, record=args.record,
+        backend_options=BackendOptions(
+            idle_timeout_s=args.idle_timeout, provision_delay_s=args.provision_delay,
+            provision_jitter_s=args.provision_jitter, kubeconfig=args.kubeconfig, namespace=args.namespace,
+            image=args.image, master_host=args.master_host, host_network=args.host_network),
     )
-    run_dir, _ = paths_for(wf)
-    epoch = time.time()
-    if args.backend == "k8s":
-        from k8s.api import K8sError
-        from k8s.backend import KubernetesBackend
-        from k8s.pods import run_id_for
-
-        backend = KubernetesBackend(run_id=run_id_for(wf), epoch=epoch, namespace=args.namespace,
-                                    image=args.image, kubeconfig=args.kubeconfig,
-                                    master_host=args.master_host or routable_address(args.kubeconfig, args.host_network),
-                                    host_network=args.host_network, idle_timeout_s=args.idle_timeout)
-        try:
-            backend.connect()
-        except K8sError as exc:
-            raise UsageError(str(exc)) from None
-        port = 9123 if args.port is None else args.port
-    else:
-        backend = None
-        port = args.port or 0
-
-    async def go():
-        nonlocal backend
-        if backend is None:
-            backend = LocalBackend(run_dir, provision_delay_s=args.provision_delay,
-                                   provision_jitter_s=args.provision_jitter, idle_timeout_s=args.idle_timeout)
-        return await submit(wf, policy=policy, backend=backend, config=config, makeflow_args=extra,
-                            scaling_log_path=args.log, port=port, epoch=epoch)
-
-    result = asyncio.run(go())
+    result = run_makeflow(options)
     print_summary(result.summary, result.scaling_log)
     if result.error:
         print(f"hta: error: {result.error}", file=sys.stderr)
     return result.exit_code
-
-
-def routable_address(kubeconfig: str | None, host_network: bool) -> str:
-    """The address of this host that worker pods can reach the master at: the one that routes
-    towards the API server. For an API server on loopback (a cluster on this machine), that is
-    127.0.0.1 only for pods on the host network; pods on a pod network need the address of the
-    default route."""
-    import socket
-    from urllib.parse import urlparse
-
-    try:
-        from kubernetes import client, config
-
-        cfg = client.Configuration()
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-        host = urlparse(cfg.host).hostname or "127.0.0.1"
-    except Exception:
-        host = None
-    if host in ("127.0.0.1", "localhost", "::1"):
-        if host_network:
-            return "127.0.0.1"
-        host = "192.0.2.254"  # any non-local destination picks the default route
-    if host is None:
-        try:
-            return socket.gethostbyname(socket.gethostname())
-        except OSError:
-            return "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:  # a UDP "connect" only picks the route; nothing is sent
-            s.connect((host, 443))
-            return s.getsockname()[0]
-        except OSError:
-            return "127.0.0.1"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,12 +1,30 @@
-"""The control loop: observe → decide → act.
+"""The control loop: observe → decide → act. The only one.
 
-Every ``poll_interval_s`` the controller reads the master, the monitor
-summaries and the backend, builds an :class:`~hta.model.Observation` and logs
-it (the supply/in-use/demand curve the report draws). When the policy's last
-``next_decision_s`` has passed — for HTA one preparation latency, bounded by
-``min_interval_s`` and ``max_interval_s`` — it asks the policy and carries the
-decision out through the backend. Blocking work (psutil, file reads) is small
-and stays on the loop; the master is read with aiohttp.
+Production (``hta makeflow``) and the evaluation simulator run this same
+:class:`Controller`; they differ only in what it talks to:
+
+============  =====================================  ======================================
+dependency    production                             simulator (``hta.sim``)
+============  =====================================  ======================================
+master        :class:`MasterStatusClient` (HTTP)     ``SimMaster`` (the simulated queue)
+backend       local processes or Kubernetes pods     ``SimBackend`` (simulated nodes)
+summaries     ``makeflow --monitor`` directory       ``SimMonitor`` (completed tasks)
+upcoming      the DAG from ``makeflow_viz``          the same code on the workload's DAG
+clock         ``time.time``                          ``simpy`` time
+============  =====================================  ======================================
+
+Each :meth:`Controller.step` reads the master, the monitor summaries and the
+backend, builds an :class:`~hta.model.Observation` (one builder), logs it
+(the supply / in-use / demand curve the report integrates), and — when the
+policy's last ``next_decision_s`` has passed, clamped to
+[``min_interval_s``, ``max_interval_s``] — asks the policy and carries the
+decision out through the backend, clamped to ``max_workers``. Latency
+samples come from the backend's ``connected`` events, whoever the backend is.
+
+Production calls :meth:`run`, which polls every ``poll_interval_s`` and
+survives any error of a dependency (it reports it and tries again);
+the simulator calls :meth:`step` whenever its world changes and at
+:meth:`next_wake`.
 """
 
 from __future__ import annotations
@@ -15,9 +33,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable
-
-import aiohttp
+from typing import Callable, Protocol
 
 from hta.accounting import CoreSample
 from hta.backends.base import WorkerBackend
@@ -25,11 +41,24 @@ from hta.model import LatencyStats, Observation, Resources, ScaleDecision
 from hta.policies.base import Policy
 from hta.scaling_log import CategoriesRecord, DecisionRecord, ObservationRecord, ScalingLogWriter, WorkerRecord
 from resource_monitor.categories import CategoryLearner
-from workqueue_bridge.monitor_summaries import SummaryDirectory
-from workqueue_bridge.observation import UpcomingSource, build_observation
-from workqueue_bridge.status import MasterSnapshot, MasterStatusClient
+from workqueue_bridge.monitor_summaries import TaskSummary
+from workqueue_bridge.observation import ObservationBuilder, UpcomingSource
+from workqueue_bridge.status import MasterSnapshot
 
 log = logging.getLogger("hta.controller")
+
+
+class MasterSource(Protocol):
+    """Reads the Work Queue master: :class:`~workqueue_bridge.status.MasterStatusClient`
+    in production, ``hta.sim.master.SimMaster`` in the simulator."""
+
+    async def snapshot(self, now: float) -> MasterSnapshot: ...
+
+
+class SummarySource(Protocol):
+    """New resource-monitor summaries since the last call (each once)."""
+
+    def poll(self) -> list[TaskSummary]: ...
 
 
 @dataclass
@@ -41,17 +70,20 @@ class ControllerConfig:
     min_interval_s: float = 2.0
     max_interval_s: float = 300.0
     latency_prior_s: float = 30.0
+    #: the master gives a task that declares nothing its category's measured peak
+    #: (makeflow --allocation=throughput) rather than a whole worker
+    auto_allocation: bool = False
 
 
 class Controller:
     def __init__(
         self,
         *,
-        master: MasterStatusClient,
+        master: MasterSource,
         backend: WorkerBackend,
         policy: Policy,
         learner: CategoryLearner,
-        summaries: SummaryDirectory,
+        summaries: SummarySource,
         scaling_log: ScalingLogWriter,
         config: ControllerConfig,
         epoch: float,
@@ -68,6 +100,9 @@ class Controller:
         self.epoch = epoch
         self.upcoming = upcoming
         self.clock = clock
+        self.builder = ObservationBuilder(epoch=epoch, worker_shape=config.worker_shape,
+                                          min_workers=config.min_workers, max_workers=config.max_workers,
+                                          auto_allocation=config.auto_allocation)
         self.latency = LatencyStats(prior_s=config.latency_prior_s)
         self.next_decision_at = 0.0
         self.samples: list[CoreSample] = []
@@ -75,10 +110,18 @@ class Controller:
         self.decisions: list[DecisionRecord] = []
         self.last_snapshot: MasterSnapshot | None = None
         self.last_observation: Observation | None = None
+        #: the last error of a dependency, while it lasts (None once a step succeeds)
+        self.last_error: str | None = None
+        self._last_record: tuple | None = None
 
     def now(self) -> float:
         return self.clock() - self.epoch
 
+    def next_wake(self) -> float:
+        """When (seconds since the epoch) the next decision is due."""
+        return self.next_decision_at
+
+    # -- observe -------------------------------------------------------------------
     def _record_workers(self, events: list[WorkerRecord]) -> None:
         for e in events:
             if e.event == "connected" and e.latency_s is not None:
@@ -86,12 +129,9 @@ class Controller:
             self.worker_events.append(e)
             self.log.write(e)
 
-    async def step(self) -> Observation:
-        snap = await self.master.snapshot(self.clock())
-        self.last_snapshot = snap
-        now = snap.taken_at - self.epoch
-
+    def _learn(self, snap: MasterSnapshot, now: float) -> None:
         for c in snap.queue.categories:
+            self.learner.know(c.name)
             if c.max_cores or c.max_memory_mb or c.max_disk_mb:
                 self.learner.declare(c.name, Resources(cores=c.max_cores or 0, memory_mb=c.max_memory_mb or 0,
                                                        disk_mb=c.max_disk_mb or 0))
@@ -100,48 +140,65 @@ class Controller:
             self.learner.add_all(new)
             self.log.write(CategoriesRecord(t=round(now, 3), categories=self.learner.models()))
 
+    async def observe(self) -> tuple[MasterSnapshot, Observation]:
+        snap = await self.master.snapshot(self.clock())
+        self.last_snapshot = snap
+        now = snap.taken_at - self.epoch
+        self._learn(snap, now)
         self._record_workers(await self.backend.refresh(snap, now))
-        obs = build_observation(
-            snap,
-            epoch=self.epoch,
-            worker_shape=self.config.worker_shape,
-            categories=self.learner.models(),
-            worker_ids=self.backend.worker_ids(),
-            pending=self.backend.pending(),
-            latency=self.latency.model_copy(deep=True),
-            min_workers=self.config.min_workers,
-            max_workers=self.config.max_workers,
-            upcoming=self.upcoming,
-            retired=self.backend.retired(),
+        obs = self.builder.build(
+            snap, categories=self.learner.models(), worker_ids=self.backend.worker_ids(),
+            pending=self.backend.pending(), latency=self.latency.model_copy(deep=True), upcoming=self.upcoming,
+            cpu_utilization=await self.backend.cpu_utilization(), retired=self.backend.retired(),
         )
         self.last_observation = obs
-        sample = CoreSample(now, obs.supply_cores(), obs.in_use_cores(), obs.in_use_cores() + obs.waiting_cores(),
-                            obs.idle_cores())
+        self._record_observation(obs)
+        return snap, obs
+
+    def _record_observation(self, obs: Observation, force: bool = False) -> None:
+        """Log the curve the report integrates; a sample equal to the last one adds nothing
+        to a step function, so it is not written again."""
+        in_use = obs.in_use_cores()
+        sample = CoreSample(obs.time, obs.supply_cores(), in_use, in_use + obs.waiting_cores(), obs.idle_cores())
+        state = (sample.supply, sample.in_use, sample.demand, sample.idle, obs.waiting_count, len(obs.running),
+                 len(obs.workers), len(obs.pending), obs.tasks_done, obs.tasks_failed)
+        if state == self._last_record and not force:
+            return
+        self._last_record = state
         self.samples.append(sample)
         self.log.write(ObservationRecord(
-            t=round(now, 3), supply_cores=sample.supply, in_use_cores=sample.in_use, demand_cores=sample.demand,
-            idle_cores=sample.idle,
-            waiting=obs.waiting_count, running=len(obs.running), workers=len(obs.workers),
-            pending=len(obs.pending), tasks_done=obs.tasks_done, tasks_failed=obs.tasks_failed,
+            t=round(obs.time, 3), supply_cores=sample.supply, in_use_cores=sample.in_use,
+            demand_cores=sample.demand, idle_cores=sample.idle, waiting=obs.waiting_count,
+            running=len(obs.running), workers=len(obs.workers), pending=len(obs.pending),
+            tasks_done=obs.tasks_done, tasks_failed=obs.tasks_failed,
         ))
 
-        if now >= self.next_decision_at:
-            decision = self.policy.decide(obs)
-            await self.act(decision, obs, snap, now)
+    # -- decide and act ------------------------------------------------------------
+    async def step(self) -> Observation:
+        snap, obs = await self.observe()
+        if obs.time >= self.next_decision_at:
+            await self.act(self.policy.decide(obs), obs, snap, obs.time)
         return obs
 
-    async def act(self, decision: ScaleDecision, obs: Observation, snap: MasterSnapshot, now: float) -> None:
+    def clamp(self, decision: ScaleDecision, obs: Observation) -> tuple[int, float]:
+        """Workers to add (never past ``max_workers``) and seconds to the next decision
+        (within [``min_interval_s``, ``max_interval_s``])."""
         wait = min(max(decision.next_decision_s, self.config.min_interval_s), self.config.max_interval_s)
-        self.next_decision_at = now + wait
         have = len(obs.workers) + len(obs.pending)
         add = max(0, min(decision.add, self.config.max_workers - have))
+        return add, wait
+
+    async def act(self, decision: ScaleDecision, obs: Observation, snap: MasterSnapshot, now: float) -> None:
+        add, wait = self.clamp(decision, obs)
+        self.next_decision_at = now + wait
         record = DecisionRecord(
             t=round(now, 3), add=add, drain=decision.drain, remove=decision.remove,
-            target=decision.target_workers, latency_s=round(self.latency.estimate(), 3),
+            target=decision.target_workers, latency_s=round(obs.latency.estimate(), 3),
             next_decision_s=round(wait, 3), reason=decision.reason,
         )
         self.decisions.append(record)
         self.log.write(record)
+        log.info("t=%.1f add=%d drain=%s remove=%s: %s", now, add, decision.drain, decision.remove, decision.reason)
         if add:
             await self.backend.request(add, decision.shape or self.config.worker_shape, now)
             self._record_workers(await self.backend.refresh(snap, now))
@@ -150,17 +207,30 @@ class Controller:
         if decision.remove:
             self._record_workers(await self.backend.remove(decision.remove, snap, now))
 
+    # -- production's loop -----------------------------------------------------------
     async def run(self, finished: asyncio.Event) -> None:
-        """Loop until ``finished`` is set (makeflow exited)."""
+        """Step every ``poll_interval_s`` until ``finished`` is set (makeflow exited).
+
+        An error of any dependency (master unreachable, an API error of the backend, a
+        log that cannot be written) does not end the loop: it is logged when it starts,
+        when its message changes, and every minute while it lasts, and the next step
+        tries again."""
         failures = 0
         while not finished.is_set():
             try:
                 await self.step()
-                failures = 0
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                if failures:
+                    log.warning("recovered after %d failed steps", failures)
+                failures, self.last_error = 0, None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 — a controller outlives its dependencies' errors
                 failures += 1
-                if failures in (1, 10) or failures % 60 == 0:
-                    log.warning("cannot read the master (%s); retrying", exc)
+                message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                if message != self.last_error or failures % 60 == 0:
+                    log.warning("step failed (%s); retrying every %gs", message, self.config.poll_interval_s)
+                    log.debug("step failure", exc_info=True)
+                self.last_error = message
             try:
                 await asyncio.wait_for(finished.wait(), self.config.poll_interval_s)
             except asyncio.TimeoutError:

@@ -1,9 +1,16 @@
 """``hta makeflow``: run a workflow with makeflow and autoscale its workers.
 
-The submission path: start ``makeflow -T wq`` (workqueue_bridge), start the
-backend, run the controller until makeflow exits, then stop every worker,
-write the ``end`` record and return makeflow's exit code. SIGINT and SIGTERM
-stop makeflow first (it aborts its jobs), then the workers.
+:func:`run_makeflow` is the whole command as a function (the CLI only parses
+arguments into :class:`MakeflowOptions` and prints the result): it checks the
+options, makes the policy and the backend (by name, from the registry in
+:mod:`hta.backends`), refuses a policy that needs a signal the backend cannot
+measure, and runs :func:`submit`.
+
+The submission path, :func:`submit`: start ``makeflow -T wq``
+(workqueue_bridge), start the backend, run the controller until makeflow
+exits, then stop every worker, write the ``end`` record and return makeflow's
+exit code. SIGINT and SIGTERM stop makeflow first (it aborts its jobs), then
+the workers.
 """
 
 from __future__ import annotations
@@ -16,14 +23,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from hta.backends import BackendOptions, RunContext, make_backend
 from hta.backends.base import WorkerBackend
 from hta.controller import Controller, ControllerConfig
-from hta.policies.base import Policy
+from hta.errors import UsageError
+from hta.model import Resources
+from hta.policies.base import Policy, check_signals, make_policy
 from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter
 from hta.summary import RunSummary, summarize
 from resource_monitor.categories import CategoryLearner
 from workqueue_bridge.dag import Lookahead, load_dag
-from workqueue_bridge.makeflow import MakeflowRun
+from workqueue_bridge.makeflow import MakeflowError, MakeflowRun, check_extra_args, check_installed
 from workqueue_bridge.makeflow_log import MakeflowLog
 from workqueue_bridge.monitor_summaries import SummaryDirectory
 from workqueue_bridge.status import MasterStatusClient
@@ -57,7 +69,10 @@ async def submit(
     lookahead: bool = True,
     port: int = 0,
     epoch: float | None = None,
+    record: Path | None = None,
 ) -> SubmitResult:
+    """Run ``workflow`` to its end; ``record`` writes every answer the controller reads to
+    that file, for :func:`hta.replay.replay`."""
     run_dir, default_log = paths_for(workflow)
     log_path = scaling_log_path or default_log
     mf = MakeflowRun(workflow, run_dir, makeflow_args, port=port)
@@ -95,10 +110,11 @@ async def submit(
         port = await mf.start()
         await backend.start("127.0.0.1", port)
         async with MasterStatusClient("127.0.0.1", port) as master:
-            controller = Controller(
-                master=master, backend=backend, policy=policy, learner=learner, summaries=summaries,
-                scaling_log=writer, config=config, epoch=epoch, upcoming=upcoming,
-            )
+            deps = dict(master=master, backend=backend, summaries=summaries, upcoming=upcoming, clock=time.time)
+            if record is not None:
+                deps = _recording(deps, record, config, policy, epoch)
+            controller = Controller(policy=policy, learner=learner, scaling_log=writer, config=config,
+                                    epoch=epoch, **deps)
             finished = asyncio.Event()
             ctl = asyncio.create_task(controller.run(finished))
             waiter = asyncio.create_task(mf.wait())
@@ -149,3 +165,91 @@ async def submit(
     ))
     writer.close()
     return SubmitResult(exit_code, summarize(writer.records, str(log_path)), log_path, mf.output_tail(), error)
+
+
+def _recording(deps: dict, path: Path, config: ControllerConfig, policy: Policy, epoch: float) -> dict:
+    from hta import replay
+
+    tape = replay.Tape(path)
+    replay.record_header(tape, config, policy, epoch)
+    return dict(master=replay.RecordingMaster(deps["master"], tape),
+                backend=replay.RecordingBackend(deps["backend"], tape),
+                summaries=replay.RecordingSummaries(deps["summaries"], tape),
+                upcoming=replay.RecordingUpcoming(deps["upcoming"], tape) if deps["upcoming"] else None,
+                clock=replay.RecordingClock(deps["clock"], tape))
+
+
+class MakeflowOptions(BaseModel):
+    """Every option of ``hta makeflow``, validated in one place."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workflow: Path
+    makeflow_args: list[str] = Field(default_factory=list)
+    backend: str = "local"
+    backend_options: BackendOptions = Field(default_factory=BackendOptions)
+    policy: str = "hta"
+    #: master port (None: the backend's default — any free port locally, a fixed one on Kubernetes)
+    port: int | None = Field(None, ge=0)
+    min_workers: int = Field(0, ge=0)
+    max_workers: int = Field(4, ge=1)
+    worker_cores: int = Field(1, ge=1)
+    worker_memory_mb: int = Field(1024, ge=1)
+    worker_disk_mb: int = Field(4096, ge=1)
+    poll_interval_s: float = Field(1.0, ge=0.1)
+    min_interval_s: float = Field(2.0, ge=0.1)
+    max_interval_s: float = Field(300.0, ge=0.1)
+    #: preparation latency assumed until one is measured (None: provision delay + 2 s)
+    latency_prior_s: float | None = Field(None, gt=0)
+    log: Path | None = None
+    lookahead: bool = True
+    #: write every answer the controller reads here (for hta.replay)
+    record: Path | None = None
+
+    def check(self) -> None:
+        """Cross-field checks, as one-line :class:`UsageError`."""
+        if not self.workflow.is_file():
+            raise UsageError(f"workflow file {str(self.workflow)!r} not found: give the path to a Makeflow file")
+        if self.min_workers > self.max_workers:
+            raise UsageError(f"--min-workers ({self.min_workers}) is above --max-workers ({self.max_workers})")
+        if self.min_interval_s > self.max_interval_s:
+            raise UsageError(f"--min-interval ({self.min_interval_s:g}) is above --max-interval "
+                             f"({self.max_interval_s:g})")
+
+    def controller_config(self) -> ControllerConfig:
+        prior = self.latency_prior_s
+        if prior is None:
+            prior = self.backend_options.provision_delay_s + 2.0
+        return ControllerConfig(
+            worker_shape=Resources(cores=self.worker_cores, memory_mb=self.worker_memory_mb,
+                                   disk_mb=self.worker_disk_mb),
+            min_workers=self.min_workers, max_workers=self.max_workers, poll_interval_s=self.poll_interval_s,
+            min_interval_s=self.min_interval_s, max_interval_s=self.max_interval_s, latency_prior_s=prior,
+        )
+
+
+def run_makeflow(options: MakeflowOptions) -> SubmitResult:
+    """``hta makeflow`` as a function: check, build the policy and backend, run, return the result.
+
+    Raises :class:`UsageError` (one line) for anything the user must fix before a run starts."""
+    options.check()
+    extra = list(options.makeflow_args)
+    try:
+        policy = make_policy(options.policy)
+        check_installed()
+        check_extra_args(extra)
+    except (ValueError, MakeflowError) as exc:
+        raise UsageError(str(exc)) from None
+    epoch = time.time()
+    run_dir, _ = paths_for(options.workflow)
+    try:
+        backend = make_backend(options.backend, options.backend_options,
+                               RunContext(workflow=options.workflow, run_dir=run_dir, epoch=epoch))
+        check_signals(policy, backend.name, backend.signals, getattr(backend, "signals_why", ""))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    port = getattr(backend, "default_port", 0) if options.port is None else options.port
+    return asyncio.run(submit(options.workflow, policy=policy, backend=backend,
+                              config=options.controller_config(), makeflow_args=extra,
+                              scaling_log_path=options.log, lookahead=options.lookahead, port=port, epoch=epoch,
+                              record=options.record))

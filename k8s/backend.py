@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from kubernetes import client
 
+from hta.backends.base import CPU_UTILIZATION
 from hta.model import PendingWorker, Resources
 from hta.scaling_log import WorkerRecord
 from k8s.api import CallCounter, K8sError, call, load_client
@@ -50,8 +51,27 @@ class Tracked:
     adopted: bool = False
 
 
+#: the resource metrics API, as the HPA controller reads it
+METRICS_GROUP, METRICS_VERSION = "metrics.k8s.io", "v1beta1"
+#: metrics-server's default resolution: reading more often returns the same numbers
+METRICS_EVERY_S = 15.0
+
+
+def pod_cpu_cores(item: dict) -> float:
+    """CPU cores a PodMetrics item says the pod's containers use (``usage.cpu`` quantities)."""
+    from kubernetes.utils import parse_quantity
+
+    return float(sum(parse_quantity(c.get("usage", {}).get("cpu", "0")) for c in item.get("containers", [])))
+
+
 class KubernetesBackend:
     name = "k8s"
+    #: a fixed port, so a restarted HTA's pods find their master again
+    default_port = 9123
+    #: filled by connect(): CPU utilisation only where the cluster serves metrics.k8s.io
+    signals: frozenset[str] = frozenset()
+    #: why a signal is missing (for the policy refusal)
+    signals_why: str = ""
 
     def __init__(
         self,
@@ -85,6 +105,8 @@ class KubernetesBackend:
         self._events: list[WorkerRecord] = []
         self._seq = 0
         self._port = 0
+        self._cpu: dict[str, float] = {}
+        self._cpu_at = float("-inf")
 
     # -- lifecycle -----------------------------------------------------------------
     def connect(self) -> None:
@@ -92,6 +114,35 @@ class KubernetesBackend:
         self.api = client.CoreV1Api(load_client(self.kubeconfig))
         call(self.api.list_namespaced_pod, self.namespace, label_selector=self.selector, limit=1,
              counter=self.counter, attempts=3, what=f"list pods in namespace {self.namespace!r}")
+        self.metrics = client.CustomObjectsApi(self.api.api_client)
+        try:
+            self._pod_metrics(limit=1)
+        except K8sError as exc:
+            self.signals = frozenset()
+            self.signals_why = (f"the cluster does not serve {METRICS_GROUP} ({exc}); install metrics-server "
+                                f"and grant HTA's Role get/list on pods.metrics.k8s.io")
+        else:
+            self.signals = frozenset({CPU_UTILIZATION})
+
+    def _pod_metrics(self, **kwargs) -> list[dict]:
+        out = call(self.metrics.list_namespaced_custom_object, METRICS_GROUP, METRICS_VERSION, self.namespace,
+                   "pods", label_selector=self.selector, counter=self.counter, attempts=2,
+                   what=f"read pod metrics in namespace {self.namespace!r}", **kwargs)
+        return list(out.get("items", []))
+
+    async def cpu_utilization(self) -> dict[str, float] | None:
+        """Each connected pod's CPU use over its cores (its limit), from the metrics API as the
+        HPA controller reads it, at most once per ``METRICS_EVERY_S``; None without the API."""
+        if CPU_UTILIZATION not in self.signals:
+            return None
+        now = time.monotonic()
+        if now - self._cpu_at >= METRICS_EVERY_S:
+            self._cpu_at = now
+            items = await asyncio.to_thread(self._pod_metrics)
+            used = {i.get("metadata", {}).get("name"): pod_cpu_cores(i) for i in items}
+            self._cpu = {name: used[name] / tr.shape.cores for name, tr in self._tracked.items()
+                         if tr.state == "connected" and name in used and tr.shape.cores > 0}
+        return dict(self._cpu)
 
     async def start(self, master_host: str, master_port: int) -> None:
         if self.api is None:
@@ -263,3 +314,53 @@ class KubernetesBackend:
         if left:
             log.warning("pods still present after %.0fs: %s", self.delete_timeout_s, ", ".join(left))
         return self._flush()
+
+
+def routable_address(kubeconfig: str | None, host_network: bool) -> str:
+    """The address of this host that worker pods can reach the master at: the one that routes
+    towards the API server. For an API server on loopback (a cluster on this machine), that is
+    127.0.0.1 only for pods on the host network; pods on a pod network need the address of the
+    default route."""
+    import socket
+    from urllib.parse import urlparse
+
+    try:
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        host = urlparse(cfg.host).hostname or "127.0.0.1"
+    except Exception:
+        host = None
+    if host in ("127.0.0.1", "localhost", "::1"):
+        if host_network:
+            return "127.0.0.1"
+        host = "192.0.2.254"  # any non-local destination picks the default route
+    if host is None:
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:  # a UDP "connect" only picks the route; nothing is sent
+            s.connect((host, 443))
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+def from_options(options, run) -> KubernetesBackend:
+    """The registry's factory (:mod:`hta.backends`): connects and checks access now, so a
+    wrong kubeconfig or missing RBAC is one line before anything starts."""
+    from k8s.pods import run_id_for
+
+    backend = KubernetesBackend(
+        run_id=run_id_for(run.workflow), epoch=run.epoch, namespace=options.namespace, image=options.image,
+        kubeconfig=options.kubeconfig,
+        master_host=options.master_host or routable_address(options.kubeconfig, options.host_network),
+        host_network=options.host_network, idle_timeout_s=options.idle_timeout_s)
+    try:
+        backend.connect()
+    except K8sError as exc:
+        raise ValueError(str(exc)) from None
+    return backend

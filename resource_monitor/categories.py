@@ -54,8 +54,13 @@ class CategoryLearner:
     def __init__(self) -> None:
         self._cats: dict[str, _Samples] = {}
         self._declared: dict[str, Resources] = {}
+        self._known: set[str] = set()
+        #: models built since the category last changed (a model is rebuilt only after
+        #: its category learned something: the simulator asks for one per dispatch)
+        self._cache: dict[str, CategoryModel] = {}
 
     def add(self, summary: TaskSummary) -> None:
+        self._cache.pop(summary.category, None)
         s = self._cats.setdefault(summary.category, _Samples())
         s.cores = max(s.cores, summary.cores)
         s.memory_mb = max(s.memory_mb, summary.memory_mb)
@@ -69,9 +74,21 @@ class CategoryLearner:
 
     def declare(self, category: str, resources: Resources) -> None:
         """Record what the workflow declared for a category (from the master)."""
-        self._declared[category] = resources
+        if self._declared.get(category) != resources:
+            self._cache.pop(category, None)
+            self._declared[category] = resources
+
+    def know(self, category: str) -> None:
+        """A category the master has tasks of: listed (unmeasured) before any completes."""
+        self._known.add(category)
 
     def model(self, category: str) -> CategoryModel:
+        m = self._cache.get(category)
+        if m is None:
+            m = self._cache[category] = self._build(category)
+        return m
+
+    def _build(self, category: str) -> CategoryModel:
         s = self._cats.get(category)
         declared = self._declared.get(category)
         if s is None or not s.runtimes:
@@ -84,7 +101,7 @@ class CategoryLearner:
         return Resources(cores=max(1.0, math.ceil(s.cores - 1e-6)), memory_mb=s.memory_mb, disk_mb=s.disk_mb)
 
     def models(self) -> dict[str, CategoryModel]:
-        names = set(self._cats) | set(self._declared)
+        names = set(self._cats) | set(self._declared) | self._known
         return {n: self.model(n) for n in sorted(names)}
 
 

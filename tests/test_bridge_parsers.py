@@ -2,10 +2,12 @@
 
 import json
 
+import pytest
+
 from hta.model import Resources
 from workqueue_bridge.makeflow_log import MakeflowLog, NodeState
 from workqueue_bridge.monitor_summaries import SummaryDirectory, parse_summary
-from workqueue_bridge.observation import build_observation, group_waiting
+from workqueue_bridge.observation import ObservationBuilder, group_waiting
 from workqueue_bridge.status import (
     MasterSnapshot,
     clean_category,
@@ -74,10 +76,10 @@ def test_a_worker_that_has_not_reported_its_resources_is_not_listed():
 def test_observation_from_real_master():
     snap = captured_snapshot()
     epoch = 1795315968.0
-    obs = build_observation(
-        snap, epoch=epoch, worker_shape=Resources(cores=2, memory_mb=1000, disk_mb=1000), categories={},
-        worker_ids={"127.0.0.1:51424": "w1"}, pending=[], latency=LatencyStats(), min_workers=0, max_workers=3,
-    )
+    builder = ObservationBuilder(epoch=epoch, worker_shape=Resources(cores=2, memory_mb=1000, disk_mb=1000),
+                                 min_workers=0, max_workers=3)
+    obs = builder.build(snap, categories={}, worker_ids={"127.0.0.1:51424": "w1"}, pending=[],
+                        latency=LatencyStats())
     assert abs(obs.time - 3.9) < 1e-6
     assert [(g.category, g.count) for g in obs.waiting] == [("align", 1)]
     assert obs.waiting[0].request == Resources(cores=1, memory_mb=200, disk_mb=100)
@@ -148,8 +150,28 @@ def test_summary_directory_retries_a_partial_file(tmp_path):
 
 def test_workers_the_backend_retired_are_left_out():
     snap = captured_snapshot()
-    obs = build_observation(
-        snap, epoch=1795315968.0, worker_shape=Resources(cores=2), categories={}, worker_ids={},
-        pending=[], latency=LatencyStats(), min_workers=0, max_workers=3, retired={"127.0.0.1:51424"},
-    )
+    builder = ObservationBuilder(epoch=1795315968.0, worker_shape=Resources(cores=2), min_workers=0, max_workers=3)
+    obs = builder.build(snap, categories={}, worker_ids={}, pending=[], latency=LatencyStats(),
+                        retired={"127.0.0.1:51424"})
     assert obs.workers == [] and obs.supply_cores() == 0
+
+
+def test_idle_since_is_kept_across_reads_and_restarts_when_the_worker_works_again():
+    """work_queue_factory's idle timeout counts from here (production never filled it before)."""
+    snap = captured_snapshot()
+    (w,) = snap.workers
+    epoch = 1795315968.0
+    builder = ObservationBuilder(epoch=epoch, worker_shape=Resources(cores=2), min_workers=0, max_workers=3)
+
+    def read(at: float, running: int):
+        worker = w.model_copy(update={"tasks_running": running, "cores_in_use": running})
+        s = snap.model_copy(update={"taken_at": epoch + at, "workers": [worker]})
+        (info,) = builder.build(s, categories={}, worker_ids={}, pending=[], latency=LatencyStats()).workers
+        return info.idle_since
+
+    connected = w.started_at - epoch
+    assert read(10, 0) == pytest.approx(connected)  # idle since it connected
+    assert read(20, 0) == pytest.approx(connected)  # still the same idle spell
+    assert read(30, 1) is None                       # busy
+    assert read(40, 0) == pytest.approx(40)          # a new idle spell starts at this read
+    assert read(50, 0) == pytest.approx(40)

@@ -18,7 +18,8 @@ from hta.policies.keda import KEDAPolicy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.oracle import critical_path_s, oracle_runtime_s
 from hta.sim.workload import SimTask, Workload, WorkloadError, load_workload, parse_wfformat
-from hta.sim.world import ClusterModel, SimWorld
+from hta.sim.run import Simulation
+from hta.sim.world import ClusterModel
 
 from conftest import ROOT
 
@@ -44,11 +45,11 @@ class Scripted:
 def world(tasks, policy, **cluster):
     base = dict(max_nodes=4, start_nodes=1, latency_mean_s=10.0, latency_sd_s=0.0, teardown_s=0.0)
     base.update(cluster)
-    return SimWorld(Workload("t", tasks), policy, ClusterModel(**base), seed=0, log=ScalingLogWriter())
+    return Simulation(Workload("t", tasks), policy, ClusterModel(**base), seed=0, log=ScalingLogWriter())
 
 
-def starts(w: SimWorld) -> dict[str, float]:
-    return {tid: r.start for tid, r in w.runs.items()}
+def starts(w: Simulation) -> dict[str, float]:
+    return {tid: r.start for tid, r in w.world.runs.items()}
 
 
 # -- Work Queue and Makeflow rules ---------------------------------------------------------
@@ -232,7 +233,7 @@ class GuardedHTA(HTAPolicy):
 
 @pytest.mark.parametrize("workload", ["blast-3stage", "io-bound"])
 def test_hta_never_drains_a_busy_worker_and_loses_no_work(workload):
-    s = SimWorld(load_workload(workload, 1), GuardedHTA(), seed=1).run()
+    s = Simulation(load_workload(workload, 1), GuardedHTA(), seed=1).run()
     assert s.exit_code == 0 and s.lost_work_core_s == 0 and s.workers_removed == 0
 
 
@@ -271,9 +272,9 @@ def test_estimator_agrees_with_algorithm1_on_small_inputs():
 def test_a_seed_gives_the_same_run_in_every_process():
     # KEDA deletes busy workers, whose tasks go back to the queue: their order must not
     # depend on Python's per-process string hashing
-    code = ("from hta.sim.world import SimWorld, ClusterModel; from hta.sim.workload import load_workload; "
+    code = ("from hta.sim.run import Simulation; from hta.sim.world import ClusterModel; from hta.sim.workload import load_workload; "
             "from hta.policies.base import make_policy; "
-            "r = SimWorld(load_workload('blast-3stage', 0), make_policy('keda-3'), ClusterModel(horizon_s=4000), "
+            "r = Simulation(load_workload('blast-3stage', 0), make_policy('keda-3'), ClusterModel(horizon_s=4000), "
             "seed=0).run(); print(r.waste_core_s, r.lost_work_core_s, r.tasks_done)")
     out = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                           env={"PYTHONHASHSEED": str(h), "PATH": "/usr/bin:/bin"}).stdout for h in (1, 2, 3)}

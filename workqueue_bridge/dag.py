@@ -29,22 +29,30 @@ class Rule:
 @dataclass
 class Dag:
     rules: list[Rule]
+    _order: list[Rule] | None = field(default=None, repr=False, compare=False)
 
     def topological(self) -> list[Rule]:
-        seen: set[int] = set()
-        order: list[Rule] = []
-
-        def visit(r: Rule) -> None:
-            if r.node_id in seen:
-                return
-            seen.add(r.node_id)
-            for p in r.parents:
-                visit(self.rules[p])
-            order.append(r)
-
-        for r in self.rules:
-            visit(r)
-        return order
+        """Parents before children (depth-first, iterative: a chain of 100k rules is fine);
+        computed once, the rules do not change."""
+        if self._order is None:
+            seen: set[int] = set()
+            order: list[Rule] = []
+            for root in self.rules:
+                if root.node_id in seen:
+                    continue
+                seen.add(root.node_id)
+                stack = [(root, iter(root.parents))]
+                while stack:
+                    rule, parents = stack[-1]
+                    nxt = next((p for p in parents if p not in seen), None)
+                    if nxt is None:
+                        order.append(rule)
+                        stack.pop()
+                    else:
+                        seen.add(nxt)
+                        stack.append((self.rules[nxt], iter(self.rules[nxt].parents)))
+            self._order = order
+        return self._order
 
 
 def parse_dag(data: dict) -> Dag:

@@ -1,2 +1,65 @@
-"""Worker backends: the mechanism that makes workers exist (local processes,
-Kubernetes pods). See :mod:`hta.backends.base` for the contract."""
+"""Where workers run, by name: the one registry of backends.
+
+The CLI (and anyone calling :func:`hta.submit.run_makeflow` from Python) asks
+for a backend by name with :class:`BackendOptions`; each backend module turns
+those options into a :class:`~hta.backends.base.WorkerBackend`. Adding a
+backend is one entry in :data:`BACKENDS`; nothing else names backends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hta.backends.base import WorkerBackend
+
+
+class BackendOptions(BaseModel):
+    """Every backend's settings, validated once (unknown keys are an error)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: a worker leaves on its own after this long without work
+    idle_timeout_s: int = Field(900, ge=5)
+    # -- local processes
+    #: emulated time from asking for a worker to starting it
+    provision_delay_s: float = Field(0.0, ge=0)
+    provision_jitter_s: float = Field(0.0, ge=0)
+    # -- Kubernetes
+    kubeconfig: str | None = None
+    namespace: str = "default"
+    image: str = "localhost/hta-worker:latest"
+    #: the address workers use to reach the master (default: this host's routable address)
+    master_host: str | None = None
+    host_network: bool = False
+
+
+class RunContext(BaseModel):
+    """What a backend needs to know of the run it serves."""
+
+    workflow: Path
+    run_dir: Path
+    epoch: float = Field(default_factory=time.time)
+
+
+#: name → "module:factory"; a factory takes (BackendOptions, RunContext) and returns a backend
+BACKENDS: dict[str, str] = {
+    "local": "hta.backends.local:from_options",
+    "k8s": "k8s.backend:from_options",
+}
+
+
+def backend_names() -> list[str]:
+    return list(BACKENDS)
+
+
+def make_backend(name: str, options: BackendOptions, run: RunContext) -> WorkerBackend:
+    """The named backend, ready to start (a backend that checks access does it here and
+    raises ValueError with one line on failure)."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    module, factory = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), factory)(options, run)

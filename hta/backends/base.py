@@ -16,8 +16,15 @@ from hta.scaling_log import WorkerRecord
 from workqueue_bridge.status import MasterSnapshot
 
 
+#: observation fields a backend may be able to fill, beyond what the master tells;
+#: a policy names the ones it needs in ``Policy.needs``
+CPU_UTILIZATION = "cpu_utilization"
+
+
 class WorkerBackend(Protocol):
     name: str
+    #: the optional observation fields this backend fills (e.g. ``{CPU_UTILIZATION}``)
+    signals: frozenset[str]
 
     async def start(self, master_host: str, master_port: int) -> None:
         """Get ready to start workers that connect to this master."""
@@ -43,6 +50,10 @@ class WorkerBackend(Protocol):
 
     async def remove(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
         """Stop the named workers whether busy or not (their tasks go back to the queue)."""
+
+    async def cpu_utilization(self) -> dict[str, float] | None:
+        """Fraction of each connected worker's cores its processes keep busy, by worker id
+        (what Kubernetes' HPA averages); None if this backend cannot measure it."""
 
     async def stop_all(self, now: float) -> list[WorkerRecord]:
         """Stop every worker and cancel every request; leave nothing running."""

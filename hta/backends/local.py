@@ -19,11 +19,14 @@ import signal
 import random
 import shutil
 import sys
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
+from hta.backends.base import CPU_UTILIZATION
 from hta.model import PendingWorker, Resources
 from hta.processes import die_with_parent, stop
 from hta.scaling_log import WorkerRecord
@@ -43,6 +46,7 @@ class LocalWorker:
     state: str = "provisioning"  # provisioning | starting | connected | stopping | gone
     workdir: Path | None = None
     events: list[WorkerRecord] = field(default_factory=list)
+    cpu: "CpuMeter" = field(default_factory=lambda: CpuMeter())
 
 
 def hta_executable() -> list[str]:
@@ -73,8 +77,57 @@ def worker_command(shape: Resources, host: str, port: int, workdir: Path, idle_t
 
 
 
+def tree_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds used so far by a process and all its descendants, the ones that ended
+    and were reaped included (they are in their parent's ``children_*`` times)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+#: CPU use is averaged over this window, as metrics-server's default resolution does
+CPU_WINDOW_S = 15.0
+
+
+@dataclass
+class CpuMeter:
+    """A worker's CPU utilisation: CPU seconds of its process tree over the last
+    ``CPU_WINDOW_S`` wall seconds × its cores (what an HPA averages over pods)."""
+
+    samples: deque[tuple[float, float]] = field(default_factory=deque)
+
+    def read(self, pid: int, cores: float, now: float) -> float | None:
+        cpu = tree_cpu_seconds(pid)
+        if cpu is None or cores <= 0:
+            return None
+        if not self.samples:
+            try:
+                self.samples.append((psutil.Process(pid).create_time(), 0.0))
+            except psutil.Error:
+                return None
+        self.samples.append((now, cpu))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= CPU_WINDOW_S:
+            self.samples.popleft()
+        t0, c0 = self.samples[0]
+        return max(0.0, (cpu - c0) / ((now - t0) * cores)) if now > t0 else None
+
+
 class LocalBackend:
     name = "local"
+    signals = frozenset({CPU_UTILIZATION})
+    signals_why = ""
+    #: any free port: nothing outside this host needs to find the master again
+    default_port = 0
 
     def __init__(
         self,
@@ -186,6 +239,18 @@ class LocalBackend:
     def retired(self) -> set[str]:
         return {w.address for w in self._workers.values() if w.address and w.state in ("stopping", "gone")}
 
+    async def cpu_utilization(self) -> dict[str, float] | None:
+        """Measured from each connected worker's process tree (``hta worker`` →
+        ``work_queue_worker`` → its tasks), over the time since the last read."""
+        out = {}
+        now = time.time()
+        for w in self._workers.values():
+            if w.state == "connected" and w.proc is not None and w.proc.returncode is None:
+                u = w.cpu.read(w.proc.pid, w.shape.cores, now)
+                if u is not None:
+                    out[w.id] = u
+        return out
+
     def pending(self) -> list[PendingWorker]:
         return [
             PendingWorker(id=w.id, requested_at=w.requested_at, shape=w.shape)
@@ -239,3 +304,9 @@ class LocalBackend:
             w.events.append(WorkerRecord(t=now, worker=w.id, event="stopped", cores=w.shape.cores))
         shutil.rmtree(self.run_dir / "workers", ignore_errors=True)
         return self._flush()
+
+
+def from_options(options, run) -> LocalBackend:
+    """The registry's factory (:mod:`hta.backends`)."""
+    return LocalBackend(run.run_dir, provision_delay_s=options.provision_delay_s,
+                        provision_jitter_s=options.provision_jitter_s, idle_timeout_s=options.idle_timeout_s)

@@ -5,6 +5,10 @@ It may keep state between calls (HPA's stabilisation window, HTA's
 hysteresis) but sees nothing but the :class:`~hta.model.Observation`: what
 production can observe. It never acts; the controller (or the simulator)
 carries the decision out and asks again after ``decision.next_decision_s``.
+
+A policy that reads an observation field only some backends can fill names it
+in ``needs`` (HPA: ``{"cpu_utilization"}``); :func:`check_signals` refuses to
+run it where the backend cannot measure it, instead of feeding it zeros.
 """
 
 from __future__ import annotations
@@ -19,6 +23,19 @@ class Policy(Protocol):
     name: str
 
     def decide(self, obs: Observation) -> ScaleDecision: ...
+
+
+#: what each optional observation field is, for the refusal message
+SIGNAL_NAMES = {"cpu_utilization": "the workers' measured CPU utilisation"}
+
+
+def check_signals(policy: Policy, backend_name: str, signals: frozenset[str], why: str = "") -> None:
+    """Raise ValueError (one line) if ``policy`` needs a field the backend cannot fill."""
+    missing = sorted(set(getattr(policy, "needs", frozenset())) - set(signals))
+    if missing:
+        what = ", ".join(SIGNAL_NAMES.get(m, m) for m in missing)
+        raise ValueError(f"policy {policy.name} needs {what}, which the {backend_name} backend cannot measure"
+                         f"{': ' + why if why else ''}; choose another policy (e.g. --policy hta)")
 
 
 def _param(spec: str) -> float:

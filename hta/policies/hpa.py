@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from hta.model import Observation, ScaleDecision
 
@@ -62,6 +63,8 @@ def replica_change(obs: Observation, current: int, desired: int, reason: str) ->
 
 @dataclass
 class HPAPolicy:
+    #: reads each worker's measured CPU utilisation
+    needs: ClassVar[frozenset[str]] = frozenset({"cpu_utilization"})
     target_percent: float = 50.0
     name: str = ""
     behaviour: ReplicaBehaviour = field(default_factory=ReplicaBehaviour)

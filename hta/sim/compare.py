@@ -17,7 +17,8 @@ from hta.policies.base import make_policy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.oracle import oracle_runtime_s
 from hta.sim.workload import load_workload
-from hta.sim.world import ClusterModel, SimWorld
+from hta.sim.run import Simulation
+from hta.sim.world import ClusterModel
 from hta.summary import RunSummary
 
 METRICS = ("runtime_s", "waste_core_s", "idle_waste_core_s", "shortage_core_s", "node_s", "lost_work_core_s",
@@ -66,9 +67,9 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
         run_cluster = cluster.model_copy(update={"horizon_s": min(cluster.horizon_s, 20 * bound)})
         for p in policies:
             path = out / f"{label}-{p}-seed{seed}.jsonl" if out else None
-            world = SimWorld(load_workload(workload, seed), make_policy(p), run_cluster, seed=seed,
+            sim = Simulation(load_workload(workload, seed), make_policy(p), run_cluster, seed=seed,
                              log=ScalingLogWriter(path))
-            runs.append(world.run(label))
+            runs.append(sim.run(label))
     return Comparison(label, runs, statistics.fmean(oracle))
 
 

@@ -1,0 +1,109 @@
+"""The simulated cluster behind production's :class:`~hta.backends.base.WorkerBackend`.
+
+It does what the local and Kubernetes backends do — asks for workers,
+reports each one's life (requested → connected → drained/removed/stopped)
+with the preparation latency it measured, drains only workers the master
+shows idle — against the simulated world's nodes. Its CPU utilisation is the
+nodes' true busy fraction, as a metrics API would read it.
+"""
+
+from __future__ import annotations
+
+from hta.backends.base import CPU_UTILIZATION
+from hta.model import PendingWorker, Resources
+from hta.scaling_log import WorkerRecord
+from hta.sim.world import SimNode, World
+from workqueue_bridge.status import MasterSnapshot
+
+
+class SimBackend:
+    name = "simulated"
+    signals = frozenset({CPU_UTILIZATION})
+
+    def __init__(self, world: World):
+        self.world = world
+        self._events: list[WorkerRecord] = []
+        #: nodes whose "connected" was reported (their latency measured)
+        self._reported: set[str] = set()
+        #: nodes there at t = 0: connected from the start, no latency to measure
+        self._initial: set[str] = set()
+
+    def start_nodes(self, n: int) -> None:
+        """The starting cluster: ``n`` nodes connected at t = 0."""
+        for _ in range(n):
+            node = self.world.request_node(0.0, provision=False)
+            self._initial.add(node.id)
+            self._record(node, "requested", 0.0)
+
+    def _record(self, node: SimNode, event: str, t: float, **extra) -> None:
+        self._events.append(WorkerRecord(t=round(t, 3), worker=node.id, event=event, cores=node.capacity.cores,
+                                         **extra))
+
+    def _flush(self) -> list[WorkerRecord]:
+        out, self._events = self._events, []
+        return out
+
+    async def start(self, master_host: str, master_port: int) -> None:
+        return None
+
+    async def request(self, n: int, shape: Resources, now: float) -> list[str]:
+        ids = []
+        for _ in range(n):
+            node = self.world.request_node(now)
+            self._record(node, "requested", now)
+            ids.append(node.id)
+        return ids
+
+    async def refresh(self, snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
+        for node in self.world.nodes.values():
+            if node.connected_at is None or node.id in self._reported or node.gone:
+                continue
+            self._reported.add(node.id)
+            if node.id in self._initial:
+                self._record(node, "connected", node.connected_at)
+                continue
+            lat = node.connected_at - node.requested_at
+            pull = self.world.cluster.pull_s
+            self._record(node, "connected", node.connected_at, latency_s=round(lat, 3),
+                         phases={"node": round(lat - pull, 3), "pull": pull})
+        return self._flush()
+
+    def worker_ids(self) -> dict[str, str]:
+        return {self.world.nodes[i].address: i for i in self.world.order}
+
+    def retired(self) -> set[str]:
+        return {n.address for n in self.world.nodes.values() if n.gone and n.connected_at is not None}
+
+    def pending(self) -> list[PendingWorker]:
+        return [PendingWorker(id=n.id, requested_at=n.requested_at, shape=n.capacity)
+                for n in self.world.nodes.values() if n.connected_at is None and not n.gone]
+
+    async def cpu_utilization(self) -> dict[str, float] | None:
+        return {i: self.world.cpu_busy(self.world.nodes[i]) for i in self.world.order}
+
+    async def drain(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
+        busy = {w.hostname for w in snap.workers if w.tasks_running > 0}
+        for wid in ids:
+            if wid in busy:
+                continue
+            if self.world.retire(wid, busy_ok=False) is not None:
+                self._record(self.world.nodes[wid], "drained", now)
+        return self._flush()
+
+    async def remove(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
+        for wid in ids:
+            lost = self.world.retire(wid, busy_ok=True)
+            if lost is not None:
+                self._record(self.world.nodes[wid], "removed", now, tasks_lost=lost)
+        return self._flush()
+
+    async def stop_all(self, now: float) -> list[WorkerRecord]:
+        for node in self.world.nodes.values():
+            if not node.gone:
+                node.gone = True
+                self._record(node, "stopped", now)
+        return self._flush()
+
+    def live(self) -> int:
+        """Nodes asked for and not gone (connected or on their way)."""
+        return sum(1 for n in self.world.nodes.values() if not n.gone)

@@ -1,0 +1,116 @@
+"""One simulated run: the production controller, driven by simpy.
+
+:class:`Simulation` wires production's :class:`~hta.controller.Controller`
+(and with it the policy, the observation builder, the category learner, the
+latency measurement, decision clamping and the scaling log) to the simulated
+world through :class:`~hta.sim.master.SimMaster`,
+:class:`~hta.sim.backend.SimBackend`, :class:`~hta.sim.master.SimMonitor`,
+:class:`~hta.sim.master.SimLookahead` and simpy's clock — as the
+cluster-autoscaler's simulator calls the production scheduler's predicates.
+
+The controller steps whenever the world changes (so the supply / in-use /
+demand curve is exact, as if production polled infinitely fast) and whenever
+its next decision is due. After the workflow ends, the cluster keeps running
+until the policy has scaled it down to its starting size, for at most
+``teardown_s``: waste and node time count through that teardown, runtime does
+not.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Coroutine, TypeVar
+
+from hta.controller import Controller, ControllerConfig
+from hta.policies.base import Policy
+from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter
+from hta.sim.backend import SimBackend
+from hta.sim.master import SimLookahead, SimMaster, SimMonitor
+from hta.sim.workload import Workload
+from hta.sim.world import ClusterModel, World
+from hta.summary import RunSummary, summarize
+from resource_monitor.categories import CategoryLearner
+
+T = TypeVar("T")
+
+
+def run_now(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never waits for anything real (all its awaits on simulated
+    objects return at once) to its end, outside any event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("a simulated dependency awaited real I/O")
+
+
+class Simulation:
+    def __init__(self, workload: Workload, policy: Policy, cluster: ClusterModel | None = None, seed: int = 0,
+                 log: ScalingLogWriter | None = None):
+        self.workload = workload
+        self.policy = policy
+        self.cluster = cluster or ClusterModel()
+        self.seed = seed
+        self.log = log or ScalingLogWriter()
+        self.world = World(workload, self.cluster, seed)
+        self.backend = SimBackend(self.world)
+        self.controller = Controller(
+            master=SimMaster(self.world), backend=self.backend, policy=policy, learner=CategoryLearner(),
+            summaries=SimMonitor(self.world), scaling_log=self.log, config=self.config(), epoch=0.0,
+            upcoming=SimLookahead(self.world), clock=lambda: self.world.env.now,
+        )
+
+    def config(self) -> ControllerConfig:
+        c = self.cluster
+        return ControllerConfig(worker_shape=c.node_shape, min_workers=0, max_workers=c.max_nodes,
+                                min_interval_s=c.min_interval_s, max_interval_s=c.max_interval_s,
+                                latency_prior_s=c.latency_mean_s, auto_allocation=True)
+
+    def _tearing_down(self) -> bool:
+        w = self.world
+        return (w.env.now < w.finished_at + self.cluster.teardown_s
+                and self.backend.live() > self.cluster.start_nodes)
+
+    def _drive(self):
+        """The controller's clock: step at every change of the world and when a decision is due."""
+        env, world = self.world.env, self.world
+        while True:
+            changed = world.rearm()
+            run_now(self.controller.step())
+            if world.finished_at is not None and not self._tearing_down():
+                return
+            due = max(self.controller.next_wake() - env.now, 0.0)
+            if world.finished_at is None:
+                yield env.timeout(due) | changed | world.finished
+                if world.finished.triggered and self.controller.next_wake() > env.now:
+                    # the workflow just ended: that is news the policy hears at once
+                    self.controller.next_decision_at = env.now
+            else:
+                yield env.timeout(due) | changed
+
+    def run(self, workload_name: str | None = None) -> RunSummary:
+        env, world = self.world.env, self.world
+        self.log.write(RunRecord(started_at=0.0, workload=workload_name or self.workload.name,
+                                 policy=self.policy.name, backend="simulated", seed=self.seed, simulated=True,
+                                 worker_shape=self.cluster.node_shape, max_workers=self.cluster.max_nodes))
+        self.backend.start_nodes(self.cluster.start_nodes)
+        world.start()
+        driver = env.process(self._drive())
+        env.run(until=world.finished | env.timeout(self.cluster.horizon_s))
+        if world.finished_at is not None:
+            env.run(until=driver | env.timeout(self.cluster.teardown_s))
+        return self._end()
+
+    def _end(self) -> RunSummary:
+        world, end = self.world, self.world.env.now
+        for e in run_now(self.backend.stop_all(end)):
+            self.log.write(e)
+        self.log.write(CategoriesRecord(t=round(end, 3), categories=self.controller.learner.models()))
+        complete = world.finished_at is not None
+        self.log.write(EndRecord(t=round(end, 3), exit_code=0 if complete else 1,
+                                 runtime_s=round(world.finished_at if complete else end, 3),
+                                 tasks_done=len(world.done),
+                                 tasks_failed=0 if complete else len(world.tasks) - len(world.done),
+                                 tasks_retried=world.retries, lost_work_core_s=round(world.lost_work, 3)))
+        self.log.close()
+        return summarize(self.log.records, str(self.log.path) if self.log.path else None)
