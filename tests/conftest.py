@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -59,3 +60,40 @@ def wait(cond, timeout: float = 60.0, every: float = 0.5):
             return v
         time.sleep(every)
     return cond()
+
+
+class Master:
+    """A real master in this process, pumped by a thread (wait() dispatches tasks)."""
+
+    def __init__(self):
+        from workqueue_bridge.wq import load
+
+        wq = load()
+        self.wq = wq
+        self.q = wq.WorkQueue(port=0)
+        self.port = self.q.port
+        self.done: list[int] = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._pump, daemon=True)
+        self._t.start()
+
+    def submit(self, command: str) -> int:
+        t = self.wq.Task(command)
+        t.specify_cores(1)
+        t.specify_memory(100)
+        t.specify_disk(100)
+        return self.q.submit(t)
+
+    def _pump(self):
+        # wait(0) and a sleep: Debian's SWIG module holds the GIL inside wait(), and a
+        # wait(1) loop would starve the test's own event loop
+        while not self._stop.is_set():
+            t = self.q.wait(0)
+            if t:
+                self.done.append(t.id)
+            else:
+                time.sleep(0.05)
+
+    def close(self):
+        self._stop.set()
+        self._t.join(5)

@@ -4,7 +4,6 @@ work_queue Python module): worker identity, latency, and drain-only-idle."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import aiohttp
@@ -13,48 +12,12 @@ import pytest
 from hta.backends.local import LocalBackend
 from hta.model import Resources
 from workqueue_bridge.status import MasterStatusClient
-from workqueue_bridge.wq import load
 
-from conftest import cctools_processes
+from conftest import Master, cctools_processes
 
 pytestmark = pytest.mark.slow
 
 SHAPE = Resources(cores=1, memory_mb=256, disk_mb=512)
-
-
-class Master:
-    """A real master in this process, pumped by a thread (wait() dispatches tasks)."""
-
-    def __init__(self):
-        wq = load()
-        self.wq = wq
-        self.q = wq.WorkQueue(port=0)
-        self.port = self.q.port
-        self.done: list[int] = []
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._pump, daemon=True)
-        self._t.start()
-
-    def submit(self, command: str) -> int:
-        t = self.wq.Task(command)
-        t.specify_cores(1)
-        t.specify_memory(100)
-        t.specify_disk(100)
-        return self.q.submit(t)
-
-    def _pump(self):
-        # wait(0) and a sleep: Debian's SWIG module holds the GIL inside wait(), and a
-        # wait(1) loop would starve the test's own event loop
-        while not self._stop.is_set():
-            t = self.q.wait(0)
-            if t:
-                self.done.append(t.id)
-            else:
-                time.sleep(0.05)
-
-    def close(self):
-        self._stop.set()
-        self._t.join(5)
 
 
 async def poll_until(master, backend, cond, timeout=30.0):
