@@ -34,7 +34,8 @@ from hta.model import PendingWorker, Resources
 from hta.scaling_log import WorkerRecord
 from k8s.api import CallCounter, K8sError, call, load_client
 from k8s.informer import PodInformer, PodState
-from k8s.pods import DEFAULT_IMAGE, RUN_LABEL, worker_command, worker_pod
+from hta.node.worker import worker_command
+from k8s.pods import DEFAULT_IMAGE, RUN_LABEL, worker_pod
 from workqueue_bridge.status import MasterSnapshot
 
 log = logging.getLogger("hta.k8s")
@@ -177,7 +178,8 @@ class KubernetesBackend:
         for _ in range(n):
             self._seq += 1
             names.append(f"hta-{self.run_id}-{self._seq}")
-        cmd = worker_command(shape, self.master_host or "127.0.0.1", self._port, self.idle_timeout_s)
+        cmd = worker_command(f"{self.master_host or '127.0.0.1'}:{self._port}", disk_mb=int(shape.disk_mb),
+                             idle_timeout_s=self.idle_timeout_s)
         gate = asyncio.Semaphore(self.create_concurrency)
 
         async def create(name: str) -> str | None:

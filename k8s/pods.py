@@ -28,18 +28,6 @@ def run_id_for(workflow: Path) -> str:
     return hashlib.sha1(str(Path(workflow).resolve()).encode()).hexdigest()[:10]
 
 
-def worker_command(shape: Resources, master_host: str, master_port: int, idle_timeout_s: int) -> list[str]:
-    """``hta worker`` in the pod: it reads its cores and memory from the pod's cgroup (the
-    limits below), so they are not passed; disk is, as no cgroup limits it."""
-    return [
-        "hta", "worker",
-        f"--master={master_host}:{master_port}",
-        f"--disk={int(shape.disk_mb)}",
-        f"--idle-timeout={idle_timeout_s}",
-        "--connect-timeout=900",
-    ]
-
-
 def owner_reference() -> list[client.V1OwnerReference] | None:
     """HTA's own pod, when HTA runs in one (downward API: HTA_POD_NAME, HTA_POD_UID)."""
     name, uid = os.environ.get("HTA_POD_NAME"), os.environ.get("HTA_POD_UID")

@@ -7,14 +7,15 @@ from kubernetes.client.exceptions import ApiException
 
 from hta.model import Resources
 from k8s.api import K8sError, call, load_client
-from k8s.pods import run_id_for, worker_command, worker_pod
+from hta.node.worker import CONNECT_TIMEOUT_S, worker_command
+from k8s.pods import run_id_for, worker_pod
 
 
 def test_worker_pod_template(monkeypatch):
     monkeypatch.setenv("HTA_POD_NAME", "hta-0")
     monkeypatch.setenv("HTA_POD_UID", "1234")
     shape = Resources(cores=3, memory_mb=12000, disk_mb=50000)
-    cmd = worker_command(shape, "10.0.0.5", 9123, 300)
+    cmd = worker_command("10.0.0.5:9123", disk_mb=50000, idle_timeout_s=300)
     pod = worker_pod("hta-abc-1", "abc", shape, "img:1", cmd, host_network=True)
     c = pod.spec.containers[0]
     assert pod.metadata.labels["hta.io/run"] == "abc"
@@ -24,6 +25,7 @@ def test_worker_pod_template(monkeypatch):
     assert [c.command[0], *c.args] == cmd and cmd[:2] == ["hta", "worker"] and "--master=10.0.0.5:9123" in cmd
     # cores and memory come from the pod's cgroup (its limits), not from flags
     assert not [a for a in cmd if a.startswith(("--cores", "--memory"))] and "--disk=50000" in cmd
+    assert f"--connect-timeout={CONNECT_TIMEOUT_S}" in cmd
     (owner,) = pod.metadata.owner_references
     assert (owner.kind, owner.name, owner.uid) == ("Pod", "hta-0", "1234")
 

@@ -28,6 +28,7 @@ import psutil
 
 from hta.backends.base import CPU_UTILIZATION
 from hta.model import PendingWorker, Resources
+from hta.node.worker import worker_command
 from hta.processes import die_with_parent, stop
 from hta.scaling_log import WorkerRecord
 from workqueue_bridge.status import MasterSnapshot
@@ -53,28 +54,6 @@ def hta_executable() -> list[str]:
     """How to run ``hta`` itself: the console script next to this Python, else the module."""
     exe = Path(sys.executable).with_name("hta")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "hta.cli"]
-
-
-def worker_command(shape: Resources, host: str, port: int, workdir: Path, idle_timeout_s: int,
-                   css: bool = True, css_log: Path | None = None) -> list[str]:
-    """The same entrypoint as in a pod: ``hta worker`` (effective capacity, CSS)."""
-    cmd = [
-        *hta_executable(), "worker",
-        f"--master={host}:{port}",
-        f"--cores={int(shape.cores)}",
-        f"--memory={int(shape.memory_mb)}",
-        f"--disk={int(shape.disk_mb)}",
-        f"--idle-timeout={idle_timeout_s}",
-        "--connect-timeout=60",
-        "--parent-death",
-        f"--workdir={workdir}",
-    ]
-    if not css:
-        cmd.append("--no-css")
-    elif css_log is not None:
-        cmd.append(f"--css-log={css_log}")
-    return cmd
-
 
 
 def tree_cpu_seconds(pid: int) -> float | None:
@@ -177,8 +156,11 @@ class LocalBackend:
         out = open(self.run_dir / "logs" / f"{w.id}.log", "wb")
         try:
             w.proc = await asyncio.create_subprocess_exec(
-                *worker_command(w.shape, self._host, self._port, w.workdir, self.idle_timeout_s, self.css,
-                                self.run_dir / "logs" / f"{w.id}.css.jsonl"),
+                *worker_command(f"{self._host}:{self._port}", cores=int(w.shape.cores),
+                                memory_mb=int(w.shape.memory_mb), disk_mb=int(w.shape.disk_mb),
+                                idle_timeout_s=self.idle_timeout_s, workdir=w.workdir, parent_death=True,
+                                css=self.css, css_log=self.run_dir / "logs" / f"{w.id}.css.jsonl",
+                                executable=hta_executable()),
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL,

@@ -36,6 +36,34 @@ from hta.processes import die_with_parent
 
 log = logging.getLogger("hta.worker")
 
+#: how long a worker keeps trying to reach its master before it gives up: long enough for a
+#: restarted HTA (Kubernetes adopts its run's pods) to open the master again
+CONNECT_TIMEOUT_S = 900
+
+
+def worker_command(master: str, *, disk_mb: int, idle_timeout_s: int, cores: int | None = None,
+                   memory_mb: int | None = None, workdir: Path | None = None, parent_death: bool = False,
+                   css: bool = True, css_log: Path | None = None, executable: list[str] | None = None) -> list[str]:
+    """The one ``hta worker`` command line, for a local process and for a pod alike.
+
+    ``cores`` / ``memory_mb`` are given only where no cgroup limits the worker (a local
+    process); in a pod the worker reads them from its cgroup (the pod's limits)."""
+    cmd = [*(executable or ["hta"]), "worker", f"--master={master}"]
+    if cores is not None:
+        cmd.append(f"--cores={cores}")
+    if memory_mb is not None:
+        cmd.append(f"--memory={memory_mb}")
+    cmd += [f"--disk={disk_mb}", f"--idle-timeout={idle_timeout_s}", f"--connect-timeout={CONNECT_TIMEOUT_S}"]
+    if parent_death:
+        cmd.append("--parent-death")
+    if workdir is not None:
+        cmd.append(f"--workdir={workdir}")
+    if not css:
+        cmd.append("--no-css")
+    elif css_log is not None:
+        cmd.append(f"--css-log={css_log}")
+    return cmd
+
 
 @dataclass
 class WorkerOptions:
