@@ -26,7 +26,8 @@ from hta.model import Observation, ScaleDecision  # noqa: E402
 from hta.policies.hta_policy import HTAPolicy  # noqa: E402
 from hta.sim.compare import compare, print_comparison  # noqa: E402
 from hta.sim.workload import load_workload  # noqa: E402
-from hta.sim.world import ClusterModel, SimWorld  # noqa: E402
+from hta.sim.run import Simulation  # noqa: E402
+from hta.sim.world import ClusterModel  # noqa: E402
 
 POLICIES = ["hta", "hpa-20", "hpa-50", "keda-3", "factory"]
 
@@ -40,8 +41,13 @@ class StaticCluster:
         return ScaleDecision(next_decision_s=600.0, target_workers=len(obs.workers))
 
 
+MISSED: list[str] = []  # the goals missed so far: the process exits 1 if any
+
+
 def check(label: str, value: float, goal: float, better: str = "below") -> str:
     ok = value <= goal if better == "below" else value >= goal
+    if not ok:
+        MISSED.append(label)
     return f"  {'PASS' if ok else 'MISS'}  {label}: {value:,.3g} (goal {'≤' if better == 'below' else '≥'} {goal:,.3g})"
 
 
@@ -84,7 +90,7 @@ def main() -> None:
           f" all of it); on idle workers {m(b, 'hta', 'idle_waste_core_s'):,.0f} core·s")
     full = ClusterModel(start_nodes=ClusterModel().max_nodes)
     for c in (b, io):
-        static = [SimWorld(load_workload(c.workload, s), StaticCluster(), full, seed=s).run().runtime_s
+        static = [Simulation(load_workload(c.workload, s), StaticCluster(), full, seed=s).run().runtime_s
                   for s in range(args.seeds)]
         st = statistics.fmean(static)
         print(f"  {c.workload:12s} largest cluster from t=0, no latency: runtime {st:,.0f} s = "
@@ -103,11 +109,16 @@ def main() -> None:
     }
     for wl in ("blast-3stage", "io-bound"):
         for name, make in variants.items():
-            rs = [SimWorld(load_workload(wl, s), make(), seed=s).run() for s in range(args.seeds)]
+            rs = [Simulation(load_workload(wl, s), make(), seed=s).run() for s in range(args.seeds)]
             f = lambda k: statistics.fmean(getattr(r, k) for r in rs)  # noqa: E731
             print(f"  {wl:13s} {name:22s} runtime {f('runtime_s'):7,.0f} s  waste {f('waste_core_s'):8,.0f}"
                   f" (idle {f('idle_waste_core_s'):7,.0f})"
                   f"  shortage {f('shortage_core_s'):9,.0f}  node {f('node_s'):8,.0f}")
+
+    if MISSED:
+        print(f"\n{len(MISSED)} goal(s) missed: {'; '.join(' '.join(m.split()) for m in MISSED)}")
+        sys.exit(1)
+    print("\nevery goal met")
 
 
 if __name__ == "__main__":

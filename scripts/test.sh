@@ -5,5 +5,5 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
 cd "$root"
 # the Kubernetes tests' control plane (built once into a cache outside git; ~8 min cold)
-k8s/testcluster/build.sh
+testcluster/build.sh
 exec .venv/bin/python -m pytest "$@"

@@ -26,7 +26,7 @@ EMPTY_TTL_S = 5.0
 def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("cluster")
     env = {**os.environ, "HTA_TESTCLUSTER_DIR": str(state)}
-    up = subprocess.run([str(ROOT / "k8s/testcluster/cluster"), "up", "--node-cores", "2", "--node-memory", "4096",
+    up = subprocess.run([str(ROOT / "testcluster/cluster"), "up", "--node-cores", "2", "--node-memory", "4096",
                          "--max-nodes", "4", "--provision-delay", str(PROVISION_S), "--provision-jitter", "0.5",
                          "--pod-start-delay", str(POD_START_S), "--empty-node-ttl", str(EMPTY_TTL_S)],
                         env=env, capture_output=True, text=True, timeout=1800)
@@ -37,7 +37,7 @@ def cluster(tmp_path_factory):
     try:
         yield kubeconfig
     finally:
-        down = subprocess.run([str(ROOT / "k8s/testcluster/cluster"), "down"], env=env, capture_output=True,
+        down = subprocess.run([str(ROOT / "testcluster/cluster"), "down"], env=env, capture_output=True,
                               text=True, timeout=120)
         assert down.returncode == 0, down.stderr
         assert not state.exists() or not any(state.iterdir())

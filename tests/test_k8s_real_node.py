@@ -16,10 +16,10 @@ import pytest
 from kubernetes import client, config
 
 from conftest import ROOT, run_hta, wait
-from k8s.testcluster import real_node
+from testcluster import real_node
 
 pytestmark = pytest.mark.slow
-CLUSTER = str(ROOT / "k8s/testcluster/cluster")
+CLUSTER = str(ROOT / "testcluster/cluster")
 
 
 def host_state() -> dict:

@@ -96,7 +96,7 @@ esac
 cd "$root"
 inputs=$( (cat "$dockerfile" setup.cfg pyproject.toml
           find hta workqueue_bridge resource_monitor k8s -name '*.py' -not -path '*/__pycache__/*' \
-               -not -path 'k8s/testcluster/*' | sort | xargs cat) \
+               | sort | xargs cat) \
          | sha256sum | cut -d' ' -f1)
 archive="$CACHE/${image#localhost/}"; archive="${archive%:latest}.oci.tar"
 if [ -f "$archive" ] && [ "$(cat "$archive.inputs" 2>/dev/null)" = "$inputs" ] \

@@ -5,14 +5,14 @@ kube-controller-manager v1.33.13) on 127.0.0.1 with free ports, kwok for fake
 nodes, and two named stand-ins for what cannot run here:
 
 - the **node-provisioner stand-in** for the cluster-autoscaler
-  (:mod:`k8s.testcluster.provisioner`): adds a kwok node after a jittered
+  (:mod:`testcluster.provisioner`): adds a kwok node after a jittered
   delay when pods are unschedulable, removes nodes that stayed empty;
 - the **pod process runner**, a test fake of the kubelet
-  (:mod:`k8s.testcluster.pod_runner`): runs a Running pod's container command
+  (:mod:`testcluster.pod_runner`): runs a Running pod's container command
   as a local process, so real work_queue_workers connect to a real master.
 
 With ``--real-node`` it adds one real node instead of the fake kubelet
-(:mod:`k8s.testcluster.real_node`: kubelet + containerd + runc running the
+(:mod:`testcluster.real_node`: kubelet + containerd + runc running the
 worker image), and ``down`` puts back everything that node changed on the host.
 
 Every process is started in its own session, recorded in ``pids.json`` and
@@ -171,10 +171,10 @@ def up(args: argparse.Namespace) -> None:
                    "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                    "--cidr=10.0.0.1/24", "--node-ip=127.0.0.1", f"--server-address=127.0.0.1:{kwok_p}"], pids)
     py = sys.executable
-    env = {"KUBECONFIG": kc, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {"KUBECONFIG": kc, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     if not (args.no_pod_runner or args.real_node):
-        start("pod-runner", [py, "-m", "k8s.testcluster.pod_runner"], pids, env)
-    start("node-provisioner", [py, "-m", "k8s.testcluster.provisioner",
+        start("pod-runner", [py, "-m", "testcluster.pod_runner"], pids, env)
+    start("node-provisioner", [py, "-m", "testcluster.provisioner",
                                f"--node-cores={args.node_cores}", f"--node-memory={args.node_memory}",
                                f"--max-nodes={args.max_nodes}", f"--start-nodes={args.start_nodes}",
                                f"--delay={args.provision_delay}", f"--jitter={args.provision_jitter}",
@@ -183,7 +183,7 @@ def up(args: argparse.Namespace) -> None:
              lambda: https_ok(f"https://127.0.0.1:{api}/api/v1/namespaces/default/serviceaccounts/default"), 90)
     real = {}
     if args.real_node:
-        from k8s.testcluster import real_node
+        from testcluster import real_node
 
         real = real_node.bring_up(STATE, Path(kc), BIN / "kubelet", lambda name, cmd: start(name, cmd, pids),
                                    wait_for)
@@ -225,7 +225,7 @@ def down(_: argparse.Namespace) -> None:
 
     for name in ("node-provisioner", "pod-runner", "kwok"):
         stop_one(name)
-    from k8s.testcluster import real_node
+    from testcluster import real_node
 
     left = real_node.teardown(STATE, stop_one)  # no-op without a real node
     for name in reversed(ORDER):

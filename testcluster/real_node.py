@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 NAME = "hta-real-node"
 BRIDGE = "hta0"
 SUBNET, GATEWAY = "10.244.0.0/24", "10.244.0.1"

@@ -1,1 +1,0 @@
-"""The local test cluster (project scripts; binaries cached outside git)."""
