@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# The test command: install what is missing, then run the whole test suite.
+# The test command: install what is missing, then run the tests.
+#   ./scripts/test.sh          the full suite (what CI runs): builds the local Kubernetes
+#                              control plane first if it is missing (~8 min cold, cached)
+#   ./scripts/test.sh --fast   the edit loop: no cluster build, no real makeflow runs or pods
+#                              (pytest -m "not slow and not cluster"), under 3 minutes
+# Any other arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
 cd "$root"
-# the Kubernetes tests' control plane (built once into a cache outside git; ~8 min cold)
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  exec .venv/bin/python -m pytest -m "not slow and not cluster" "$@"
+fi
 testcluster/build.sh
 exec .venv/bin/python -m pytest "$@"

@@ -15,7 +15,7 @@ from kubernetes import client, config
 
 from conftest import HTA, ROOT, cctools_processes, run_hta, wait
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 PROVISION_S = 10.0
 POD_START_S = 2.0

@@ -18,7 +18,7 @@ from kubernetes import client, config
 from conftest import ROOT, run_hta, wait
 from testcluster import real_node
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 CLUSTER = str(ROOT / "testcluster/cluster")
 
 
