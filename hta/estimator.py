@@ -17,9 +17,20 @@ alike tasks (category, request), a dispatch starts k tasks at once and their
 completion is one event. The cost grows with the number of distinct
 completion times within the horizon, not with the number of tasks.
 
+How many tasks of a group a worker can start is Work Queue's placement rule,
+written once in :mod:`workqueue_bridge.dispatch` (:func:`fit_count`) and shared
+with the simulator, so the estimate and the world it is tested in cannot
+disagree about what fits.
+
 A category never measured has no runtime: its tasks are assumed to run past
 the horizon (they hold their worker), which is what the first tasks of a new
 stage do until one completes.
+
+Reading order: :class:`QueueDrainEstimator` runs one :class:`_DrainPlay` — the
+state of the play (slots, queue, an event heap) and one method per step — then
+packs what is left into workers to buy. The play's events are the four named
+tuples :class:`SlotFrees`, :class:`WorkerArrives`, :class:`TaskReleased` and
+:class:`BatchDone`.
 """
 
 from __future__ import annotations
@@ -28,9 +39,10 @@ import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple, Union, assert_never
 
-from hta.model import CategoryModel, Observation, Resources, TaskGroup
+from hta.model import CategoryModel, Observation, Resources, TaskGroup, UpcomingTasks
+from workqueue_bridge.dispatch import EPS, allocated, fit_count
 
 #: a running task past its expected runtime is assumed to need this fraction more
 OVERDUE_FRACTION = 0.1
@@ -71,36 +83,6 @@ class Estimate:
     @property
     def left_count(self) -> int:
         return sum(g.count for g in self.left_waiting)
-
-
-@dataclass
-class _Slot:
-    id: str
-    cap_c: float
-    cap_m: float
-    cap_d: float
-    free_c: float
-    free_m: float
-    free_d: float
-    idle_now: bool
-    used: bool = False
-
-
-@dataclass
-class _Group:
-    """Waiting (or released) tasks of one kind, with what lookahead needs:
-    batches still running and when the group's last task finished."""
-
-    id: str | None
-    category: str
-    count: int
-    req: Resources
-    whole: bool
-    runtime: float | None
-    model: CategoryModel | None = None
-    inflight: int = 0
-    blocked: bool = False  # a task of it will not finish within the horizon
-    finished_at: float | None = None
 
 
 def expected_remaining(elapsed: float, model: CategoryModel) -> float:
@@ -207,6 +189,425 @@ def _runtime(models: dict[str, CategoryModel], category: str) -> float | None:
 
 
 INF = float("inf")
+_NO_LIMIT = 2**62  # fit_count's limit when only the resources should decide
+
+
+# --- the play's events ------------------------------------------------------
+# Kept in a heap as (at, sequence, event): ties in time go in the order the
+# events were scheduled, so the play is deterministic.
+
+
+class SlotFrees(NamedTuple):
+    """Resources come back to a slot: running tasks (or a batch started by the
+    play) end. ``group``: the queue group whose batch this completes, for its
+    dependents (None when the batch's completion is a separate
+    :class:`BatchDone`, or for tasks running before the play)."""
+
+    at: float
+    slot: int
+    cores: float
+    memory_mb: float
+    disk_mb: float
+    group: int | None
+
+
+class WorkerArrives(NamedTuple):
+    """A pending worker connects, all of it free."""
+
+    at: float
+    slot: int
+
+
+class TaskReleased(NamedTuple):
+    """Lookahead: the DAG releases an upcoming group (everything it waits for is done)."""
+
+    at: float
+    upcoming_index: int
+
+
+class BatchDone(NamedTuple):
+    """A batch counts as done for its dependents, without freeing anything: the
+    slowest of a batch (a barrier's last parent), or a never-measured task's
+    guessed end (:data:`UNKNOWN_RELEASE_PRIOR_S`) while it keeps its worker."""
+
+    at: float
+    group: int
+
+
+Event = Union[SlotFrees, WorkerArrives, TaskReleased, BatchDone]
+
+
+# --- the play's state -------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Room:
+    """A slot's free resources, updated in place. It reads like a
+    :class:`~hta.model.Resources` for :func:`fit_count`, without building a
+    validated model at every dispatch."""
+
+    cores: float
+    memory_mb: float
+    disk_mb: float
+
+
+@dataclass(slots=True)
+class _Slot:
+    """A worker in the play: connected now, or pending (free from its arrival)."""
+
+    id: str
+    capacity: Resources
+    capacity_key: int  # equal capacities, equal keys (see :meth:`_DrainPlay._fit`)
+    free: _Room
+    idle_now: bool
+    used: bool = False
+
+
+@dataclass(slots=True)
+class _Group:
+    """Waiting (or released) tasks of one kind, with what lookahead needs:
+    batches still running and when the group's last task finished."""
+
+    id: str | None
+    category: str
+    count: int
+    request: Resources
+    request_key: int  # equal requests, equal keys (see :meth:`_DrainPlay._fit`)
+    runtime: float | None
+    model: CategoryModel | None = None
+    inflight: int = 0
+    blocked: bool = False  # a task of it will not finish within the horizon
+    finished_at: float | None = None
+
+
+class _DrainPlay:
+    """One play of the queue from ``obs.time`` to the horizon: call :meth:`run`
+    once, then read :meth:`left_waiting`, :meth:`unused_idle` and ``releases``.
+
+    Slots are the connected workers (busy ones first, so idle ones stay idle
+    unless the queue needs them), then the pending workers that arrive within
+    the horizon. The queue is the waiting groups in dispatch order; lookahead
+    appends upcoming groups as the DAG releases them.
+    """
+
+    def __init__(self, obs: Observation, horizon_s: float, options: EstimatorOptions) -> None:
+        self.obs = obs
+        self.options = options
+        self.horizon_s = horizon_s
+        self.now = obs.time
+        self.end = obs.time + horizon_s
+        self.models = obs.categories
+        #: mean runtime of each measured category (None: never measured; .get: unknown)
+        self.runtimes: dict[str, float | None] = {name: _runtime(self.models, name) for name in self.models}
+        self.upcoming: list[UpcomingTasks] = obs.upcoming if options.lookahead else []
+        self.slots: list[_Slot] = []
+        self.connected = 0  # slots[:connected] are the workers connected now
+        self.queue: list[_Group] = []
+        self.head = 0  # queue[:head] is all dispatched: fill() starts after it
+        self.releases: list[tuple[float, int]] = []
+        # fit_count's answers, by (request, capacity, free cores, memory, disk): see _fit
+        self._keys: dict[tuple[float, float, float], int] = {}
+        self._fits: dict[tuple[int, int, float, float, float], int] = {}
+        # batch_last_runtime by (category, tasks in the batch): the same few batches recur
+        self._last_runtimes: dict[tuple[str, int], float] = {}
+        self._events: list[tuple[float, int, Event]] = []
+        self._seq = 0
+        # lookahead: upcoming groups waiting for a ref, refs each still misses, release times
+        self._waiting_for: dict[str, list[int]] = {}
+        self._missing: list[int] = []
+        self._released_at: list[float] = []
+
+    # -- setting up --------------------------------------------------------
+
+    def run(self) -> None:
+        """Set up slots, queue and events, start what fits now, play to the horizon.
+        The setup order is the order events are scheduled in, so it decides ties."""
+        index = self._add_connected_workers()
+        task_done = self._schedule_running_tasks(index, self._barrier_times())
+        self._add_pending_workers()
+        self.queue = [self._group(g.id, g.category, g.count, g.request) for g in self.obs.waiting]
+        self._index_upcoming()
+        self._release_ready(task_done)
+        for i in range(self.connected):
+            self.fill(i, self.now)
+        self._play()
+
+    def _push(self, event: Event) -> None:
+        heapq.heappush(self._events, (event.at, self._seq, event))
+        self._seq += 1
+
+    def _group(self, gid: str | None, category: str, count: int, request: Resources) -> _Group:
+        return _Group(gid, category, count, request, self._key(request), self.runtimes.get(category),
+                      self.models.get(category))
+
+    def _key(self, amounts: Resources) -> int:
+        """A small int per distinct (cores, memory, disk), for :meth:`_fit`'s memo."""
+        return self._keys.setdefault((amounts.cores, amounts.memory_mb, amounts.disk_mb), len(self._keys))
+
+    def _add_connected_workers(self) -> dict[str, int]:
+        """One slot per connected worker, busy ones first; returns worker id → slot."""
+        index: dict[str, int] = {}
+        for w in sorted(self.obs.workers, key=lambda w: (w.idle, w.id)):
+            cap, used = w.capacity, w.in_use
+            # what w.free computes, without building a Resources per worker
+            free = _Room(max(cap.cores - used.cores, 0), max(cap.memory_mb - used.memory_mb, 0),
+                         max(cap.disk_mb - used.disk_mb, 0))
+            index[w.id] = len(self.slots)
+            self.slots.append(_Slot(w.id, cap, self._key(cap), free, w.idle))
+        self.connected = len(self.slots)
+        return index
+
+    def _barrier_times(self) -> dict[str, float]:
+        """Lookahead, barrier-aware: a group waiting on several running tasks is
+        released when the slowest ends (:func:`barrier_wait`), so each of those
+        tasks counts as done then — for releases only: its resources still come
+        back at its own expected end. Returns task ref → that time."""
+        if not (self.options.barrier_aware and self.upcoming):
+            return {}
+        models, now = self.models, self.now
+        running = {f"task:{t.task_id}": t for t in self.obs.running if self.runtimes.get(t.category) is not None}
+        barrier_at: dict[str, float] = {}
+        for up in self.upcoming:
+            parents = [running[ref] for ref in up.after if ref in running]
+            if len(parents) < 2:
+                continue
+            at = now + barrier_wait([(models[t.category], now - t.started_at) for t in parents])
+            for t in parents:
+                ref = f"task:{t.task_id}"
+                barrier_at[ref] = max(barrier_at.get(ref, at), at)
+        return barrier_at
+
+    def _schedule_running_tasks(self, index: dict[str, int], barrier_at: dict[str, float]) -> dict[str, float]:
+        """Running tasks free their allocation when their category's runtime is
+        over: one :class:`SlotFrees` per slot and millisecond, however many tasks
+        end then. Returns task ref → when it counts as done for its dependents."""
+        models, runtimes, now, end = self.models, self.runtimes, self.now, self.end
+        finishing: dict[tuple[int, float], list[float]] = {}
+        task_done: dict[str, float] = {}
+        for t in self.obs.running:
+            ref = f"task:{t.task_id}"
+            if runtimes.get(t.category) is None:
+                # never measured: it holds its resources through the horizon, and (for
+                # lookahead only) is expected to run as long again as it has so far
+                task_done[ref] = now + max(now - t.started_at, UNKNOWN_RELEASE_PRIOR_S)
+                continue
+            at = now + max(expected_remaining(now - t.started_at, models[t.category]), 0.0)
+            task_done[ref] = max(at, barrier_at.get(ref, at))
+            slot = index.get(t.worker or "")
+            if at > end or slot is None:
+                continue
+            acc, alloc = finishing.setdefault((slot, round(at, 3)), [0.0, 0.0, 0.0]), t.allocation
+            acc[0] += alloc.cores
+            acc[1] += alloc.memory_mb
+            acc[2] += alloc.disk_mb
+        for (slot, at), (c, m, d) in finishing.items():
+            self._push(SlotFrees(at, slot, c, m, d, None))
+        return task_done
+
+    def _add_pending_workers(self) -> None:
+        """Pending workers arrive one latency after they were asked for; those
+        arriving after the horizon play no part."""
+        for p in self.obs.pending:
+            at = max(self.now, p.requested_at + self.horizon_s)
+            if at > self.end:
+                continue
+            self.slots.append(_Slot(p.id, p.shape, self._key(p.shape), _Room(0.0, 0.0, 0.0), False))
+            self._push(WorkerArrives(at, len(self.slots) - 1))
+
+    # -- lookahead: the DAG's upcoming groups --------------------------------
+
+    def _index_upcoming(self) -> None:
+        """Who waits for what: an upcoming group is released once every ref in
+        its ``after`` has completed."""
+        for k, up in enumerate(self.upcoming):
+            self._missing.append(len(up.after))
+            for ref in up.after:
+                self._waiting_for.setdefault(ref, []).append(k)
+        self._released_at = [INF] * len(self.upcoming)
+
+    def _release_ready(self, task_done: dict[str, float]) -> None:
+        """Complete the running tasks expected done within the horizon; groups
+        waiting for nothing are released now."""
+        if not self.upcoming:
+            return
+        for ref, at in task_done.items():
+            if at <= self.end and ref in self._waiting_for:
+                self._complete(ref, at)
+        for k, up in enumerate(self.upcoming):
+            if not up.after:
+                self._push(TaskReleased(self.now, k))
+
+    def _complete(self, ref: str, t: float) -> None:
+        """``ref`` (a task or a group) completed at ``t``: release what waited only for it."""
+        for k in self._waiting_for.get(ref, ()):
+            self._missing[k] -= 1
+            before = self._released_at[k]
+            self._released_at[k] = t if before == INF else max(before, t)
+            if self._missing[k] == 0 and self._released_at[k] <= self.end:
+                self._push(TaskReleased(self._released_at[k], k))
+
+    def _progress(self, gi: int, t: float) -> None:
+        """A batch of group ``gi`` is done: if it was the group's last, the group completes."""
+        g = self.queue[gi]
+        if g.count == 0 and g.inflight == 0 and not g.blocked and g.finished_at is None and g.id:
+            g.finished_at = t
+            self._complete(g.id, t)
+
+    # -- dispatching ---------------------------------------------------------
+
+    def fill(self, i: int, t: float) -> None:
+        """Work Queue's rule on slot ``i`` at ``t``: waiting groups in queue order
+        each start as many tasks as fit (:meth:`_fit`), until the slot has no
+        core left."""
+        slot, queue = self.slots[i], self.queue
+        while self.head < len(queue) and queue[self.head].count == 0:
+            self.head += 1
+        for gi in range(self.head, len(queue)):
+            g = queue[gi]
+            if g.count == 0:
+                continue
+            k = self._fit(g, slot)
+            if k <= 0:
+                continue
+            self._start(i, gi, k, t)
+            if slot.free.cores <= EPS:
+                break
+
+    def _fit(self, g: _Group, slot: _Slot) -> int:
+        """How many tasks of ``g`` (which has some left) ``slot`` can start now: :func:`fit_count`.
+
+        It is a pure function of the request, the capacity and the free
+        resources, and a slot keeps coming back to the same few free states (a
+        batch ends, the next one starts), so each answer is remembered for the
+        play: asked without a limit, then capped by the group's count (what
+        ``fit_count``'s ``limit`` does)."""
+        free = slot.free
+        key = (g.request_key, slot.capacity_key, free.cores, free.memory_mb, free.disk_mb)
+        fit = self._fits.get(key)
+        if fit is None:
+            fit = self._fits[key] = fit_count(g.request, free, slot.capacity, _NO_LIMIT)
+        return min(fit, g.count)
+
+    def _start(self, i: int, gi: int, k: int, t: float) -> None:
+        """Start ``k`` tasks of group ``gi`` on slot ``i`` at ``t`` and schedule their end."""
+        slot, g = self.slots[i], self.queue[gi]
+        each = allocated(g.request, slot.capacity)
+        free = slot.free
+        g.count -= k
+        free.cores -= k * each.cores
+        free.memory_mb -= k * each.memory_mb
+        free.disk_mb -= k * each.disk_mb
+        slot.used = True
+        runtime = g.runtime
+        if runtime is None:
+            self._start_unmeasured(gi, t)
+        elif t + runtime > self.end:
+            g.blocked = True
+        else:
+            self._schedule_batch(i, gi, k, each, runtime, t)
+
+    def _start_unmeasured(self, gi: int, t: float) -> None:
+        """A never-measured batch keeps its resources through the horizon; with
+        lookahead its dependents are still expected soon (a short prior)."""
+        g = self.queue[gi]
+        if self.upcoming and t + UNKNOWN_RELEASE_PRIOR_S <= self.end:
+            g.inflight += 1
+            self._push(BatchDone(t + UNKNOWN_RELEASE_PRIOR_S, gi))
+        else:
+            g.blocked = True
+
+    def _schedule_batch(self, i: int, gi: int, k: int, each: Resources, runtime: float, t: float) -> None:
+        """Resources come back at the category's mean ``runtime``; with lookahead
+        and barrier awareness, the batch counts as done for its dependents only
+        when its slowest task is likely to end (:func:`batch_last_runtime`)."""
+        g = self.queue[gi]
+        last = runtime
+        if self.upcoming and self.options.barrier_aware and g.model is not None:
+            last = self._last_runtime(g.category, g.model, k)
+        later = last > runtime
+        self._push(SlotFrees(t + runtime, i, k * each.cores, k * each.memory_mb, k * each.disk_mb,
+                             None if later else gi))
+        if not later:
+            g.inflight += 1
+        elif t + last <= self.end:
+            g.inflight += 1
+            self._push(BatchDone(t + last, gi))
+        else:
+            g.blocked = True
+
+    def _last_runtime(self, category: str, model: CategoryModel, k: int) -> float:
+        """:func:`batch_last_runtime`, remembered for the play (it interpolates the
+        category's quantiles at every call, and batches of the same size recur)."""
+        key = (category, k)
+        last = self._last_runtimes.get(key)
+        if last is None:
+            last = self._last_runtimes[key] = batch_last_runtime(model, k)
+        return last
+
+    # -- playing -------------------------------------------------------------
+
+    def _play(self) -> None:
+        """Handle events in (time, sequence) order until the horizon."""
+        events, end = self._events, self.end
+        while events:
+            at, _, event = heapq.heappop(events)
+            if at > end:
+                break
+            match event:
+                case SlotFrees():
+                    self._on_slot_frees(event)
+                case WorkerArrives():
+                    self._on_worker_arrives(event)
+                case TaskReleased():
+                    self._on_task_released(event)
+                case BatchDone():
+                    self._on_batch_done(event)
+                case _:
+                    assert_never(event)
+
+    def _on_slot_frees(self, ev: SlotFrees) -> None:
+        """Resources come back (a group may complete); the slot takes waiting tasks."""
+        at, i, cores, memory_mb, disk_mb, group = ev
+        free = self.slots[i].free
+        free.cores += cores
+        free.memory_mb += memory_mb
+        free.disk_mb += disk_mb
+        if group is not None:
+            self.queue[group].inflight -= 1
+            self._progress(group, at)
+        self.fill(i, at)
+
+    def _on_worker_arrives(self, ev: WorkerArrives) -> None:
+        """A pending worker connects, all of it free, and takes waiting tasks."""
+        slot = self.slots[ev.slot]
+        cap = slot.capacity
+        slot.free = _Room(cap.cores, cap.memory_mb, cap.disk_mb)
+        self.fill(ev.slot, ev.at)
+
+    def _on_task_released(self, ev: TaskReleased) -> None:
+        """An upcoming group joins the end of the queue; every slot with room tries it."""
+        up = self.upcoming[ev.upcoming_index]
+        self.releases.append((ev.at, up.count))
+        self.queue.append(self._group(up.id, up.category, up.count, up.request))
+        for j, slot in enumerate(self.slots):
+            if slot.free.cores > EPS:
+                self.fill(j, ev.at)
+
+    def _on_batch_done(self, ev: BatchDone) -> None:
+        """A batch counts as done for its dependents (its resources are not freed here)."""
+        self.queue[ev.group].inflight -= 1
+        self._progress(ev.group, ev.at)
+
+    # -- results ---------------------------------------------------------------
+
+    def left_waiting(self) -> list[TaskGroup]:
+        """Tasks still waiting at the horizon, in queue order."""
+        return [TaskGroup(category=g.category, count=g.count, request=g.request, id=g.id)
+                for g in self.queue if g.count > 0]
+
+    def unused_idle(self) -> list[str]:
+        """Workers idle now that the play never gave a task."""
+        return [s.id for s in self.slots[: self.connected] if s.idle_now and not s.used]
 
 
 class QueueDrainEstimator:
@@ -216,218 +617,27 @@ class QueueDrainEstimator:
         self.options = options or EstimatorOptions()
 
     def estimate(self, obs: Observation, horizon_s: float) -> Estimate:
-        now = obs.time
-        end = now + horizon_s
-        models = obs.categories
-        shape = obs.worker_shape
-
-        slots: list[_Slot] = []
-        # events: (time, seq, kind, slot or group index, cores, memory, disk)
-        # kind 0: resources freed on a slot (group index in the last place, or -1)
-        # kind 1: an upcoming group is released
-        events: list[tuple] = []
-        seq = 0
-
-        # connected workers: busy ones first, so idle ones stay idle unless needed
-        workers = sorted(obs.workers, key=lambda w: (w.idle, w.id))
-        index = {}
-        for w in workers:
-            free = w.free
-            index[w.id] = len(slots)
-            slots.append(_Slot(w.id, w.capacity.cores, w.capacity.memory_mb, w.capacity.disk_mb,
-                               max(free.cores, 0), max(free.memory_mb, 0), max(free.disk_mb, 0), w.idle))
-
-        # lookahead: the DAG's upcoming groups, released when all they wait for completes
-        upcoming = obs.upcoming if self.options.lookahead else []
-        # barriers: a group waiting on several running tasks is released when the
-        # slowest ends; each such task's completion (for releases only) is put there
-        barrier_at: dict[str, float] = {}
-        if self.options.barrier_aware and upcoming:
-            running = {f"task:{t.task_id}": t for t in obs.running if _runtime(models, t.category) is not None}
-            for up in upcoming:
-                parents = [running[ref] for ref in up.after if ref in running]
-                if len(parents) < 2:
-                    continue
-                at = now + barrier_wait([(models[t.category], now - t.started_at) for t in parents])
-                for t in parents:
-                    ref = f"task:{t.task_id}"
-                    barrier_at[ref] = max(barrier_at.get(ref, at), at)
-
-        # running tasks free their allocation when their category's runtime is over
-        finishing: dict[tuple[int, float], list[float]] = {}
-        task_done: dict[str, float] = {}
-        for t in obs.running:
-            rt = _runtime(models, t.category)
-            if rt is None:
-                # never measured: it holds its resources through the horizon, and (for
-                # lookahead only) is expected to run as long again as it has so far
-                task_done[f"task:{t.task_id}"] = now + max(now - t.started_at, UNKNOWN_RELEASE_PRIOR_S)
-                continue
-            elapsed = now - t.started_at
-            at = now + max(expected_remaining(elapsed, models[t.category]), 0.0)
-            ref = f"task:{t.task_id}"
-            task_done[ref] = max(at, barrier_at.get(ref, at))
-            slot = index.get(t.worker or "")
-            if at > end or slot is None:
-                continue
-            acc = finishing.setdefault((slot, round(at, 3)), [0.0, 0.0, 0.0])
-            acc[0] += t.allocation.cores
-            acc[1] += t.allocation.memory_mb
-            acc[2] += t.allocation.disk_mb
-        for (slot, at), (c, m, d) in finishing.items():
-            events.append((at, seq, 0, slot, c, m, d, -1))
-            seq += 1
-
-        # pending workers arrive one latency after they were asked for
-        for p in obs.pending:
-            at = max(now, p.requested_at + horizon_s)
-            if at > end:
-                continue
-            slots.append(_Slot(p.id, p.shape.cores, p.shape.memory_mb, p.shape.disk_mb, 0, 0, 0, False))
-            events.append((at, seq, 0, len(slots) - 1, p.shape.cores, p.shape.memory_mb, p.shape.disk_mb, -1))
-            seq += 1
-
-        queue = [_Group(g.id, g.category, g.count, g.request, g.whole_worker, _runtime(models, g.category),
-                        models.get(g.category)) for g in obs.waiting]
-
-        waits: dict[str, list[int]] = {}  # ref → upcoming groups waiting for it
-        missing: list[int] = []  # per upcoming group: refs not yet complete
-        for k, up in enumerate(upcoming):
-            missing.append(0)
-            for ref in up.after:
-                waits.setdefault(ref, []).append(k)
-                missing[k] += 1
-        released_at: list[float] = [INF] * len(upcoming)
-
-        def complete(ref: str, t: float) -> None:
-            """``ref`` completed at ``t``: release what waited only for it."""
-            nonlocal seq
-            for k in waits.get(ref, ()):
-                missing[k] -= 1
-                released_at[k] = t if released_at[k] == INF else max(released_at[k], t)
-                if missing[k] == 0 and released_at[k] <= end:
-                    heapq.heappush(events, (released_at[k], seq, 1, k, 0.0, 0.0, 0.0, -1))
-                    seq += 1
-
-        if upcoming:
-            for ref, at in task_done.items():
-                if at <= end and ref in waits:
-                    complete(ref, at)
-            for k, up in enumerate(upcoming):
-                if not up.after:
-                    heapq.heappush(events, (now, seq, 1, k, 0.0, 0.0, 0.0, -1))
-                    seq += 1
-        heapq.heapify(events)
-
-        def group_progress(gi: int, t: float) -> None:
-            g = queue[gi]
-            if g.count == 0 and g.inflight == 0 and not g.blocked and g.finished_at is None and g.id:
-                g.finished_at = t
-                complete(g.id, t)
-
-        head = 0
-        releases: list[tuple[float, int]] = []
-
-        def fill(i: int, t: float) -> None:
-            nonlocal head, seq
-            s = slots[i]
-            while head < len(queue) and queue[head].count == 0:
-                head += 1
-            for gi in range(head, len(queue)):
-                g = queue[gi]
-                if g.count == 0:
-                    continue
-                if g.whole:
-                    if s.free_c < s.cap_c - 1e-9 or s.free_m < s.cap_m - 1e-9:
-                        continue
-                    k, c, m, d = 1, s.cap_c, s.cap_m, s.cap_d
-                else:
-                    c, m, d = g.req.cores, g.req.memory_mb, g.req.disk_mb
-                    k = g.count
-                    if c > 0:
-                        k = min(k, math.floor(s.free_c / c + 1e-9))
-                    if m > 0:
-                        k = min(k, math.floor(s.free_m / m + 1e-9))
-                    if d > 0:
-                        k = min(k, math.floor(s.free_d / d + 1e-9))
-                    if c <= 0 and m <= 0 and d <= 0:
-                        k = 0
-                if k <= 0:
-                    continue
-                g.count -= k
-                s.free_c -= k * c
-                s.free_m -= k * m
-                s.free_d -= k * d
-                s.used = True
-                if g.runtime is None:
-                    if upcoming and t + UNKNOWN_RELEASE_PRIOR_S <= end:
-                        # resources stay held; only the dependents' release is predicted
-                        g.inflight += 1
-                        heapq.heappush(events, (t + UNKNOWN_RELEASE_PRIOR_S, seq, 2, i, 0.0, 0.0, 0.0, gi))
-                        seq += 1
-                    else:
-                        g.blocked = True
-                elif t + g.runtime > end:
-                    g.blocked = True
-                else:
-                    last = g.runtime
-                    if upcoming and self.options.barrier_aware and g.model is not None:
-                        last = batch_last_runtime(g.model, k)
-                    # resources come back at the mean; the batch counts as done when its last task is
-                    later = last > g.runtime
-                    heapq.heappush(events, (t + g.runtime, seq, 0, i, k * c, k * m, k * d, -1 if later else gi))
-                    seq += 1
-                    if not later:
-                        g.inflight += 1
-                    elif t + last <= end:
-                        g.inflight += 1
-                        heapq.heappush(events, (t + last, seq, 2, i, 0.0, 0.0, 0.0, gi))
-                        seq += 1
-                    else:
-                        g.blocked = True
-                if s.free_c <= 1e-9:
-                    break
-
-        for i in range(len(workers)):
-            fill(i, now)
-
-        while events:
-            at, _, kind, i, c, m, d, gi = heapq.heappop(events)
-            if at > end:
-                break
-            if kind == 1:
-                up = upcoming[i]
-                releases.append((at, up.count))
-                queue.append(_Group(up.id, up.category, up.count, up.request, up.whole_worker,
-                                    _runtime(models, up.category), models.get(up.category)))
-                for j in range(len(slots)):
-                    if slots[j].free_c > 1e-9:
-                        fill(j, at)
-                continue
-            if kind == 2:  # a batch counts as done, for its dependents only (its resources are not freed here)
-                queue[gi].inflight -= 1
-                group_progress(gi, at)
-                continue
-            s = slots[i]
-            s.free_c += c
-            s.free_m += m
-            s.free_d += d
-            if gi >= 0:
-                queue[gi].inflight -= 1
-                group_progress(gi, at)
-            fill(i, at)
-
-        left = [TaskGroup(category=g.category, count=g.count, request=g.req, id=g.id) for g in queue if g.count > 0]
-        unused = [s.id for s in slots[: len(workers)] if s.idle_now and not s.used]
-        packed = self._pack(left, shape)
-        backlog = sum(
-            g.count * (shape.cores if g.whole_worker else g.request.cores) * (_runtime(models, g.category) or 0.0)
-            for g in left
-        )
+        """Play the queue to the horizon, then size what is left: packed into
+        workers of the shape, capped by tail awareness."""
+        play = _DrainPlay(obs, horizon_s, self.options)
+        play.run()
+        left = play.left_waiting()
+        packed = self._pack(left, obs.worker_shape)
+        backlog = self._backlog(obs, left)
         needed = packed
         if self.options.tail_aware and packed > 0:
             needed = min(packed, self._tail_cap(obs, left, backlog))
-        return Estimate(horizon_s, left, unused, needed, packed, backlog, releases)
+        return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases)
+
+    @staticmethod
+    def _backlog(obs: Observation, left: list[TaskGroup]) -> float:
+        """Core·seconds of the leftover tasks (a whole-worker task holds the shape's cores;
+        a never-measured one counts 0: its runtime is unknown)."""
+        shape, models = obs.worker_shape, obs.categories
+        return sum(
+            g.count * (shape.cores if g.whole_worker else g.request.cores) * (_runtime(models, g.category) or 0.0)
+            for g in left
+        )
 
     @staticmethod
     def _pack(left: list[TaskGroup], shape: Resources) -> int:

@@ -64,12 +64,13 @@ def allocation_request(declared: Resources | None, model: CategoryModel | None, 
 
 def fit_count(request: Resources, free: Amounts, capacity: Amounts, limit: int) -> int:
     """How many tasks asking ``request`` a worker with ``free`` of ``capacity`` can start now,
-    at most ``limit``. A whole-worker task fits once, on a worker that runs nothing."""
+    at most ``limit``. A whole-worker task fits once, on a worker that runs nothing: all its
+    cores and memory free (disk is not asked: a worker's disk in use also holds its cache of
+    input files, which a task that runs alone there does not need freed)."""
     if limit <= 0:
         return 0
     if is_whole_worker(request):
-        entirely_free = (free.cores >= capacity.cores - EPS and free.memory_mb >= capacity.memory_mb - EPS
-                         and free.disk_mb >= capacity.disk_mb - EPS)
+        entirely_free = free.cores >= capacity.cores - EPS and free.memory_mb >= capacity.memory_mb - EPS
         return 1 if entirely_free else 0
     k = limit
     for want, have in ((request.cores, free.cores), (request.memory_mb, free.memory_mb),
