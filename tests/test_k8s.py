@@ -155,3 +155,14 @@ def test_bad_kubeconfig_is_one_line(tmp_path):
     r = run_hta("makeflow", "--backend", "k8s", "--kubeconfig", str(tmp_path / "bad"), str(wf / "Makeflow"))
     assert r.returncode == 2 and "invalid kubeconfig" in r.stderr and r.stderr.strip().count("\n") == 0
     assert not cctools_processes(str(wf))
+
+
+def test_hpa_is_refused_where_the_cluster_serves_no_cpu_metrics(cluster, core, blast_copy):
+    """The test cluster runs no metrics-server: HPA would read 0 % CPU and never scale, so it
+    is refused before anything starts, in one line that names the missing API."""
+    r = run_hta(*k8s_args(cluster, "--policy", "hpa-50"), str(blast_copy / "Makeflow"), timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("hta: error: policy hpa-50 needs the workers' measured CPU utilisation") \
+        and "metrics.k8s.io" in line and "--policy hta" in line
+    assert not hta_pods(core) and not (blast_copy / "Makeflow.makeflowlog").exists()
