@@ -27,12 +27,12 @@ async def poll_until(master, backend, cond, timeout=30.0):
         try:
             snap = await master.snapshot(time.time())
         except (asyncio.TimeoutError, aiohttp.ClientError):
-            continue
-
-        events += await backend.refresh(snap, time.monotonic())
-        if cond(snap):
-            return snap, events
-        await asyncio.sleep(0.3)
+            snap = None  # not answering yet: poll again
+        if snap is not None:
+            events += await backend.refresh(snap, time.monotonic())
+            if cond(snap):
+                return snap, events
+        await asyncio.sleep(0.3)  # the poll interval
     raise AssertionError("condition not reached")
 
 

@@ -6,12 +6,11 @@ import json
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import HTA, cctools_processes, run_hta
+from conftest import HTA, cctools_processes, run_hta, wait
 
 pytestmark = pytest.mark.slow
 
@@ -22,12 +21,36 @@ def records(path: Path) -> list[dict]:
 
 def wait_gone(marker: str, timeout: float = 15.0) -> list:
     """Processes that mention ``marker`` (makeflow, hta worker, work_queue_worker, tasks) still alive."""
-    deadline = time.time() + timeout
-    left = cctools_processes(marker, any_name=True)
-    while left and time.time() < deadline:
-        time.sleep(0.2)
-        left = cctools_processes(marker, any_name=True)
-    return left
+    wait(lambda: not cctools_processes(marker, any_name=True), timeout, every=0.2)
+    return cctools_processes(marker, any_name=True)
+
+
+def drains_seen_by_master(tape: Path) -> list[dict]:
+    """Every ``drained`` event of a run recorded with ``--record``, with what the master said
+    about that worker in the snapshot the drain was decided and carried out on: the worker's
+    ``ip:port`` (from the backend's ``worker_ids`` answer of that step), its
+    ``tasks_running`` and the running tasks the master placed on it."""
+    snap, ids, out = None, {}, []
+    for entry in records(tape):
+        call, value = entry["call"], entry["value"]
+        if call == "snapshot":
+            snap = value
+        elif call == "worker_ids":
+            ids = value
+        elif call == "drain":
+            address_of = {wid: addr for addr, wid in ids.items()}
+            workers = {w["address"]: w for w in snap["workers"]}
+            for e in value:
+                if e["event"] != "drained":
+                    continue
+                addr = address_of.get(e["worker"])
+                w = workers.get(addr)
+                out.append({"t": e["t"], "worker": e["worker"], "address": addr,
+                            "tasks_running": None if w is None else w["tasks_running"],
+                            "task_ids": None if w is None else w["task_ids"],
+                            "tasks_on_it": [t["task_id"] for t in snap["tasks"]
+                                            if t["worker"] == addr and t["state"] == "running"]})
+    return out
 
 
 def test_blast_completes_with_correct_outputs_and_scales_up_then_down(blast_copy: Path, tmp_path: Path):
@@ -36,8 +59,9 @@ def test_blast_completes_with_correct_outputs_and_scales_up_then_down(blast_copy
     shutil.copytree(blast_copy, ref)
     subprocess.run(["makeflow", "-T", "local", "-j", "2", "Makeflow"], cwd=ref, check=True, capture_output=True)
 
+    tape = tmp_path / "tape.jsonl"
     r = run_hta("makeflow", "--max-workers", "3", "--worker-cores", "1", "--provision-delay", "2",
-                "--min-interval", "1", str(blast_copy / "Makeflow"))
+                "--min-interval", "1", "--record", str(tape), str(blast_copy / "Makeflow"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "HTA run summary" in r.stdout and "waste" in r.stdout and "preparation latency" in r.stdout
 
@@ -58,7 +82,15 @@ def test_blast_completes_with_correct_outputs_and_scales_up_then_down(blast_copy
     assert peak >= 2
     connected = [x for x in recs if x["kind"] == "worker" and x["event"] == "connected"]
     assert connected and all(x["latency_s"] >= 2.0 for x in connected)  # the emulated provisioning delay
-    # a worker is never drained while it runs a task: every drained worker was idle in the last observation
+    # a worker is never drained while it runs a task: for every drained worker, the master's
+    # snapshot the drain was carried out on shows it connected and running nothing
+    drained = drains_seen_by_master(tape)
+    assert sorted((d["t"], d["worker"]) for d in drained) == sorted(
+        (x["t"], x["worker"]) for x in recs if x["kind"] == "worker" and x["event"] == "drained")
+    for d in drained:
+        assert d["address"] is not None and d["tasks_running"] is not None, f"drained an unknown worker: {d}"
+        assert d["tasks_running"] == 0 and not d["task_ids"] and not d["tasks_on_it"], \
+            f"worker drained while the master had tasks on it: {d}"
     assert not wait_gone(str(blast_copy))
 
 
@@ -86,12 +118,7 @@ def _start_and_wait_for_workers(wf: Path) -> subprocess.Popen:
     p = subprocess.Popen([*HTA, "makeflow", "--max-workers", "2", str(wf / "Makeflow")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = wf / "Makeflow.scaling.jsonl"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if log.exists() and '"connected"' in log.read_text():
-            break
-        time.sleep(0.3)
-    else:
+    if not wait(lambda: log.exists() and '"connected"' in log.read_text(), 60, every=0.3):
         p.kill()
         pytest.fail("no worker connected within 60 s")
     assert cctools_processes(str(wf))  # makeflow and its workers are running
@@ -111,10 +138,12 @@ def test_signal_stops_makeflow_and_every_worker(tmp_path: Path, sig: int):
     assert p.returncode == 128 + sig
     assert "interrupted" in err
     assert not wait_gone(str(wf))
-    deadline = time.time() + 15
-    while time.time() < deadline and [x for x in tree if x.is_running() and x.status() != "zombie"]:
-        time.sleep(0.2)
-    assert not [x for x in tree if x.is_running() and x.status() != "zombie"], "a process hta started survived"
+
+    def alive():
+        return [x for x in tree if x.is_running() and x.status() != "zombie"]
+
+    wait(lambda: not alive(), 15, every=0.2)
+    assert not alive(), "a process hta started survived"
 
 
 def test_sigkill_of_hta_leaves_no_orphans(tmp_path: Path):

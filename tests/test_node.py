@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from hta.node.capacity import effective_capacity, parse_cpuset
@@ -126,6 +127,24 @@ def cpus_allowed(pid: int) -> set[str]:
 BACKS = available()
 
 
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def runs_under(pid: int, name: str) -> bool:
+    """Whether a process called ``name`` runs below ``pid``."""
+    for p in descendants(pid):
+        try:
+            if p.name() == name:
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
 @pytest.mark.parametrize("backend", ["perf", "bpftrace", "proc"])
 def test_css_classifies_real_workloads_and_pins(backend, tmp_path):
     if backend not in BACKS:
@@ -134,20 +153,21 @@ def test_css_classifies_real_workloads_and_pins(backend, tmp_path):
     cpu = subprocess.Popen(["stress-ng", "--cpu", "1", "-t", "40", "-q"])
     log = tmp_path / "css.jsonl"
     try:
-        time.sleep(1)
+        # stress-ng → its worker (→ the futex stressor's second process): the stressors run
+        assert wait(lambda: len(descendants(fut.pid)) >= 2 and descendants(cpu.pid), 10, every=0.1)
         d = CSSDaemon(Targets(pids=[fut.pid, cpu.pid]),
                       CSSConfig(interval_s=5, cores=[0, 1], log_path=log), monitor=BACKENDS[backend]())
         d.step()
-        time.sleep(5)
+        time.sleep(d.config.interval_s)  # the interval the daemon measures futex calls over
         recs = {r["container"]: r for r in d.step()}
         d.close()
         f, c = recs[f"pid-{fut.pid}"], recs[f"pid-{cpu.pid}"]
         assert (f["class"], c["class"]) == ("io", "cpu"), json.dumps(recs)
         assert f["futex"] > d.lam >= c["futex"] and f["backend"] == c["backend"] == backend
         assert f["cpus"] == [0] and c["cpus"] == [1]
-        for child in __import__("psutil").Process(fut.pid).children(recursive=True) + [__import__("psutil").Process(fut.pid)]:
+        for child in descendants(fut.pid) + [psutil.Process(fut.pid)]:
             assert cpus_allowed(child.pid) == {"0"}
-        for child in __import__("psutil").Process(cpu.pid).children(recursive=True):
+        for child in descendants(cpu.pid):
             assert cpus_allowed(child.pid) == {"1"}
         lines = [json.loads(x) for x in log.read_text().splitlines()]
         assert {"time", "container", "futex", "class", "cpus", "backend"} <= set(lines[0])
@@ -172,7 +192,7 @@ def test_css_threads_parked_in_futex_are_not_futex_activity(backend):
         assert wait(lambda: len(os.listdir(f"/proc/{p.pid}/task")) > 50, 10)
         d = CSSDaemon(Targets(pids=[p.pid]), CSSConfig(cores=[0, 1], dry_run=True), monitor=BACKENDS[backend]())
         d.step()
-        time.sleep(3)
+        time.sleep(3)  # the interval the daemon measures futex calls over
         (rec,) = d.step()
         d.close()
         assert rec["class"] == "cpu" and rec["futex"] <= d.lam, rec
@@ -188,7 +208,9 @@ def test_css_proc_backend_follows_processes_forked_between_intervals():
     try:
         d = CSSDaemon(Targets(pids=[sh.pid]), CSSConfig(cores=[0, 1], dry_run=True), monitor=BACKENDS["proc"]())
         (first,) = d.step()
-        time.sleep(5)
+        # the shell has exec'd stress-ng, which has forked its worker and that its futex process
+        assert wait(lambda: len(descendants(sh.pid)) >= 2, 10, every=0.1), "stress-ng did not start"
+        time.sleep(4)  # then measure: the proc sampler re-lists the tree every second
         (rec,) = d.step()
         d.close()
         assert first["processes"] <= 2 and rec["processes"] == 3  # sh (+ sleep), then stress-ng and its two
@@ -211,7 +233,7 @@ def test_css_pins_a_cgroup_through_its_cpuset(tmp_path):
         (cg / "cgroup.procs").write_text(str(p.pid))
         d = CSSDaemon(Targets(cgroups=[cg]), CSSConfig(interval_s=1, cores=[0, 1], backend="proc"))
         d.step()
-        time.sleep(1.5)
+        time.sleep(1.5)  # the interval the daemon measures over (interval_s=1)
         (rec,) = d.step()
         d.close()
         assert rec["class"] == "cpu" and rec["pinned_by"] == "cpuset"
@@ -230,7 +252,7 @@ def test_css_pins_a_cgroup_through_its_cpuset(tmp_path):
 def test_dry_run_decides_without_pinning():
     p = subprocess.Popen(["stress-ng", "--cpu", "1", "-t", "20", "-q"])
     try:
-        time.sleep(0.5)
+        assert wait(lambda: descendants(p.pid), 10, every=0.1)  # the stressor runs
         before = cpus_allowed(p.pid)
         d = CSSDaemon(Targets(pids=[p.pid]), CSSConfig(cores=[1], dry_run=True, backend="proc"))
         (rec,) = d.step()
@@ -286,9 +308,7 @@ def test_hta_worker_runs_mixed_tasks_with_css(tmp_path):
                           f"--workdir={tmp_path}", f"--css-log={log}", "--css-interval=3", "--css-backend=proc"],
                          stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 90
-        while len(m.done) < 2 and time.time() < deadline:
-            time.sleep(0.5)
+        wait(lambda: len(m.done) >= 2 or w.poll() is not None, 90)
         if len(m.done) < 2 and w.poll() is not None:
             pytest.fail(f"hta worker exited ({w.returncode}) with tasks queued:\n{w.stderr.read()}\n{m.debug_tail()}")
         assert sorted(d[0] for d in m.done) == sorted(ids), (m.done, m.debug_tail())
@@ -329,7 +349,10 @@ def test_hta_worker_survives_other_writers_on_its_filesystem(tmp_path):
     try:
         assert wait(lambda: m.q.stats.workers_connected >= 1 or w.poll() is not None, 60)
         (fs / "another-pod.log").write_bytes(b"x" * 3 * 2**20)  # 3 MB of someone else's
-        time.sleep(7)  # the worker remeasures its disk every 5 s and then checks its promise
+        # the worker remeasures its disk every 5 s and then checks its promise (a broken one
+        # makes it quit): it must outlive that check; nothing it says marks the check, so
+        # wait for it to quit, for longer than its interval, and fail at once if it does
+        assert not wait(lambda: w.poll() is not None, 7, every=0.2), w.stderr.read()
         m.submit("true")
         assert wait(lambda: m.done or w.poll() is not None, 60)
         assert w.poll() is None, w.stderr.read()
@@ -355,17 +378,14 @@ def test_hta_worker_sigterm_drains_then_exits(tmp_path):
     w = subprocess.Popen([*HTA, "worker", f"--master=127.0.0.1:{m.q.port}", "--cores=1", "--no-css",
                           f"--workdir={tmp_path}"], stderr=subprocess.DEVNULL)
     try:
-        import psutil
-
-        deadline = time.time() + 60  # until the task's process runs under the worker
-        while time.time() < deadline and not any(
-                p.name() == "sleep" for p in psutil.Process(w.pid).children(recursive=True)):
-            time.sleep(0.2)
+        assert wait(lambda: runs_under(w.pid, "sleep"), 60, every=0.2), \
+            "the task's process never ran under the worker"
         w.send_signal(signal.SIGTERM)
-        time.sleep(2)
-        assert w.poll() is None, "hta worker must wait for its running task"
-        assert w.wait(30) == 0 or w.returncode in (0, 143)
+        # the worker waits for its running task: the task completes (an aborted one would go
+        # back to the master's queue, with no worker left to run it)
+        assert wait(lambda: m.done, 30, every=0.2), "the task did not complete: the worker aborted it"
         assert [d[1] for d in m.done] == [0], "the task completed, not aborted"
+        assert w.wait(30) == 0 or w.returncode in (0, 143)
     finally:
         m.stop.set()
         if w.poll() is None:
