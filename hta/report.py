@@ -135,7 +135,8 @@ def render_json(runs: list[LoadedRun], errors: list[str]) -> str:
 
 
 def plot(runs: list[LoadedRun], out_dir: Path) -> list[Path]:
-    """One PNG per run, and with several runs one more with a panel each on a shared time axis."""
+    """One PNG per run; with several runs one more with a panel each on a shared time axis;
+    with a real and a simulated run, both on one axes (``real-vs-simulated.png``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -178,6 +179,10 @@ def plot(runs: list[LoadedRun], out_dir: Path) -> list[Path]:
         fig.savefig(p, dpi=110)
         plt.close(fig)
         written.append(p)
+    real = [r for r in runs if not r.summary.simulated]
+    sim = [r for r in runs if r.summary.simulated]
+    if real and sim:
+        written.append(overlay(real[0], sim[0], out_dir, plt))
     if len(runs) > 1:
         fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.6 * len(runs)), sharex=True, squeeze=False)
         for ax, r in zip(axes[:, 0], runs):
@@ -190,3 +195,34 @@ def plot(runs: list[LoadedRun], out_dir: Path) -> list[Path]:
         plt.close(fig)
         written.append(p)
     return written
+
+
+def overlay(real: LoadedRun, sim: LoadedRun, out_dir: Path, plt) -> Path:
+    """A real run and a simulated one on one axes (the thesis's Figs 7.12–7.13 style): supply,
+    in use and demand, real solid, simulated dashed. A real run compressed k times (policy
+    ``NAME@k``) is drawn in the experiment's time, t × k."""
+    from hta.policies.time_scale import time_scale_of
+
+    k = time_scale_of(real.summary.policy)
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    for r, scale, style, tag in ((real, k, "-", "real"), (sim, 1.0, "--", "simulated")):
+        obs = [x for x in r.records if isinstance(x, ObservationRecord)]
+        if not obs:
+            continue
+        end = r.summary.runtime_s if r.summary.complete else obs[-1].t
+        t = [o.t * scale for o in obs] + [end * scale]
+        for key, label, color in (("demand_cores", "demand", "tab:red"), ("supply_cores", "supply", "tab:blue"),
+                                  ("in_use_cores", "in use", "tab:green")):
+            v = [getattr(o, key) for o in obs]
+            ax.step(t, v + v[-1:], where="post", ls=style, color=color, lw=1.3, label=f"{label}, {tag}")
+    ax.set_xlabel("time since submission (s)" + (f", real run × {k:g}" if k != 1 else ""))
+    ax.set_ylabel("cores")
+    ax.set_title(f"{real.label} (real) vs {sim.label} (simulated) — runtime {real.summary.runtime_s * k:,.0f} vs "
+                 f"{sim.summary.runtime_s:,.0f} s", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right", fontsize=7, ncol=2)
+    fig.tight_layout()
+    p = out_dir / "real-vs-simulated.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return p

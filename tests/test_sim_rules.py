@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hta.model import (LatencyStats, Observation, PendingWorker, Resources, ScaleDecision,
+from hta.model import (LatencyStats, Observation, PendingWorker, Resources, RunningTask, ScaleDecision,
                        TaskGroup, WorkerInfo)
 from hta.policies.factory import FactoryPolicy
 from hta.policies.hpa import HPAPolicy
@@ -42,14 +42,51 @@ class Scripted:
         return d.model_copy(update={"next_decision_s": self.every})
 
 
+class Ledger(dict):
+    """``World.runs`` (task id → the run in progress) that also keeps every run it held,
+    in start order: which task ran on which node, from when to when, with what allocation."""
+
+    def __init__(self, world):
+        super().__init__()
+        self.world = world
+        self.history: list[dict] = []
+
+    def __setitem__(self, tid, run):
+        super().__setitem__(tid, run)
+        self.history.append({"task": tid, "node": run.node.id, "start": run.start, "end": None,
+                             "cores": run.alloc.cores, "memory_mb": run.alloc.memory_mb})
+
+    def _ended(self, tid):
+        entry = next(e for e in reversed(self.history) if e["task"] == tid and e["end"] is None)
+        entry["end"] = self.world.env.now
+
+    def __delitem__(self, tid):
+        super().__delitem__(tid)
+        self._ended(tid)
+
+    def pop(self, tid, *default):
+        had = tid in self
+        run = super().pop(tid, *default)
+        if had:
+            self._ended(tid)
+        return run
+
+
 def world(tasks, policy, **cluster):
     base = dict(max_nodes=4, start_nodes=1, latency_mean_s=10.0, latency_sd_s=0.0, teardown_s=0.0)
     base.update(cluster)
-    return Simulation(Workload("t", tasks), policy, ClusterModel(**base), seed=0, log=ScalingLogWriter())
+    sim = Simulation(Workload("t", tasks), policy, ClusterModel(**base), seed=0, log=ScalingLogWriter())
+    sim.world.runs = Ledger(sim.world)
+    return sim
 
 
-def starts(w: Simulation) -> dict[str, float]:
-    return {tid: r.start for tid, r in w.world.runs.items()}
+def schedule(w: Simulation, alloc: bool = False) -> list[tuple]:
+    """Every run the world started, in start order: (task, node, start, end[, cores, memory])."""
+    return [(e["task"], e["node"], e["start"], e["end"]) + ((e["cores"], e["memory_mb"]) if alloc else ())
+            for e in w.world.runs.history]
+
+
+WHOLE = (NODE.cores, NODE.memory_mb)  # a whole worker's allocation (3 cores, 15000 MB)
 
 
 # -- Work Queue and Makeflow rules ---------------------------------------------------------
@@ -77,16 +114,18 @@ def test_waste_is_split_between_idle_workers_and_cores_beside_running_tasks():
 
 
 def test_fifo_dispatch_to_first_worker_with_room():
-    tasks = [SimTask("seed", "a", runtime_s=1)] + [SimTask(f"t{i}", "a", runtime_s=100) for i in range(5)]
-    for t in tasks[1:]:
-        t.parents = ["seed"]
+    tasks = [SimTask("seed", "a", runtime_s=1)] + [SimTask(f"t{i}", "a", runtime_s=100 + i, parents=["seed"])
+                                                   for i in range(7)]
     w = world(tasks, Scripted(), start_nodes=2)
     s = w.run()
     assert s.exit_code == 0
-    # after "seed" is measured: n1 takes t0,t1,t2 (first worker with room), n2 takes t3,t4
-    log = w.log.records
-    assert s.runtime_s == pytest.approx(101)
-    assert max(r.running for r in log if r.kind == "observation") == 5
+    # after "seed" is measured (1 core), the seven tasks are dispatched in FIFO order, each to
+    # the first worker with room: n1 takes t0,t1,t2, n2 takes t3,t4,t5; t6 waits for the first
+    # core freed (t0's, on n1, at 101)
+    assert [(task, node, start) for task, node, start, _ in schedule(w)] == [
+        ("seed", "n1", 0), ("t0", "n1", 1), ("t1", "n1", 1), ("t2", "n1", 1),
+        ("t3", "n2", 1), ("t4", "n2", 1), ("t5", "n2", 1), ("t6", "n1", 101)]
+    assert s.runtime_s == pytest.approx(101 + 106)
 
 
 def test_makeflow_releases_a_task_when_all_parents_completed():
@@ -103,6 +142,10 @@ def test_task_exceeding_its_allocation_is_retried_on_a_whole_worker():
     s = w.run()
     assert s.tasks_retried == 1 and s.lost_work_core_s == pytest.approx(5 * 1)  # failed halfway at 1 core
     assert s.runtime_s == pytest.approx(10 + 5 + 10)
+    assert schedule(w, alloc=True) == [
+        ("small", "n1", 0, 10, *WHOLE),   # unmeasured: a whole worker
+        ("big", "n1", 10, 15, 1, 100),    # the measured peak: fails halfway
+        ("big", "n1", 15, 25, *WHOLE)]    # retried on a whole worker
 
 
 def test_removed_busy_worker_sends_tasks_back_and_lost_work_is_counted():
@@ -115,6 +158,9 @@ def test_removed_busy_worker_sends_tasks_back_and_lost_work_is_counted():
     assert s.lost_work_core_s == pytest.approx(40 * 3)  # t0 ran 40 s on a whole (3-core) worker
     removed = [r for r in w.log.records if r.kind == "worker" and r.event == "removed"]
     assert removed and removed[0].tasks_lost == 1
+    # t0 went back to the queue first in line, ahead of t1: it is what the new worker (asked
+    # at 60, connected at 70) runs first, from the start
+    assert schedule(w) == [("t0", "n1", 0, 40), ("t0", "n2", 70, 170), ("t1", "n2", 170, 270)]
 
 
 def test_policy_sees_no_ground_truth():
@@ -134,6 +180,8 @@ def test_pending_workers_arrive_after_the_latency():
     w.run()
     connected = [r for r in w.log.records if r.kind == "worker" and r.event == "connected" and r.t > 0]
     assert [r.latency_s for r in connected] == [30.0, 30.0]
+    # nothing runs on a worker before it arrives: t1, t2 wait for n2, n3 until t = 30
+    assert schedule(w) == [("t0", "n1", 0, 100), ("t1", "n2", 30, 130), ("t2", "n3", 30, 130)]
 
 
 # -- workloads and the oracle ------------------------------------------------------------------
@@ -181,9 +229,13 @@ def busy_worker(wid, util, connected=0.0, running=1):
 
 
 def test_hpa_scales_by_cpu_ratio_with_rate_limit_and_tolerance():
-    hpa = HPAPolicy(target_percent=20)
-    d = hpa.decide(obs_at(0, [busy_worker("w1", 1.0)]))
-    assert d.add == 4 and d.next_decision_s == 15  # ceil(1 × 100/20) = 5, limited to +4 per 15 s
+    d = HPAPolicy(target_percent=50).decide(obs_at(0, [busy_worker("w1", 1.0)]))
+    assert d.add == 1 and d.next_decision_s == 15  # ceil(1 × 100/50) = 2: under the rate limit
+    d = HPAPolicy(target_percent=10).decide(obs_at(0, [busy_worker("w1", 1.0)]))
+    assert d.add == 4 and d.next_decision_s == 15  # ceil(1 × 100/10) = 10, limited to +4 per 15 s
+    five = [busy_worker(f"w{i}", 1.0) for i in range(5)]
+    d = HPAPolicy(target_percent=10).decide(obs_at(0, five))
+    assert d.add == 5  # ceil(5 × 100/10) = 50, limited to +100 % of 5 per 15 s
     d = HPAPolicy(target_percent=50).decide(obs_at(0, [busy_worker("w1", 0.53)]))
     assert d.add == 0 and not d.remove  # within the 10 % tolerance
 
@@ -193,7 +245,7 @@ def test_hpa_keeps_pods_for_300s_after_load_drops_then_deletes_busy_ones():
     ws = [busy_worker(f"w{i}", 0.5, connected=i) for i in range(4)]
     assert hpa.decide(obs_at(0, ws)).target_workers == 4
     low = [busy_worker(f"w{i}", 0.05, connected=i) for i in range(4)]
-    for t in range(15, 300, 15):
+    for t in range(15, 301, 15):
         d = hpa.decide(obs_at(t, low))
         assert not d.remove, f"HPA scaled down at t={t}, inside its 300 s window"
     d = hpa.decide(obs_at(315, low))
@@ -202,8 +254,14 @@ def test_hpa_keeps_pods_for_300s_after_load_drops_then_deletes_busy_ones():
 
 def test_keda_follows_waiting_tasks_only():
     keda = KEDAPolicy(tasks_per_pod=3)
-    assert keda.decide(obs_at(0, waiting=10)).add == 4
+    assert keda.decide(obs_at(0, waiting=7)).add == 3  # ceil(7 / 3)
     assert KEDAPolicy(tasks_per_pod=3).decide(obs_at(0, waiting=30)).add == 4  # +4 pods per 15 s from 0
+    # the six tasks running on its two pods count for nothing: 6 waiting / 3 per pod is what it has
+    busy = [busy_worker(f"w{i}", 1.0, connected=i, running=3) for i in range(2)]
+    running = [RunningTask(task_id=i, category="a", allocation=Resources(cores=1), started_at=0.0,
+                           worker=f"w{i % 2}") for i in range(6)]
+    d = KEDAPolicy(tasks_per_pod=3).decide(obs_at(0, busy, waiting=6, running=running))
+    assert d.add == 0 and not d.remove and d.target_workers == 2
 
 
 def test_factory_never_deletes_a_busy_worker_and_caps_pending():
@@ -213,6 +271,7 @@ def test_factory_never_deletes_a_busy_worker_and_caps_pending():
     assert d.add == 5 and not d.drain and not d.remove  # target 21, but ≤ 5 submitted and unconnected
     pend = [PendingWorker(id=f"p{i}", requested_at=0, shape=NODE) for i in range(5)]
     assert f.decide(obs_at(30, busy, pend, waiting=60)).add == 0
+    assert f.decide(obs_at(30, busy, pend[:3], waiting=60)).add == 2  # up to 5 submitted, unconnected
     idle = WorkerInfo(id="idle", capacity=NODE, running=0, idle_since=0.0)
     d = f.decide(obs_at(299, busy + [idle]))
     assert "idle" not in d.drain
@@ -228,13 +287,19 @@ class GuardedHTA(HTAPolicy):
         busy = {w.id for w in obs.workers if not w.idle}
         assert not (set(d.drain) & busy), f"HTA drained a busy worker at t={obs.time}"
         assert not d.remove
+        self.drains = getattr(self, "drains", 0) + len(d.drain)
         return d
 
 
 @pytest.mark.parametrize("workload", ["blast-3stage", "io-bound"])
 def test_hta_never_drains_a_busy_worker_and_loses_no_work(workload):
-    s = Simulation(load_workload(workload, 1), GuardedHTA(), seed=1).run()
+    policy = GuardedHTA()
+    sim = Simulation(load_workload(workload, 1), policy, seed=1)
+    s = sim.run()
     assert s.exit_code == 0 and s.lost_work_core_s == 0 and s.workers_removed == 0
+    # the guard saw drains to check, and they were carried out
+    drained = [r for r in sim.log.records if r.kind == "worker" and r.event == "drained"]
+    assert policy.drains > 0 and len(drained) == policy.drains
 
 
 def test_simulate_command_json_and_logs(tmp_path: Path):
@@ -279,3 +344,49 @@ def test_a_seed_gives_the_same_run_in_every_process():
     out = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                           env={"PYTHONHASHSEED": str(h), "PATH": "/usr/bin:/bin"}).stdout for h in (1, 2, 3)}
     assert len(out) == 1 and float(next(iter(out)).split()[1]) > 0  # work was lost, and identically
+
+
+def test_a_time_scaled_policy_decides_in_the_experiments_time():
+    """factory@10 in a run compressed 10×: its 300 s idle timeout is 30 s of the run, its 30 s
+    cycle 3 s; an uncompressed factory would keep the worker ten times as long."""
+    from hta.policies.base import make_policy
+
+    idle = WorkerInfo(id="idle", capacity=NODE, running=0, idle_since=0.0)
+    fast = make_policy("factory@10")
+    assert fast.name == "factory@10"
+    assert fast.decide(obs_at(29.9, [idle])).drain == []
+    d = fast.decide(obs_at(30.0, [idle]))
+    assert d.drain == ["idle"] and d.next_decision_s == pytest.approx(3.0)
+    assert make_policy("factory").decide(obs_at(30.0, [idle])).drain == []
+    with pytest.raises(ValueError, match="positive number"):
+        make_policy("hta@0")
+
+
+def test_a_worker_asked_for_lands_on_an_empty_node_in_pod_start_time_while_the_node_lasts():
+    from hta.sim.world import World
+
+    w = World(Workload("t", [SimTask("a", "a", 10)]),
+              ClusterModel(pod_start_s=2.0, empty_node_ttl_s=100.0, latency_mean_s=50.0, latency_sd_s=0.0))
+    w.add_empty_nodes(1)  # a starting node without a worker
+
+    def arrival(at: float) -> float:
+        w.env.run(until=at) if at > w.env.now else None
+        n = w.request_node(at)
+        w.env.run(until=at + 60)
+        return n.connected_at - at
+
+    assert arrival(0.0) == 2.0        # on the empty starting node
+    assert arrival(60.0) == 52.0      # no empty node: a new one, a whole latency
+    w.retire("n1", busy_ok=False)     # t=120: n1's node empties, and lasts until t=220
+    assert arrival(150.0) == 2.0      # lands on it
+    w.retire("n3", busy_ok=False)     # t=210: empties again, until t=310
+    assert arrival(320.0) == 52.0     # gone by then
+
+
+def test_without_an_empty_node_a_worker_waits_a_whole_latency_and_tasks_carry_their_overhead():
+    tasks = [SimTask("a", "a", 10)]
+    sim = world(tasks, Scripted([ScaleDecision(add=1)]), start_nodes=0, pod_start_s=2.0, latency_mean_s=50.0,
+                task_overhead_s=0.5)
+    s = sim.run()
+    (conn,) = [r for r in sim.log.records if r.kind == "worker" and r.event == "connected"]
+    assert conn.latency_s == 52.0 and s.runtime_s == pytest.approx(52.0 + 10.5)

@@ -50,9 +50,11 @@ def _registry() -> dict[str, Callable[[str], Policy]]:
     from hta.policies.hpa import HPAPolicy
     from hta.policies.hta_policy import HTAPolicy
     from hta.policies.keda import KEDAPolicy
+    from hta.policies.static import StaticPolicy
 
     return {
         "hta": lambda spec: HTAPolicy(),
+        "static": lambda spec: StaticPolicy(),
         "hpa": lambda spec: HPAPolicy(target_percent=_param(spec)),
         "keda": lambda spec: KEDAPolicy(tasks_per_pod=_param(spec)),
         "factory": lambda spec: FactoryPolicy(),
@@ -60,11 +62,23 @@ def _registry() -> dict[str, Callable[[str], Policy]]:
 
 
 def policy_names() -> list[str]:
-    return ["hta", "hpa-<cpu target %>", "keda-<tasks per pod>", "factory"]
+    return ["hta", "hpa-<cpu target %>", "keda-<tasks per pod>", "factory", "static", "<policy>@<time scale k>"]
 
 
 def make_policy(spec: str) -> Policy:
-    """``"hta"``, or a rival with its parameter, e.g. ``"hpa-20"``."""
+    """``"hta"``, or a rival with its parameter, e.g. ``"hpa-20"``; ``"POLICY@K"`` runs POLICY
+    in the time of an experiment compressed K times (:mod:`hta.policies.time_scale`)."""
+    if "@" in spec:
+        from hta.policies.time_scale import TimeScaled
+
+        base, _, k = spec.rpartition("@")
+        try:
+            scale = float(k)
+        except ValueError:
+            scale = 0.0
+        if scale <= 0:
+            raise ValueError(f"policy {spec!r}: the time scale after @ must be a positive number, e.g. hta@10")
+        return TimeScaled(make_policy(base), scale)
     family = spec.split("-", 1)[0]
     reg = _registry()
     if spec in reg:

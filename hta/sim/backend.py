@@ -28,9 +28,12 @@ class SimBackend:
         #: nodes there at t = 0: connected from the start, no latency to measure
         self._initial: set[str] = set()
 
-    def start_nodes(self, n: int) -> None:
-        """The starting cluster: ``n`` nodes connected at t = 0."""
-        for _ in range(n):
+    def start_nodes(self, n: int, workers: int | None = None) -> None:
+        """The starting cluster: ``n`` nodes, ``workers`` of them (default all) with a worker
+        connected at t = 0; the others empty."""
+        workers = n if workers is None else min(workers, n)
+        self.world.add_empty_nodes(n - workers)
+        for _ in range(workers):
             node = self.world.request_node(0.0, provision=False)
             self._initial.add(node.id)
             self._record(node, "requested", 0.0)
@@ -100,7 +103,7 @@ class SimBackend:
     async def stop_all(self, now: float) -> list[WorkerRecord]:
         for node in self.world.nodes.values():
             if not node.gone:
-                node.gone = True
+                node.gone = True  # the run is over: no node outlives it
                 self._record(node, "stopped", now)
         return self._flush()
 

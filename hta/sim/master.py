@@ -83,13 +83,13 @@ class SimMonitor:
 
 
 class SimLookahead:
-    """Production's lookahead on the workload's DAG. Tasks declare nothing (``Resources()``);
-    the observation builder sizes upcoming groups by the master's allocation rule."""
+    """Production's lookahead on the workload's DAG, each rule with what its task declares
+    (``Resources()``: nothing; the observation builder then sizes it by the master's rule)."""
 
     def __init__(self, world: World):
         self.world = world
         num = {t.id: i for i, t in enumerate(world.workload.tasks)}
-        self.dag = Dag([Rule(i, t.category, Resources(), sorted(num[p] for p in t.parents))
+        self.dag = Dag([Rule(i, t.category, world.declared(t) or Resources(), sorted(num[p] for p in t.parents))
                         for i, t in enumerate(world.workload.tasks)])
 
     def __call__(self, waiting_group_of: dict[int, str], running_tasks: set[int]) -> list[UpcomingTasks]:

@@ -93,7 +93,7 @@ class Simulation:
         self.log.write(RunRecord(started_at=0.0, workload=workload_name or self.workload.name,
                                  policy=self.policy.name, backend="simulated", seed=self.seed, simulated=True,
                                  worker_shape=self.cluster.node_shape, max_workers=self.cluster.max_nodes))
-        self.backend.start_nodes(self.cluster.start_nodes)
+        self.backend.start_nodes(self.cluster.start_nodes, self.cluster.start_workers)
         world.start()
         driver = env.process(self._drive())
         env.run(until=world.finished | env.timeout(self.cluster.horizon_s))

@@ -35,6 +35,11 @@ class SimTask:
 class Workload:
     name: str
     tasks: list[SimTask]
+    #: the tasks declare their cores and memory to Work Queue (a Makeflow with CORES and
+    #: MEMORY per category), so each is given what it declares from the start; otherwise
+    #: they declare nothing and a category's first tasks get a whole worker until the
+    #: master has measured one
+    declared: bool = False
 
     def by_id(self) -> dict[str, SimTask]:
         return {t.id: t for t in self.tasks}

@@ -13,10 +13,10 @@ Rules, as in the real systems:
   ``start_nodes`` are there at t = 0;
 - Work Queue (the rule in :mod:`workqueue_bridge.dispatch`, shared with the
   estimator): waiting tasks are dispatched in FIFO order, each to the first
-  worker (in connection order) with room; a task declares nothing, so a
-  category the master has not measured runs on a whole worker until one of
-  its tasks completes, then at its measured peak (makeflow's
-  ``--allocation=throughput``); a task whose true need exceeds its allocation
+  worker (in connection order) with room; a task that declares its
+  resources (``Workload.declared``) gets them; one that declares nothing runs
+  on a whole worker while its category is unmeasured, then at its measured
+  peak (makeflow's ``--allocation=throughput``); a task whose true need exceeds its allocation
   fails halfway and is retried on a whole worker; a worker removed while
   running tasks sends them back to the queue and the work they had done is
   counted as lost;
@@ -60,6 +60,18 @@ class ClusterModel(BaseModel):
     #: down (HPA's 300 s window, the factory's idle timeout...) to its starting size, for
     #: at most this long: waste and node time are counted through that teardown, runtime is not
     teardown_s: float = 900.0
+    #: workers connected at t = 0 (None: one on each starting node); starting nodes
+    #: without one are empty nodes a requested worker lands on after ``pod_start_s``
+    start_workers: int | None = None
+    #: a worker asked for where an empty node already is: scheduled → connected
+    pod_start_s: float = 0.0
+    #: a node whose worker left stays this long (the cluster autoscaler's
+    #: scale-down-unneeded-time); a worker asked for meanwhile lands on it after
+    #: ``pod_start_s`` instead of a whole preparation latency (0: nodes leave with their worker)
+    empty_node_ttl_s: float = 0.0
+    #: added to each task's run on a worker: dispatch, input transfer, the resource
+    #: monitor's start, the result's return (what a real master adds to a runtime)
+    task_overhead_s: float = 0.0
 
     @property
     def node_shape(self) -> Resources:
@@ -80,6 +92,8 @@ class SimNode:
     #: string hashing, or runs of the same seed differ between processes)
     running: dict[str, None] = field(default_factory=dict)
     gone: bool = False
+    #: the node (host) the worker runs on
+    host: int | None = None
 
     @property
     def address(self) -> str:
@@ -134,7 +148,10 @@ class World:
         self.finished_at: float | None = None
         self.finished = self.env.event()
         self.changed = self.env.event()
+        #: nodes without a worker, with the time they emptied (one worker per node)
+        self.empty_nodes: dict[int, float] = {}
         self._seq = 0
+        self._host_seq = 0
         self._token = 0
 
     def check_acyclic(self) -> None:
@@ -178,21 +195,53 @@ class World:
         return out
 
     # -- cluster --------------------------------------------------------------------------
+    def add_empty_nodes(self, n: int) -> None:
+        """Starting nodes with no worker yet."""
+        for _ in range(n):
+            self._host_seq += 1
+            self.empty_nodes[self._host_seq] = 0.0
+            self._expire(self._host_seq, 0.0)
+
     def request_node(self, now: float, provision: bool = True) -> SimNode:
-        """Ask for a node; it connects one preparation latency later (at once if not ``provision``)."""
+        """Ask for a worker (and its node). It connects at once if not ``provision``; on an
+        empty node still there after ``pod_start_s``; else after a preparation latency."""
         self._seq += 1
         node = SimNode(f"n{self._seq}", self.cluster.node_shape, requested_at=now)
         self.nodes[node.id] = node
-        if provision:
-            self.env.process(self._provision(node))
-        else:
+        if not provision:
+            self._host_seq += 1
+            node.host = self._host_seq
             self._connect(node)
+        elif self.empty_nodes:
+            node.host = min(self.empty_nodes)
+            del self.empty_nodes[node.host]
+            self.env.process(self._provision(node, self.cluster.pod_start_s))
+        else:
+            self._host_seq += 1
+            node.host = self._host_seq
+            delay = max(1.0, self.rng.gauss(self.cluster.latency_mean_s, self.cluster.latency_sd_s))
+            self.env.process(self._provision(node, delay + self.cluster.pull_s + self.cluster.pod_start_s))
         return node
 
-    def _provision(self, node: SimNode):
-        delay = max(1.0, self.rng.gauss(self.cluster.latency_mean_s, self.cluster.latency_sd_s)) + self.cluster.pull_s
+    def _provision(self, node: SimNode, delay: float):
         yield self.env.timeout(delay)
         self._connect(node)
+
+    def _release_host(self, node: SimNode, now: float) -> None:
+        """The worker left: its node stays empty for ``empty_node_ttl_s``, then goes."""
+        if node.host is None or self.cluster.empty_node_ttl_s <= 0:
+            return
+        self.empty_nodes[node.host] = now
+        self._expire(node.host, now)
+
+    def _expire(self, host: int, since: float) -> None:
+        def remove(_ev, host=host, since=since):
+            if self.empty_nodes.get(host) == since:
+                del self.empty_nodes[host]
+        if self.cluster.empty_node_ttl_s > 0:
+            self.env.timeout(self.cluster.empty_node_ttl_s).callbacks.append(remove)
+        else:
+            self.empty_nodes.pop(host, None)
 
     def _connect(self, node: SimNode) -> None:
         if node.gone:
@@ -210,6 +259,7 @@ class World:
         if node is None or node.gone or (node.running and not busy_ok):
             return None
         node.gone = True
+        self._release_host(node, self.env.now)
         if node.connected_at is None:  # still on its way: the request is cancelled
             self._changed()
             return 0
@@ -227,10 +277,14 @@ class World:
         return lost
 
     # -- Work Queue -------------------------------------------------------------------------
+    def declared(self, t: SimTask) -> Resources | None:
+        """What the task declares to Work Queue (None: nothing)."""
+        return Resources(cores=t.cores, memory_mb=t.memory_mb) if self.workload.declared else None
+
     def request_of(self, tid: str) -> Resources:
         """What the master will allocate the task (``Resources()``: a whole worker)."""
         t = self.tasks[tid]
-        return allocation_request(None, self.master_learner.model(t.category), auto=True,
+        return allocation_request(self.declared(t), self.master_learner.model(t.category), auto=True,
                                   exceeded=tid in self.whole_worker)
 
     def _release(self, tid: str) -> None:
@@ -266,7 +320,7 @@ class World:
         run = SimRun(t, node, now, alloc, self._token)
         self.runs[t.id] = run
         exceeds = t.cores > alloc.cores + 1e-9 or t.memory_mb > alloc.memory_mb + 1e-9
-        duration = t.runtime_s * (0.5 if exceeds else 1.0)
+        duration = t.runtime_s * (0.5 if exceeds else 1.0) + self.cluster.task_overhead_s
         ev = self.env.timeout(duration)
         ev.callbacks.append(lambda _ev, tid=t.id, tok=run.token, bad=exceeds: self._finish(tid, tok, bad))
         self._changed()

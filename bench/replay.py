@@ -1,0 +1,334 @@
+"""The thesis experiment on the real stack, compressed in time, and the simulator checked against it.
+
+For each workload and policy: a fresh local control plane (real kube-apiserver,
+etcd, kube-scheduler; kwok nodes of 3 allocatable cores, at most ``--nodes``,
+one at the start; the node-provisioner stand-in adds a node for an
+unschedulable worker pod after the thesis's preparation latency, 157.4 ±
+4.2 s, ÷ k; the pod-process runner starts each worker pod's real ``hta
+worker`` → ``work_queue_worker``), and the workload's tasks as a real Makeflow
+(``workflows/replay``: each task a real process holding its declared cores
+and memory for its runtime ÷ k) run by the real ``makeflow -T wq`` through
+``hta makeflow --backend k8s``. The policy runs in the experiment's time
+(``POLICY@k``), so its own periods and windows are the rival's real ones.
+
+Then the simulator runs the same task list, seed and cluster, with the
+preparation latency this run measured (× k), and the figures are printed side
+by side in thesis time (× k): runtime, waste, shortage, node-seconds, real vs
+simulated, with the error in %.
+
+Exit code 1 if a run fails (makeflow's exit, outputs not byte-identical to
+the expected ones, pods left behind, a timeout), if a calibration error
+exceeds ``--max-error`` (10 %), or if a goal line misses.
+
+    .venv/bin/python bench/replay.py                       # 2 workloads × hta, factory, static; k = 10, 20 nodes
+    .venv/bin/python bench/replay.py --small               # k = 50, 5 nodes, io-bound, hta (the test suite's)
+    .venv/bin/python bench/replay.py --policies hta,keda-3 --workloads blast-3stage
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "workflows" / "replay"))
+
+from generate import expected_outputs, write_makeflow  # noqa: E402
+
+from hta.policies.base import make_policy  # noqa: E402
+from hta.scaling_log import ScalingLogWriter, read_records  # noqa: E402
+from hta.sim.run import Simulation  # noqa: E402
+from hta.sim.workload import load_workload  # noqa: E402
+from hta.sim.world import ClusterModel  # noqa: E402
+from hta.summary import RunSummary, summarize  # noqa: E402
+
+THESIS_LATENCY_S, THESIS_LATENCY_SD_S = 157.4, 4.2
+#: the cluster autoscaler's scale-down-unneeded-time (10 min), the stand-in's empty-node TTL
+EMPTY_NODE_TTL_S = 600.0
+#: the controller's shortest time between decisions in the real run (× k in thesis time)
+MIN_INTERVAL_S = 0.2
+NODE_CORES, NODE_MEMORY_MB, WORKER_MEMORY_MB, WORKER_DISK_MB = 3, 16384, 15000, 2000
+FIGURES = (("runtime_s", "runtime s"), ("waste_core_s", "waste core·s"), ("shortage_core_s", "shortage core·s"),
+           ("node_s", "node·s"))
+
+
+@dataclass
+class Measured:
+    """What the real run measured that the simulated cluster takes as given (thesis time)."""
+
+    #: request → scheduled of pods that waited for a new node
+    node_s: list[float] = field(default_factory=list)
+    #: scheduled → connected (pod start, hta worker, work_queue_worker's handshake)
+    pod_start_s: list[float] = field(default_factory=list)
+    #: what the real master adds to each task's runtime (dispatch, transfers, the monitor)
+    task_overhead_s: float = 0.0
+
+
+@dataclass
+class Run:
+    workload: str
+    policy: str
+    real: RunSummary | None = None
+    sim: RunSummary | None = None
+    latency_s: list[float] = field(default_factory=list)
+    measured: Measured = field(default_factory=Measured)
+    problems: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def error(self, metric: str, k: float) -> float | None:
+        if self.real is None or self.sim is None:
+            return None
+        real = getattr(self.real, metric) * k
+        return (getattr(self.sim, metric) - real) / real * 100 if real else None
+
+
+class Cluster:
+    """The local control plane of ``testcluster/``, up for one run, down after it."""
+
+    def __init__(self, nodes: int, start_nodes: int, k: float):
+        self.state = Path(tempfile.mkdtemp(prefix="hta-replay-cluster-"))
+        self.env = {**os.environ, "HTA_TESTCLUSTER_DIR": str(self.state)}
+        self.args = ["--node-cores", str(NODE_CORES), "--node-memory", str(NODE_MEMORY_MB),
+                     "--max-nodes", str(nodes), "--start-nodes", str(start_nodes),
+                     "--provision-delay", f"{THESIS_LATENCY_S / k:.3f}",
+                     "--provision-jitter", f"{THESIS_LATENCY_SD_S / k:.3f}",
+                     "--pod-start-delay", "0.2", "--empty-node-ttl", f"{EMPTY_NODE_TTL_S / k:.1f}"]
+        self.kubeconfig = ""
+
+    def __enter__(self) -> "Cluster":
+        up = subprocess.run([str(ROOT / "testcluster" / "cluster"), "up", *self.args], env=self.env,
+                            capture_output=True, text=True, timeout=1800)
+        if up.returncode != 0:
+            raise RuntimeError(f"cluster up failed: {up.stderr.strip()[-500:]}")
+        self.kubeconfig = up.stdout.strip().splitlines()[-1].split("=", 1)[1]
+        return self
+
+    def pods_left(self) -> int:
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=self.kubeconfig, client_configuration=cfg)
+        return len(client.CoreV1Api(client.ApiClient(cfg)).list_namespaced_pod(
+            "default", label_selector="hta.io/run").items)
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run([str(ROOT / "testcluster" / "cluster"), "down"], env=self.env, capture_output=True,
+                       timeout=300)
+        shutil.rmtree(self.state, ignore_errors=True)
+
+
+def run_real(run: Run, k: float, nodes: int, seed: int, out: Path, timeout_s: float) -> None:
+    workload = load_workload(run.workload, seed)
+    wdir = out / f"{run.workload}-{run.policy}"
+    shutil.rmtree(wdir, ignore_errors=True)
+    wf = write_makeflow(workload, k, wdir)
+    static = run.policy == "static"
+    t0 = time.time()
+    with Cluster(nodes, nodes if static else 1, k) as cluster:
+        cmd = [str(ROOT / ".venv" / "bin" / "hta"), "makeflow", "--backend", "k8s", "--kubeconfig",
+               cluster.kubeconfig, "--host-network", "--port", "0", "--policy", f"{run.policy}@{k:g}",
+               "--max-workers", str(nodes), "--worker-cores", str(NODE_CORES), "--worker-memory",
+               str(WORKER_MEMORY_MB), "--worker-disk", str(WORKER_DISK_MB), "--poll-interval", "0.5",
+               "--min-interval", str(MIN_INTERVAL_S), "--max-interval", f"{600 / k:.1f}",
+               "--latency-prior", f"{THESIS_LATENCY_S / k:.2f}", str(wf)]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            run.problems.append(f"no end within {timeout_s:.0f} s")
+            r = None
+        if r is not None and r.returncode != 0:
+            run.problems.append(f"hta exited {r.returncode}: {r.stderr.strip().splitlines()[-1:] or ''}")
+        left = cluster.pods_left()
+        if left:
+            run.problems.append(f"{left} pods left")
+    run.wall_s = time.time() - t0
+    load_real(run, workload, wdir, k)
+
+
+def load_real(run: Run, workload, wdir: Path, k: float) -> None:
+    """Check a real run's outputs and read what it logged."""
+    wrong = [name for name, want in expected_outputs(workload).items()
+             if not (wdir / name).exists() or (wdir / name).read_bytes() != want]
+    if wrong:
+        run.problems.append(f"{len(wrong)} outputs missing or wrong (first: {wrong[0]})")
+    log = wdir / "Makeflow.scaling.jsonl"
+    if log.exists():
+        records, _ = read_records(log)
+        run.real = summarize(records, str(log))
+        connected = [r for r in records if r.kind == "worker" and r.event == "connected" and r.latency_s is not None]
+        run.latency_s = [r.latency_s * k for r in connected]
+        run.measured = measure(connected, workload, wdir / "Makeflow.wqlog.tr", k)
+
+
+def task_spans(transactions: Path) -> list[float]:
+    """Each task's time on a worker in Work Queue's transaction log: RUNNING → WAITING_RETRIEVAL."""
+    started: dict[str, float] = {}
+    spans = []
+    if not transactions.exists():
+        return spans
+    for line in transactions.read_text().splitlines():
+        p = line.split()
+        if line.startswith("#") or len(p) < 5 or p[2] != "TASK":
+            continue
+        if p[4] == "RUNNING":
+            started[p[3]] = int(p[0]) / 1e6
+        elif p[4] == "WAITING_RETRIEVAL" and p[3] in started:
+            spans.append(int(p[0]) / 1e6 - started.pop(p[3]))
+    return spans
+
+
+def measure(connected: list, workload, transactions: Path, k: float) -> Measured:
+    """The cluster's and the master's own delays in this run, in thesis time (× k)."""
+    m = Measured()
+    lat = provisioned([r.latency_s for r in connected])
+    for r in connected:
+        start = r.phases.get("start", 0.0) + r.phases.get("connect", 0.0)
+        m.pod_start_s.append(start * k)
+        if r.latency_s in lat and "node" in r.phases:
+            m.node_s.append(r.phases["node"] * k)
+    spans = task_spans(transactions)
+    if spans:  # every task ran once: the mean span minus the mean compressed runtime
+        m.task_overhead_s = max(0.0, statistics.fmean(spans) * k - statistics.fmean(t.runtime_s for t in workload.tasks))
+    return m
+
+
+def provisioned(latencies: list[float]) -> list[float]:
+    """The latencies of pods that waited for a new node: a pod that found room on a node
+    already there (the starting one) arrived in seconds and is not the cluster's L."""
+    if not latencies:
+        return []
+    med = statistics.median(latencies)
+    return [x for x in latencies if x >= 0.5 * med]
+
+
+def run_sim(run: Run, nodes: int, seed: int, out: Path, k: float) -> None:
+    """The simulator on the same tasks and cluster, with the delays the real run measured:
+    nodes' preparation, pods' start, the master's per-task overhead; like the real cluster,
+    the starting nodes have no worker until one is asked for, and a node whose worker left
+    stays for the stand-in's empty-node time."""
+    workload = load_workload(run.workload, seed)
+    workload.declared = True  # as the generated Makeflow declares CORES and MEMORY
+    m = run.measured
+    mean = statistics.fmean(m.node_s) if m.node_s else THESIS_LATENCY_S
+    sd = statistics.stdev(m.node_s) if len(m.node_s) > 1 else THESIS_LATENCY_SD_S
+    static = run.policy == "static"
+    cluster = ClusterModel(max_nodes=nodes, start_nodes=nodes if static else 1, start_workers=0,
+                           node_cores=NODE_CORES, node_memory_mb=WORKER_MEMORY_MB, latency_mean_s=mean,
+                           latency_sd_s=sd, pod_start_s=statistics.median(m.pod_start_s) if m.pod_start_s else 0.0,
+                           empty_node_ttl_s=EMPTY_NODE_TTL_S, task_overhead_s=m.task_overhead_s,
+                           min_interval_s=MIN_INTERVAL_S * k, teardown_s=0.0)
+    path = out / f"{run.workload}-{run.policy}.sim.jsonl"
+    run.sim = Simulation(workload, make_policy(run.policy), cluster, seed=seed, log=ScalingLogWriter(path)).run()
+
+
+def print_table(runs: list[Run], k: float, max_error: float) -> list[str]:
+    misses = []
+    print(f"\nreal runs (× k = {k:g}, thesis time) vs the simulator on the same tasks, seed and measured latency")
+    head = f"{'workload':13s} {'policy':8s} " + " ".join(f"{label:>31s}" for _, label in FIGURES)
+    print(head)
+    print(f"{'':23s}" + " ".join(f"{'real':>10s} {'sim':>10s} {'err':>9s}" for _ in FIGURES))
+    for r in runs:
+        cells = []
+        for metric, label in FIGURES:
+            if r.real is None or r.sim is None:
+                cells.append(f"{'—':>31s}")
+                continue
+            err = r.error(metric, k)
+            cells.append(f"{getattr(r.real, metric) * k:10,.0f} {getattr(r.sim, metric):10,.0f} "
+                         f"{'' if err is None else f'{err:+8.1f}%':>9s}")
+            if err is not None and abs(err) > max_error:
+                misses.append(f"{r.workload} {r.policy} {label}: {err:+.1f} % (goal within ±{max_error:g} %)")
+        print(f"{r.workload:13s} {r.policy:8s} " + " ".join(cells))
+        lat = provisioned(r.latency_s)
+        m = r.measured
+        if lat:
+            print(f"{'':23s}measured (× k): L mean {statistics.fmean(lat):.1f} s over {len(lat)} pods on new nodes "
+                  f"(node {statistics.fmean(m.node_s) if m.node_s else 0:.1f} s), pod start "
+                  f"{statistics.median(m.pod_start_s) if m.pod_start_s else 0:.1f} s, task overhead "
+                  f"{m.task_overhead_s:.1f} s; the real run took {r.wall_s:.0f} s")
+        for p in r.problems:
+            misses.append(f"{r.workload} {r.policy}: {p}")
+            print(f"{'':23s}FAILED: {p}")
+    return misses
+
+
+def goals(runs: list[Run]) -> list[str]:
+    """HTA ahead of the factory and the static cluster on waste at ≤ 1.05 × their runtime, in the real runs."""
+    misses = []
+    by = {(r.workload, r.policy): r.real for r in runs if r.real is not None}
+    print("\ngoals, real runs:")
+    for (wl, pol), hta in sorted(by.items()):
+        if pol != "hta":
+            continue
+        for rival in ("factory", "static"):
+            other = by.get((wl, rival))
+            if other is None:
+                continue
+            ok_w = hta.waste_core_s < other.waste_core_s
+            ok_t = hta.runtime_s <= 1.05 * other.runtime_s
+            print(f"  {'PASS' if ok_w else 'MISS'}  {wl} HTA waste / {rival} waste: "
+                  f"{hta.waste_core_s / other.waste_core_s:.3f} (goal < 1)")
+            print(f"  {'PASS' if ok_t else 'MISS'}  {wl} HTA runtime / {rival} runtime: "
+                  f"{hta.runtime_s / other.runtime_s:.3f} (goal ≤ 1.05)")
+            misses += [] if ok_w else [f"{wl} waste vs {rival}"]
+            misses += [] if ok_t else [f"{wl} runtime vs {rival}"]
+    return misses
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="the thesis experiment on the real stack, and the simulator against it")
+    ap.add_argument("--k", type=float, default=10.0, help="time compression (default 10)")
+    ap.add_argument("--nodes", type=int, default=20)
+    ap.add_argument("--workloads", default="blast-3stage,io-bound")
+    ap.add_argument("--policies", default="hta,factory,static")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-error", type=float, default=10.0, help="calibration goal, %% (default 10)")
+    ap.add_argument("--small", action="store_true", help="k = 50, 5 nodes, io-bound, hta only")
+    ap.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--reuse", action="store_true", help="take the real runs already in --out; simulate again")
+    a = ap.parse_args(argv)
+    if a.small:
+        a.k, a.nodes, a.workloads, a.policies = 50.0, 5, "io-bound", "hta"
+    out = a.out or Path(tempfile.mkdtemp(prefix="hta-replay-"))
+    out.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for wl in a.workloads.split(","):
+        for pol in a.policies.split(","):
+            run = Run(wl, pol)
+            bound = 3 * sum(t.runtime_s for t in load_workload(wl, a.seed).tasks) / (a.nodes * NODE_CORES) / a.k
+            print(f"{wl} / {pol}: real run on {a.nodes} nodes, k = {a.k:g} ...", flush=True)
+            wdir = out / f"{wl}-{pol}"
+            if a.reuse and (wdir / "Makeflow.scaling.jsonl").exists():
+                load_real(run, load_workload(wl, a.seed), wdir, a.k)  # the real run is already there
+            else:
+                run_real(run, a.k, a.nodes, a.seed, out, timeout_s=max(300.0, bound + 600 / a.k))
+            if run.real is not None:
+                run_sim(run, a.nodes, a.seed, out, a.k)
+            runs.append(run)
+    misses = print_table(runs, a.k, a.max_error) + goals(runs)
+    if a.json:
+        a.json.write_text(json.dumps([{"workload": r.workload, "policy": r.policy, "k": a.k,
+                                       "real": r.real.model_dump() if r.real else None,
+                                       "sim": r.sim.model_dump() if r.sim else None,
+                                       "latency_s": r.latency_s, "problems": r.problems} for r in runs], indent=1))
+    print(f"\nruns and scaling logs: {out}/")
+    if misses:
+        print(f"{len(misses)} goal(s) missed: " + "; ".join(misses))
+        return 1
+    print("every run complete and every goal met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
