@@ -390,3 +390,19 @@ def test_without_an_empty_node_a_worker_waits_a_whole_latency_and_tasks_carry_th
     s = sim.run()
     (conn,) = [r for r in sim.log.records if r.kind == "worker" and r.event == "connected"]
     assert conn.latency_s == 52.0 and s.runtime_s == pytest.approx(52.0 + 10.5)
+
+
+def test_policy_settings_from_the_spec_and_clear_errors():
+    from hta.policies.base import make_policy
+
+    f = make_policy("factory:tasks_per_worker=2,idle_timeout_s=60")
+    assert (f.tasks_per_worker, f.idle_timeout_s, f.name) == (2.0, 60.0, "factory:tasks_per_worker=2,idle_timeout_s=60")
+    idle = WorkerInfo(id="idle", capacity=NODE, running=0, idle_since=0.0)
+    assert f.decide(obs_at(60.0, [idle])).drain == ["idle"]  # the setting is in force
+    assert make_policy("hta:drain_after=3,latency_statistic=last").drain_after == 3
+    with pytest.raises(ValueError, match="'nope' is not a setting of factory; it has: idle_timeout_s"):
+        make_policy("factory:nope=1")
+    with pytest.raises(ValueError, match="is not a float"):
+        make_policy("factory:idle_timeout_s=soon")
+    observe = make_policy("observe")
+    assert not observe.decide(obs_at(0, waiting=50)).acts  # watches only

@@ -50,11 +50,13 @@ def _registry() -> dict[str, Callable[[str], Policy]]:
     from hta.policies.hpa import HPAPolicy
     from hta.policies.hta_policy import HTAPolicy
     from hta.policies.keda import KEDAPolicy
+    from hta.policies.observe import ObservePolicy
     from hta.policies.static import StaticPolicy
 
     return {
         "hta": lambda spec: HTAPolicy(),
         "static": lambda spec: StaticPolicy(),
+        "observe": lambda spec: ObservePolicy(),
         "hpa": lambda spec: HPAPolicy(target_percent=_param(spec)),
         "keda": lambda spec: KEDAPolicy(tasks_per_pod=_param(spec)),
         "factory": lambda spec: FactoryPolicy(),
@@ -62,12 +64,45 @@ def _registry() -> dict[str, Callable[[str], Policy]]:
 
 
 def policy_names() -> list[str]:
-    return ["hta", "hpa-<cpu target %>", "keda-<tasks per pod>", "factory", "static", "<policy>@<time scale k>"]
+    return ["hta", "hpa-<cpu target %>", "keda-<tasks per pod>", "factory", "static", "observe",
+            "<policy>:<setting>=<value>,...", "<policy>@<time scale k>"]
+
+
+def _configure(policy: Policy, spec: str, settings: str) -> Policy:
+    """Apply ``key=value,...`` to a policy's own settings (its dataclass fields), e.g.
+    ``factory:tasks_per_worker=2,idle_timeout_s=60``; an unknown key or a bad value is a
+    one-line ValueError listing what the policy has."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(policy) if not f.name.startswith("_") and f.name != "name"} \
+        if dataclasses.is_dataclass(policy) else {}
+    for item in filter(None, settings.split(",")):
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or key not in fields:
+            raise ValueError(f"policy {spec!r}: {key!r} is not a setting of {policy.name}; it has: "
+                             f"{', '.join(sorted(k for k, f in fields.items() if _scalar(getattr(policy, k))))}")
+        current = getattr(policy, key)
+        try:
+            value = (text.strip().lower() in ("1", "true", "yes", "on")) if isinstance(current, bool) else \
+                text.strip() if isinstance(current, str) else int(text) if isinstance(current, int) else float(text)
+        except ValueError:
+            raise ValueError(f"policy {spec!r}: {key}={text!r} is not a {type(current).__name__}") from None
+        setattr(policy, key, value)
+    if "name" in {f.name for f in dataclasses.fields(policy)}:
+        policy.name = spec  # the run record names the settings
+    return policy
+
+
+def _scalar(v: object) -> bool:
+    return isinstance(v, (bool, int, float, str)) or v is None
 
 
 def make_policy(spec: str) -> Policy:
-    """``"hta"``, or a rival with its parameter, e.g. ``"hpa-20"``; ``"POLICY@K"`` runs POLICY
-    in the time of an experiment compressed K times (:mod:`hta.policies.time_scale`)."""
+    """``"hta"``, or a rival with its parameter, e.g. ``"hpa-20"``; ``"POLICY:key=value,..."``
+    sets the policy's own settings (``factory:tasks_per_worker=2,idle_timeout_s=60``);
+    ``"POLICY@K"`` runs POLICY in the time of an experiment compressed K times
+    (:mod:`hta.policies.time_scale`)."""
     if "@" in spec:
         from hta.policies.time_scale import TimeScaled
 
@@ -79,6 +114,9 @@ def make_policy(spec: str) -> Policy:
         if scale <= 0:
             raise ValueError(f"policy {spec!r}: the time scale after @ must be a positive number, e.g. hta@10")
         return TimeScaled(make_policy(base), scale)
+    if ":" in spec:
+        base, _, settings = spec.partition(":")
+        return _configure(make_policy(base), spec, settings)
     family = spec.split("-", 1)[0]
     reg = _registry()
     if spec in reg:
