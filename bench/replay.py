@@ -70,8 +70,9 @@ class Measured:
     node_s: list[float] = field(default_factory=list)
     #: scheduled → connected (pod start, hta worker, work_queue_worker's handshake)
     pod_start_s: list[float] = field(default_factory=list)
-    #: what the real master adds to each task's runtime (dispatch, transfers, the monitor)
-    task_overhead_s: float = 0.0
+    #: what the real master adds to each task's runtime (dispatch, transfers, the monitor):
+    #: the mean over each category's tasks
+    task_overhead_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -167,27 +168,35 @@ def load_real(run: Run, workload, wdir: Path, k: float) -> None:
         run.real = summarize(records, str(log))
         connected = [r for r in records if r.kind == "worker" and r.event == "connected" and r.latency_s is not None]
         run.latency_s = [r.latency_s * k for r in connected]
-        run.measured = measure(connected, workload, wdir / "Makeflow.wqlog.tr", k)
+        run.measured = measure(connected, workload, wdir, k)
 
 
-def task_spans(transactions: Path) -> list[float]:
-    """Each task's time on a worker in Work Queue's transaction log: RUNNING → WAITING_RETRIEVAL."""
-    started: dict[str, float] = {}
-    spans = []
+def task_spans(transactions: Path, makeflowlog: Path) -> dict[int, float]:
+    """Each rule's time on a worker, by makeflow node id: RUNNING → WAITING_RETRIEVAL in Work
+    Queue's transaction log, matched to the rule through makeflow's log (node → job id)."""
+    node_of: dict[int, int] = {}
+    if makeflowlog.exists():
+        for line in makeflowlog.read_text().splitlines():
+            p = line.split()
+            if not line.startswith("#") and len(p) > 3 and p[2] == "1":  # submitted: node, job id
+                node_of[int(p[3])] = int(p[1])
+    started: dict[int, float] = {}
+    spans: dict[int, float] = {}
     if not transactions.exists():
         return spans
     for line in transactions.read_text().splitlines():
         p = line.split()
         if line.startswith("#") or len(p) < 5 or p[2] != "TASK":
             continue
+        job = int(p[3])
         if p[4] == "RUNNING":
-            started[p[3]] = int(p[0]) / 1e6
-        elif p[4] == "WAITING_RETRIEVAL" and p[3] in started:
-            spans.append(int(p[0]) / 1e6 - started.pop(p[3]))
+            started[job] = int(p[0]) / 1e6
+        elif p[4] == "WAITING_RETRIEVAL" and job in started and job in node_of:
+            spans[node_of[job]] = int(p[0]) / 1e6 - started.pop(job)
     return spans
 
 
-def measure(connected: list, workload, transactions: Path, k: float) -> Measured:
+def measure(connected: list, workload, wdir: Path, k: float) -> Measured:
     """The cluster's and the master's own delays in this run, in thesis time (× k)."""
     m = Measured()
     lat = provisioned([r.latency_s for r in connected])
@@ -196,9 +205,11 @@ def measure(connected: list, workload, transactions: Path, k: float) -> Measured
         m.pod_start_s.append(start * k)
         if r.latency_s in lat and "node" in r.phases:
             m.node_s.append(r.phases["node"] * k)
-    spans = task_spans(transactions)
-    if spans:  # every task ran once: the mean span minus the mean compressed runtime
-        m.task_overhead_s = max(0.0, statistics.fmean(spans) * k - statistics.fmean(t.runtime_s for t in workload.tasks))
+    by_category: dict[str, list[float]] = {}
+    for node, span in task_spans(wdir / "Makeflow.wqlog.tr", wdir / "Makeflow.makeflowlog").items():
+        t = workload.tasks[node]  # makeflow numbers rules in file order, the workload's order
+        by_category.setdefault(t.category, []).append(max(0.0, span * k - t.runtime_s))
+    m.task_overhead_s = {c: statistics.fmean(v) for c, v in by_category.items()}
     return m
 
 
@@ -225,7 +236,7 @@ def run_sim(run: Run, nodes: int, seed: int, out: Path, k: float) -> None:
     cluster = ClusterModel(max_nodes=nodes, start_nodes=nodes if static else 1, start_workers=0,
                            node_cores=NODE_CORES, node_memory_mb=WORKER_MEMORY_MB, latency_mean_s=mean,
                            latency_sd_s=sd, pod_start_s=statistics.median(m.pod_start_s) if m.pod_start_s else 0.0,
-                           empty_node_ttl_s=EMPTY_NODE_TTL_S, task_overhead_s=m.task_overhead_s,
+                           empty_node_ttl_s=EMPTY_NODE_TTL_S, task_overhead_by_category_s=m.task_overhead_s,
                            min_interval_s=MIN_INTERVAL_S * k, teardown_s=0.0)
     path = out / f"{run.workload}-{run.policy}.sim.jsonl"
     run.sim = Simulation(workload, make_policy(run.policy), cluster, seed=seed, log=ScalingLogWriter(path)).run()
@@ -254,8 +265,9 @@ def print_table(runs: list[Run], k: float, max_error: float) -> list[str]:
         if lat:
             print(f"{'':23s}measured (× k): L mean {statistics.fmean(lat):.1f} s over {len(lat)} pods on new nodes "
                   f"(node {statistics.fmean(m.node_s) if m.node_s else 0:.1f} s), pod start "
-                  f"{statistics.median(m.pod_start_s) if m.pod_start_s else 0:.1f} s, task overhead "
-                  f"{m.task_overhead_s:.1f} s; the real run took {r.wall_s:.0f} s")
+                  f"{statistics.median(m.pod_start_s) if m.pod_start_s else 0:.1f} s, master's overhead per task "
+                  + ", ".join(f"{c} {v:.1f} s" for c, v in sorted(m.task_overhead_s.items()))
+                  + (f"; the real run took {r.wall_s:.0f} s" if r.wall_s else ""))
         for p in r.problems:
             misses.append(f"{r.workload} {r.policy}: {p}")
             print(f"{'':23s}FAILED: {p}")

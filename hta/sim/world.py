@@ -72,6 +72,8 @@ class ClusterModel(BaseModel):
     #: added to each task's run on a worker: dispatch, input transfer, the resource
     #: monitor's start, the result's return (what a real master adds to a runtime)
     task_overhead_s: float = 0.0
+    #: the same per category, where measured (overrides ``task_overhead_s``)
+    task_overhead_by_category_s: dict[str, float] = {}
 
     @property
     def node_shape(self) -> Resources:
@@ -320,7 +322,8 @@ class World:
         run = SimRun(t, node, now, alloc, self._token)
         self.runs[t.id] = run
         exceeds = t.cores > alloc.cores + 1e-9 or t.memory_mb > alloc.memory_mb + 1e-9
-        duration = t.runtime_s * (0.5 if exceeds else 1.0) + self.cluster.task_overhead_s
+        overhead = self.cluster.task_overhead_by_category_s.get(t.category, self.cluster.task_overhead_s)
+        duration = t.runtime_s * (0.5 if exceeds else 1.0) + overhead
         ev = self.env.timeout(duration)
         ev.callbacks.append(lambda _ev, tid=t.id, tok=run.token, bad=exceeds: self._finish(tid, tok, bad))
         self._changed()
