@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from pathlib import Path
 
 from hta.errors import EXIT_USAGE, UsageError
@@ -190,10 +189,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_css(args: argparse.Namespace) -> int:
-    import signal
-
     from hta.node.capacity import parse_cpuset
-    from hta.node.css.daemon import CSSConfig, CSSDaemon, Targets, discover
+    from hta.node.css.daemon import CSSConfig, CSSDaemon, Targets
 
     if args.worker_pid is None and not args.pid and not args.cgroup:
         raise UsageError("nothing to watch: give --worker-pid, --pid or --cgroup")
@@ -206,20 +203,7 @@ def cmd_css(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(str(exc)) from None
     print(f"css: backend {d.monitor.name}, λ={d.lam:g}, μ={cfg.mu}, cores {d.cores}", file=sys.stderr)
-    signal.signal(signal.SIGTERM, lambda *_: d.stop_event.set())
-    deadline = time.monotonic() + args.duration if args.duration else None
-    try:
-        while not d.stop_event.is_set():
-            d.step()
-            if deadline and time.monotonic() >= deadline:
-                break
-            if args.worker_pid is None and not discover(targets)[0]:
-                break
-            d.stop_event.wait(cfg.interval_s)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        d.close()
+    d.run_until_done(args.duration)
     return 0
 
 

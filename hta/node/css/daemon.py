@@ -170,6 +170,26 @@ class CSSDaemon:
             self.stop_event.wait(self.config.interval_s)
         self.close()
 
+    def run_until_done(self, duration_s: float | None = None) -> None:
+        """``hta css``'s loop: manage every interval until stopped, ``duration_s`` passes, or
+        (when not watching a worker) every watched process tree is gone; SIGTERM stops it."""
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
+        deadline = time.monotonic() + duration_s if duration_s else None
+        try:
+            while not self.stop_event.is_set():
+                self.step()
+                if deadline and time.monotonic() >= deadline:
+                    break
+                if self.targets.worker_pid is None and not discover(self.targets)[0]:
+                    break
+                self.stop_event.wait(self.config.interval_s)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.close()
+
     def start_thread(self) -> threading.Thread:
         t = threading.Thread(target=self.run, name="css", daemon=True)
         t.start()
