@@ -10,6 +10,8 @@ record is ``run`` (what ran, with ``started_at`` in Unix time), the last one
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 from typing import Annotated, IO, Literal, Union
 
@@ -18,6 +20,8 @@ from pydantic import BaseModel, Field, TypeAdapter
 from hta.model import CategoryModel, Resources
 
 FORMAT = "hta-scaling-log/1"
+
+log = logging.getLogger("hta")
 
 
 class RunRecord(BaseModel):
@@ -77,8 +81,13 @@ class WorkerRecord(BaseModel):
     latency_s: float | None = None
     #: where the latency went (e.g. waiting for a node, pulling, starting, connecting)
     phases: dict[str, float] = Field(default_factory=dict)
-    #: tasks the worker was running when it went away (only ``removed``/``lost``)
+    #: tasks the worker was running when it went away (only ``removed``/``lost``): the
+    #: master runs them again
     tasks_lost: int = 0
+    #: core·s those tasks had run when the worker went away (work to do again)
+    lost_work_core_s: float = 0.0
+    #: why a worker was ``lost`` or ``failed`` (e.g. its last words, or a stall), one line
+    reason: str = ""
 
 
 class CategoriesRecord(BaseModel):
@@ -106,28 +115,76 @@ RECORD = TypeAdapter(Record)
 
 
 class ScalingLogWriter:
-    """Appends records, one line each, flushed so a live run can be read."""
+    """Appends records, one line each, written at once so a live run can be read.
+
+    Log trouble never stops a run: a record that cannot be written (disk full, I/O
+    error) is counted in ``write_errors`` (the first cause in ``first_error``), warned
+    about once, and the file is cut back to its last whole record, so it stays a
+    valid log of what could be written. Every record is kept in ``records`` anyway,
+    for the end-of-run summary. Only opening the file raises (``OSError``)."""
 
     def __init__(self, path: Path | str | None = None, stream: IO[str] | None = None):
         self.path = Path(path) if path else None
-        self._fh: IO[str] | None = stream
+        self._stream: IO[str] | None = stream
+        self._fd: int | None = None
+        self._good = 0  # bytes of whole records in the file
         #: every record written, for the end-of-run summary
         self.records: list[BaseModel] = []
+        self.write_errors = 0
+        self.first_error: str | None = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "w", encoding="utf-8")
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
 
     def write(self, record: BaseModel) -> None:
         self.records.append(record)
-        if self._fh is None:
+        if self._fd is None and self._stream is None:
             return
-        self._fh.write(record.model_dump_json(exclude_defaults=False) + "\n")
-        self._fh.flush()
+        line = record.model_dump_json(exclude_defaults=False) + "\n"
+        try:
+            if self._fd is not None:
+                data = line.encode()
+                view = memoryview(data)
+                while view:
+                    n = os.write(self._fd, view)
+                    view = view[n:]
+                self._good += len(data)
+            else:
+                self._stream.write(line)
+                self._stream.flush()
+        except OSError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        self.write_errors += 1
+        why = exc.strerror or str(exc)
+        if self.first_error is None:
+            self.first_error = why
+            log.warning("cannot write the scaling log %s (%s): autoscaling and the workflow go on; "
+                        "the log will miss records", self.path or "(stream)", why)
+        if self._fd is not None:
+            try:  # a half-written line would make the whole log unreadable: cut it off
+                os.ftruncate(self._fd, self._good)
+                os.lseek(self._fd, self._good, os.SEEK_SET)
+            except OSError:
+                pass
+
+    @property
+    def trouble(self) -> str | None:
+        """One line about the records that could not be written, if any."""
+        if not self.write_errors:
+            return None
+        return (f"scaling log {self.path or '(stream)'} is incomplete: {self.write_errors} record(s) could not "
+                f"be written ({self.first_error}); the summary above counts them all")
 
     def close(self) -> None:
-        if self._fh is not None and self.path is not None:
-            self._fh.close()
-        self._fh = None
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError as exc:
+                self._failed(exc)
+        self._fd = None
+        self._stream = None
 
 
 class LogError(ValueError):
