@@ -8,6 +8,15 @@ with states 0 waiting, 1 running, 2 complete, 3 failed, 4 aborted. Comment
 lines (``# STARTED``, ``# COMPLETED``, ``# FILE ...``) mark the run's life.
 The reader is incremental: call :meth:`MakeflowLog.poll` as often as you like,
 it reads only what was appended (and never a half-written line).
+
+A restarted makeflow appends to the same log (each run begins with its own
+``# STARTED``) and re-reads all of it, so re-runs and failures are counted
+from the point the current run started.
+
+A rule that fails and will be retried is logged FAILED and, at once, WAITING
+again; one that failed for good stays FAILED. makeflow 8.0 (``-T wq``) never
+exits once such a rule has rules depending on it: :meth:`MakeflowLog.stuck`
+tells when it has nothing left to run.
 """
 
 from __future__ import annotations
@@ -63,7 +72,10 @@ class MakeflowLog:
         self.started_at: float | None = None
         self.completed_at: float | None = None
         self.failed = False
-        self.submissions: dict[int, int] = {}  # node → times it was started (re-runs show as > 1)
+        #: node → times it was started in the current run (re-runs show as > 1)
+        self.submissions: dict[int, int] = {}
+        #: node → its latest event (any run)
+        self.states: dict[int, NodeEvent] = {}
 
     def poll(self) -> list[NodeEvent]:
         if not self.path.exists():
@@ -79,6 +91,7 @@ class MakeflowLog:
         for raw in chunk[: end + 1].decode(errors="replace").splitlines():
             if raw.startswith("# STARTED"):
                 self.started_at = int(raw.split()[2]) / 1e6
+                self.submissions = {}
             elif raw.startswith("# COMPLETED"):
                 self.completed_at = int(raw.split()[2]) / 1e6
             elif raw.startswith(("# FAILED", "# ABORTED")):
@@ -88,6 +101,7 @@ class MakeflowLog:
                 continue
             if ev.state == NodeState.RUNNING:
                 self.submissions[ev.node_id] = self.submissions.get(ev.node_id, 0) + 1
+            self.states[ev.node_id] = ev
             new.append(ev)
         self.events.extend(new)
         return new
@@ -99,3 +113,22 @@ class MakeflowLog:
     @property
     def retried(self) -> int:
         return sum(n - 1 for n in self.submissions.values() if n > 1)
+
+    def failed_for_good(self, now: float, quiet_s: float = 3.0, since: float = 0.0) -> list[NodeEvent]:
+        """The last FAILED event of each node that failed in the current run (and after Unix
+        time ``since``: a makeflow just restarted has not logged its ``# STARTED`` yet) and was
+        not put back to WAITING for a retry within ``quiet_s`` seconds (makeflow logs a
+        retry's WAITING right after the FAILED), in node order."""
+        since = max(since, self.started_at or 0.0)
+        return sorted((e for e in self.states.values()
+                       if e.state == NodeState.FAILED and e.time >= since and now - e.time >= quiet_s),
+                      key=lambda e: e.node_id)
+
+    def stuck(self, now: float, quiet_s: float = 3.0, since: float = 0.0) -> list[NodeEvent]:
+        """Rules that failed for good, if makeflow has nothing left running and has logged
+        nothing for ``quiet_s`` seconds: a makeflow that would exit has done so by then;
+        one that has not waits forever (empty list otherwise)."""
+        last = self.latest
+        if last is None or last.running or now - last.time < quiet_s:
+            return []
+        return self.failed_for_good(now, quiet_s, since)

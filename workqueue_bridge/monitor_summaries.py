@@ -33,6 +33,10 @@ class TaskSummary(BaseModel):
     memory_mb: float = 0.0  # peak resident memory
     disk_mb: float = 0.0
     limits_exceeded: bool = False
+    #: the resources whose limits were exceeded (when the summary names them)
+    exceeded: list[str] = []
+    #: the signal that ended the task (``exit_type`` "signal")
+    signal: int | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -58,6 +62,8 @@ def parse_summary(text: str) -> TaskSummary:
     if not isinstance(d, dict):
         raise ValueError("summary is not a JSON object")
     status = d.get("exit_status")
+    over = d.get("limits_exceeded")
+    sig = d.get("signal")
     return TaskSummary(
         category=clean_category(d.get("category")),
         command=str(d.get("command", "")),
@@ -71,7 +77,9 @@ def parse_summary(text: str) -> TaskSummary:
         cores_avg=_value(d, "cores_avg"),
         memory_mb=_value(d, "memory"),
         disk_mb=_value(d, "disk"),
-        limits_exceeded=bool(d.get("limits_exceeded")),
+        limits_exceeded=bool(over),
+        exceeded=sorted(over) if isinstance(over, dict) else [],
+        signal=int(sig) if isinstance(sig, (int, float)) else None,
     )
 
 
