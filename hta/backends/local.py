@@ -10,14 +10,35 @@ Every process is tracked by PID, started in its own session with a
 parent-death signal (and ``work_queue_worker`` with ``--parent-death``), so
 none survives HTA: not on a normal exit, not on a failure,
 not on SIGTERM/Ctrl-C, and not even when HTA is killed with SIGKILL.
+
+Faults it handles:
+
+- A worker that exits before it connects (a full disk, a bad option) is
+  ``failed``, with its last words from ``logs/wN.log``; the next launches back
+  off (1, 2, 4… s) and after :data:`MAX_START_FAILURES` in a row ``fatal`` says
+  why, so the run ends with that line instead of relaunching forever.
+- A connected worker whose process ends is ``lost``; the tasks the master last
+  showed on it (and since when) become ``tasks_lost`` and ``lost_work_core_s``:
+  the master runs them again.
+- A connected worker the master stopped listing while its process lives (the
+  master's keepalive gave up on it: a stopped or hung worker) is killed with
+  its tasks and reported ``lost``; the policy replaces it if it is still needed.
+
+It also samples the memory of each running task's processes (matched to the
+master's task id by its sandbox ``t.<id>``), so a task the resource monitor
+kills for going over its memory, whose summary makeflow deletes, still tells
+what it used (:meth:`LocalBackend.task_peak_memory_mb`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import signal
+import logging
+import os
 import random
+import re
 import shutil
+import signal
 import sys
 import time
 from collections import deque
@@ -31,7 +52,18 @@ from hta.model import PendingWorker, Resources
 from hta.node.worker import worker_command
 from hta.processes import die_with_parent, stop
 from hta.scaling_log import WorkerRecord
+from workqueue_bridge.makeflow import exit_description
 from workqueue_bridge.status import MasterSnapshot
+
+log = logging.getLogger("hta.local")
+
+#: workers that exit before connecting, in a row, before the run is given up
+MAX_START_FAILURES = 5
+#: the longest wait before launching again after start failures
+MAX_BACKOFF_S = 30.0
+#: a connected worker the master has not listed for this long, while its process lives,
+#: was dropped by the master (its keepalive gave up): it is replaced
+DROPPED_AFTER_S = 2.0
 
 
 @dataclass
@@ -48,6 +80,43 @@ class LocalWorker:
     workdir: Path | None = None
     events: list[WorkerRecord] = field(default_factory=list)
     cpu: "CpuMeter" = field(default_factory=lambda: CpuMeter())
+    log_path: Path | None = None
+    #: task id → (Unix time it started, cores allocated), as the master last showed it running here
+    tasks: dict[int, tuple[float, float]] = field(default_factory=dict)
+    #: when the master was first seen not listing this connected worker (None: listed)
+    missing_since: float | None = None
+
+
+#: words of a worker's log line that says what went wrong
+_TROUBLE = re.compile(r"error|fatal|less than|cannot|can't|could not|couldn't|failed|no space|denied|not found|"
+                      r"refused|invalid|unable|traceback|killed", re.I)
+
+
+def last_words(path: Path | None) -> str:
+    """The line of a worker's log that says why it stopped (else its last line)."""
+    try:
+        lines = [ln.strip() for ln in Path(path).read_text(errors="replace").splitlines() if ln.strip()] if path else []
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if not ln.startswith('{"hta_worker"')]
+    for ln in reversed(lines):
+        if _TROUBLE.search(re.sub(r"/\S+", "", ln)):  # words, not paths that happen to hold them
+            return ln
+    return lines[-1] if lines else ""
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and every descendant (works on stopped processes too)."""
+    try:
+        root = psutil.Process(pid)
+        victims = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return
+    for p in victims:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
 
 
 def hta_executable() -> list[str]:
@@ -127,6 +196,12 @@ class LocalBackend:
         self._seq = 0
         self._host = "127.0.0.1"
         self._port = 0
+        #: workers in a row that exited before connecting (reset when one connects)
+        self.start_failures = 0
+        #: set when workers cannot start: the run cannot go on (one line, with the cause)
+        self.fatal: str | None = None
+        #: peak resident memory (MB) of each task's processes, by the master's task id
+        self._task_memory_mb: dict[int, float] = {}
 
     # -- lifecycle -----------------------------------------------------------
     async def start(self, master_host: str, master_port: int) -> None:
@@ -137,13 +212,23 @@ class LocalBackend:
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self._workers.values() if w.proc is not None and w.proc.returncode is None]
 
+    def backoff_s(self) -> float:
+        """Extra wait before a launch after workers failed to start: 1, 2, 4… s."""
+        if not self.start_failures:
+            return 0.0
+        return min(MAX_BACKOFF_S, 2.0 ** (self.start_failures - 1))
+
     async def request(self, n: int, shape: Resources, now: float) -> list[str]:
         ids = []
+        if self.fatal:
+            return ids
         for _ in range(n):
             self._seq += 1
-            w = LocalWorker(id=f"w{self._seq}", shape=shape, requested_at=now)
+            w = LocalWorker(id=f"w{self._seq}", shape=shape, requested_at=now,
+                            log_path=self.run_dir / "logs" / f"w{self._seq}.log")
             w.events.append(WorkerRecord(t=now, worker=w.id, event="requested", cores=shape.cores))
             delay = max(0.0, self.provision_delay_s + self._rng.uniform(-1, 1) * self.provision_jitter_s)
+            delay += self.backoff_s()
             w.launcher = asyncio.create_task(self._launch(w, delay, now))
             self._workers[w.id] = w
             ids.append(w.id)
@@ -153,7 +238,7 @@ class LocalBackend:
         await asyncio.sleep(delay)
         w.workdir = self.run_dir / "workers" / w.id
         w.workdir.mkdir(parents=True, exist_ok=True)
-        out = open(self.run_dir / "logs" / f"{w.id}.log", "wb")
+        out = open(w.log_path, "wb")
         try:
             w.proc = await asyncio.create_subprocess_exec(
                 *worker_command(f"{self._host}:{self._port}", cores=int(w.shape.cores),
@@ -193,20 +278,120 @@ class LocalBackend:
         return None
 
     async def refresh(self, snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
-        seen = {w.address for w in snap.workers}
+        listed = {w.address: w for w in snap.workers}
+        running: dict[str, dict[int, tuple[float, float]]] = {}
+        for t in snap.tasks:
+            if t.state == "running" and t.worker in listed:
+                cores = t.cores or listed[t.worker].cores
+                running.setdefault(t.worker, {})[t.task_id] = (t.started_at or snap.taken_at, cores)
         for w in self._workers.values():
             if w.state == "starting":
+                if w.proc is not None and w.proc.returncode is not None:
+                    self._start_failed(w, now)
+                    continue
                 addr = self._address_of(w)
-                if addr and addr in seen:
+                if addr and addr in listed:
                     w.address, w.connected_at, w.state = addr, now, "connected"
+                    self.start_failures = 0
                     phases = {"provisioning": round((w.started_at or now) - w.requested_at, 3),
                               "starting+connecting": round(now - (w.started_at or now), 3)}
                     w.events.append(WorkerRecord(t=now, worker=w.id, event="connected", cores=w.shape.cores,
                                                  latency_s=round(now - w.requested_at, 3), phases=phases))
-            if w.state in ("starting", "connected") and w.proc is not None and w.proc.returncode is not None:
-                w.state = "gone"
-                w.events.append(WorkerRecord(t=now, worker=w.id, event="lost", cores=w.shape.cores))
+            if w.state != "connected":
+                continue
+            if w.proc is not None and w.proc.returncode is not None:
+                rc = w.proc.returncode
+                if 128 < rc < 128 + 65:  # hta worker passes on its work_queue_worker's death by signal N as 128 + N
+                    why = f"its work_queue_worker was {exit_description(128 - rc)}"
+                else:
+                    words = last_words(w.log_path) if rc else ""
+                    why = f"its process ended ({exit_description(rc)})" + (f": {words}" if words else "")
+                self._lost(w, now, snap.taken_at, why)
+                if w.events[-1].tasks_lost:
+                    log.warning("worker %s went away with %d running task(s) (%s): the master runs them again",
+                                w.id, w.events[-1].tasks_lost, why)
+            elif w.address in listed:
+                w.missing_since = None
+                w.tasks = running.get(w.address, {})
+                if w.tasks:
+                    self._sample_task_memory(w)
+            else:
+                w.missing_since = w.missing_since or snap.taken_at
+                if snap.taken_at - w.missing_since >= DROPPED_AFTER_S:
+                    # the master gave up on it (keepalive): a stopped or hung worker. Its tasks are
+                    # back in the master's queue; kill it so it cannot come back as a stranger.
+                    kill_tree(w.proc.pid)
+                    n = len(w.tasks)
+                    self._lost(w, now, w.missing_since, "stopped answering the master (stalled or hung): "
+                               "killed and replaced")
+                    log.warning("worker %s stopped answering the master: killed it; its %d task(s) run again "
+                                "elsewhere", w.id, n)
         return self._flush()
+
+    def _start_failed(self, w: LocalWorker, now: float) -> None:
+        w.state = "gone"
+        self.start_failures += 1
+        words = last_words(w.log_path)
+        why = f"exited before connecting ({exit_description(w.proc.returncode)})" + (f": {words}" if words else "")
+        w.events.append(WorkerRecord(t=now, worker=w.id, event="failed", cores=w.shape.cores, reason=why))
+        if w.workdir is not None:
+            shutil.rmtree(w.workdir, ignore_errors=True)
+        if self.start_failures >= MAX_START_FAILURES and self.fatal is None:
+            self.fatal = (f"workers cannot start: {self.start_failures} in a row exited before connecting to the "
+                          f"master; the last ({w.id}) said: {words or exit_description(w.proc.returncode)} "
+                          f"(log: {w.log_path}){self._hint(words)}")
+        elif self.start_failures == 1 or self.start_failures == MAX_START_FAILURES - 1:
+            log.warning("worker %s %s; next launches back off (log: %s)", w.id, why, w.log_path)
+
+    def _hint(self, words: str) -> str:
+        low = words.lower()
+        if "disk" in low:
+            return f"; free disk space where workers run ({self.run_dir / 'workers'}) or lower --worker-disk"
+        if "memory" in low:
+            return "; lower --worker-memory"
+        if "cores" in low:
+            return "; lower --worker-cores"
+        return "; fix that and run again"
+
+    def _lost(self, w: LocalWorker, now: float, at: float, reason: str) -> None:
+        """``w`` went away while connected: its last known tasks are lost work."""
+        w.state = "gone"
+        lost_core_s = sum(max(0.0, at - started) * cores for started, cores in w.tasks.values())
+        w.events.append(WorkerRecord(t=now, worker=w.id, event="lost", cores=w.shape.cores, tasks_lost=len(w.tasks),
+                                     lost_work_core_s=round(lost_core_s, 3), reason=reason))
+        w.tasks = {}
+        if w.workdir is not None:
+            shutil.rmtree(w.workdir, ignore_errors=True)
+
+    def _sample_task_memory(self, w: LocalWorker) -> None:
+        """Peak resident memory of each task's process tree; a task is the worker's child
+        whose working directory is its sandbox ``t.<task id>``."""
+        try:
+            tops = [c for p in psutil.Process(w.proc.pid).children() for c in p.children()]
+        except psutil.Error:
+            return
+        for top in tops:
+            try:
+                name = os.path.basename(top.cwd())
+                if not name.startswith("t."):
+                    continue
+                task_id = int(name[2:])
+                rss = top.memory_info().rss
+                for c in top.children(recursive=True):
+                    try:
+                        rss += c.memory_info().rss
+                    except psutil.Error:
+                        pass
+            except (psutil.Error, ValueError):
+                continue
+            mb = rss / 2**20
+            if mb > self._task_memory_mb.get(task_id, 0.0):
+                self._task_memory_mb[task_id] = mb
+
+    def task_peak_memory_mb(self, task_id: int) -> float | None:
+        """The most resident memory the processes of the master's task ``task_id`` were seen
+        using (sampled at each refresh), or None if it was never seen running."""
+        return self._task_memory_mb.get(task_id)
 
     def _flush(self) -> list[WorkerRecord]:
         out = []
@@ -258,8 +443,10 @@ class LocalBackend:
             if w is None or w.state == "gone":
                 continue
             lost = running.get(w.address or "", 0)
+            lost_core_s = sum(max(0.0, snap.taken_at - started) * cores for started, cores in w.tasks.values())
             await self._stop(w, force=True)
-            w.events.append(WorkerRecord(t=now, worker=w.id, event="removed", cores=w.shape.cores, tasks_lost=lost))
+            w.events.append(WorkerRecord(t=now, worker=w.id, event="removed", cores=w.shape.cores, tasks_lost=lost,
+                                         lost_work_core_s=round(lost_core_s, 3)))
         return self._flush()
 
     async def _stop(self, w: LocalWorker, grace_s: float = 5.0, force: bool = False) -> None:
@@ -273,7 +460,16 @@ class LocalBackend:
             except (asyncio.CancelledError, Exception):
                 pass
         if w.proc is not None:
+            try:  # a stopped (SIGSTOP) worker's tasks ignore SIGTERM and outlive the process group
+                tree = psutil.Process(w.proc.pid).children(recursive=True)
+            except psutil.Error:
+                tree = []
             await stop(w.proc, grace_s, signals=2 if force else 1)
+            for p in tree:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
         w.state = "gone"
         if w.workdir is not None:
             shutil.rmtree(w.workdir, ignore_errors=True)
