@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--record", type=Path, default=None, metavar="FILE",
                    help="write every answer the controller reads (master, backend, monitor) to FILE, "
                         "to replay the run's decisions later (hta.replay)")
+    m.add_argument("--worker-stall-timeout", type=_seconds("--worker-stall-timeout", 2), default=120.0,
+                   metavar="S", help="a worker that does not answer the master for this long (a stopped or hung "
+                                     "node) is dropped, its tasks go back to the queue, and it is replaced "
+                                     "(Work Queue's keepalive; default 120 s)")
     m.set_defaults(func=cmd_makeflow)
 
     s = sub.add_parser("simulate", help="compare policies on a simulated cluster",
@@ -266,29 +270,50 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_makeflow(args: argparse.Namespace) -> int:
-    from hta.backends import BackendOptions
-    from hta.submit import MakeflowOptions, run_makeflow
-    from hta.summary_view import print_summary
+    import signal
 
-    extra = list(args.makeflow_args)
-    if extra and extra[0] == "--":
-        extra = extra[1:]
-    options = MakeflowOptions(
-        workflow=args.workflow, makeflow_args=extra, backend=args.backend, policy=args.policy, port=args.port,
-        min_workers=args.min_workers, max_workers=args.max_workers, worker_cores=args.worker_cores,
-        worker_memory_mb=args.worker_memory, worker_disk_mb=args.worker_disk,
-        poll_interval_s=args.poll_interval, min_interval_s=args.min_interval, max_interval_s=args.max_interval,
-        latency_prior_s=args.latency_prior, log=args.log, record=args.record,
-        backend_options=BackendOptions(
-            idle_timeout_s=args.idle_timeout, provision_delay_s=args.provision_delay,
-            provision_jitter_s=args.provision_jitter, kubeconfig=args.kubeconfig, namespace=args.namespace,
-            image=args.image, master_host=args.master_host, host_network=args.host_network),
-    )
-    result = run_makeflow(options)
-    print_summary(result.summary, result.scaling_log)
-    if result.error:
-        print(f"hta: error: {result.error}", file=sys.stderr)
-    return result.exit_code
+    class Interrupted(BaseException):
+        pass
+
+    def interrupted(signum, _frame):
+        raise Interrupted(signum)
+
+    # first of all: a SIGTERM or Ctrl-C while HTA starts ends it with a line and 128 + N
+    # (the run installs its own handlers, which stop makeflow and the workers, and puts these back)
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, interrupted)
+    try:
+        from hta.backends import BackendOptions
+        from hta.submit import MakeflowOptions, run_makeflow
+        from hta.summary_view import print_summary
+
+        extra = list(args.makeflow_args)
+        if extra and extra[0] == "--":
+            extra = extra[1:]
+        options = MakeflowOptions(
+            workflow=args.workflow, makeflow_args=extra, backend=args.backend, policy=args.policy, port=args.port,
+            min_workers=args.min_workers, max_workers=args.max_workers, worker_cores=args.worker_cores,
+            worker_memory_mb=args.worker_memory, worker_disk_mb=args.worker_disk,
+            poll_interval_s=args.poll_interval, min_interval_s=args.min_interval, max_interval_s=args.max_interval,
+            latency_prior_s=args.latency_prior, log=args.log, record=args.record,
+            stall_timeout_s=args.worker_stall_timeout,
+            backend_options=BackendOptions(
+                idle_timeout_s=args.idle_timeout, provision_delay_s=args.provision_delay,
+                provision_jitter_s=args.provision_jitter, kubeconfig=args.kubeconfig, namespace=args.namespace,
+                image=args.image, master_host=args.master_host, host_network=args.host_network),
+        )
+        result = run_makeflow(options)
+        print_summary(result.summary, result.scaling_log)
+        for w in result.warnings:
+            print(f"hta: warning: {w}", file=sys.stderr)
+        if result.error:
+            print(f"hta: error: {result.error}", file=sys.stderr)
+        return result.exit_code
+    except Interrupted as exc:
+        signum = exc.args[0]
+        print(f"hta: error: interrupted by {signal.Signals(signum).name}; nothing is left running",
+              file=sys.stderr)
+        return 128 + signum
 
 
 def main(argv: list[str] | None = None) -> int:

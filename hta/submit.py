@@ -6,17 +6,30 @@ options, makes the policy and the backend (by name, from the registry in
 :mod:`hta.backends`), refuses a policy that needs a signal the backend cannot
 measure, and runs :func:`submit`.
 
-The submission path, :func:`submit`: start ``makeflow -T wq``
-(workqueue_bridge), start the backend, run the controller until makeflow
-exits, then stop every worker, write the ``end`` record and return makeflow's
-exit code. SIGINT and SIGTERM stop makeflow first (it aborts its jobs), then
-the workers.
+The submission path, :func:`submit`: take the run's lock, open the scaling
+log, start ``makeflow -T wq`` (workqueue_bridge), start the backend, run the
+controller until makeflow exits, then stop every worker, write the ``end``
+record and return makeflow's exit code. SIGINT and SIGTERM stop makeflow
+first (it aborts its jobs), then the workers.
+
+Beside the controller a watch ends the run, with one line that says why,
+when it cannot end well by itself:
+
+- a rule failed for good and makeflow has nothing left to run (makeflow 8.0
+  never exits when other rules depend on the failed one): makeflow is stopped
+  and the rule, its exit code or the limit it went over are named;
+- the backend cannot start workers (``backend.fatal``).
+
+Two runs of one workflow in one folder would run every task twice and write
+one log together: a lock (``WORKFLOW.hta/lock``) refuses the second.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import signal
 import subprocess
 import time
@@ -31,13 +44,21 @@ from hta.controller import Controller, ControllerConfig
 from hta.errors import UsageError
 from hta.model import Resources
 from hta.policies.base import Policy, check_signals, make_policy
-from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter
+from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter, WorkerRecord
 from hta.summary import RunSummary, summarize
 from resource_monitor.categories import CategoryLearner
 from workqueue_bridge.dag import Lookahead, load_dag
-from workqueue_bridge.makeflow import MakeflowError, MakeflowRun, check_extra_args, check_installed
-from workqueue_bridge.makeflow_log import MakeflowLog
-from workqueue_bridge.monitor_summaries import SummaryDirectory
+from workqueue_bridge.makeflow import (
+    FailedRule,
+    MakeflowError,
+    MakeflowRun,
+    RuleInfo,
+    check_extra_args,
+    check_installed,
+    read_rules,
+)
+from workqueue_bridge.makeflow_log import MakeflowLog, NodeEvent
+from workqueue_bridge.monitor_summaries import SummaryDirectory, TaskSummary
 from workqueue_bridge.status import MasterStatusClient
 
 log = logging.getLogger("hta")
@@ -50,6 +71,70 @@ class SubmitResult:
     scaling_log: Path
     makeflow_output: list[str] = field(default_factory=list)
     error: str | None = None
+    #: trouble that did not change the result (e.g. a scaling log that could not be written)
+    warnings: list[str] = field(default_factory=list)
+
+
+#: default for ``--worker-stall-timeout``: a worker silent this long is dropped by the master
+STALL_TIMEOUT_S = 120.0
+#: how often the watch looks at makeflow's log and the backend
+WATCH_EVERY_S = 1.0
+#: a rule FAILED and not put back to WAITING within this long failed for good; makeflow with
+#: nothing running that has not exited this long after its last log line never will
+FAILED_QUIET_S = 3.0
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class RunLock:
+    """One run of a workflow at a time in its folder: ``flock`` on ``WORKFLOW.hta/lock``
+    (released by the kernel when the holder dies, even by SIGKILL; not inherited by children)."""
+
+    def __init__(self, run_dir: Path, workflow: Path):
+        self.path = run_dir / "lock"
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise UsageError(f"cannot create the run directory {run_dir} ({exc.strerror or exc}): run the workflow "
+                             f"from a folder you can write to") from None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.pread(self.fd, 64, 0).decode(errors="replace").split()
+            except OSError:
+                holder = []
+            os.close(self.fd)
+            self.fd = None
+            who = f" (pid {holder[0]})" if holder and holder[0].isdigit() else ""
+            raise UsageError(f"another hta run{who} is already running {workflow} in this folder: wait for it to "
+                             f"end or stop it (two runs would run every task twice)") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only descriptor releases the lock
+            self.fd = None
+
+
+def open_scaling_log(path: Path) -> ScalingLogWriter:
+    """The scaling log, or one line that says why it cannot be written and what to do."""
+    try:
+        return ScalingLogWriter(path)
+    except OSError as exc:
+        raise UsageError(f"cannot write the scaling log {path} ({exc.strerror or exc}): "
+                         f"choose another file with --log") from None
+
+
+class _Stopped(Exception):
+    """A signal came while the run was starting."""
 
 
 def paths_for(workflow: Path) -> tuple[Path, Path]:
@@ -70,14 +155,49 @@ async def submit(
     port: int = 0,
     epoch: float | None = None,
     record: Path | None = None,
+    stall_timeout_s: float | None = STALL_TIMEOUT_S,
 ) -> SubmitResult:
     """Run ``workflow`` to its end; ``record`` writes every answer the controller reads to
-    that file, for :func:`hta.replay.replay`."""
-    run_dir, default_log = paths_for(workflow)
-    log_path = scaling_log_path or default_log
-    mf = MakeflowRun(workflow, run_dir, makeflow_args, port=port)
-    writer = ScalingLogWriter(log_path)
-    epoch = epoch or time.time()
+    that file, for :func:`hta.replay.replay`. ``stall_timeout_s``: a worker that does not
+    answer the master for this long is dropped (Work Queue's keepalive) and replaced.
+
+    Raises :class:`UsageError` (one line) before anything starts: another run holds the
+    workflow's folder, or the scaling log cannot be written."""
+    stop = asyncio.Event()
+    signalled: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        signalled.append(signum)
+        stop.set()
+
+    # signals first: whatever comes next, a SIGTERM ends the run the same way
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        loop.add_signal_handler(s, on_signal, s)
+    try:
+        run_dir, default_log = paths_for(workflow)
+        lock = RunLock(run_dir, workflow)
+        try:
+            return await _submit(workflow, run_dir, scaling_log_path or default_log, policy=policy,
+                                 backend=backend, config=config, makeflow_args=makeflow_args, lookahead=lookahead,
+                                 port=port, epoch=epoch or time.time(), record=record,
+                                 stall_timeout_s=stall_timeout_s, stop=stop, signalled=signalled)
+        finally:
+            lock.release()
+    finally:
+        for s, handler in previous.items():
+            loop.remove_signal_handler(s)
+            if handler is not None:
+                signal.signal(s, handler)
+
+
+async def _submit(workflow: Path, run_dir: Path, log_path: Path, *, policy: Policy, backend: WorkerBackend,
+                  config: ControllerConfig, makeflow_args: list[str] | None, lookahead: bool, port: int,
+                  epoch: float, record: Path | None, stall_timeout_s: float | None, stop: asyncio.Event,
+                  signalled: list[int]) -> SubmitResult:
+    writer = open_scaling_log(log_path)
+    mf = MakeflowRun(workflow, run_dir, makeflow_args, port=port, stall_timeout_s=stall_timeout_s)
     writer.write(RunRecord(
         started_at=epoch, workflow=str(workflow), policy=policy.name, backend=backend.name,
         worker_shape=config.worker_shape, min_workers=config.min_workers, max_workers=config.max_workers,
@@ -87,18 +207,14 @@ async def submit(
     controller: Controller | None = None
     exit_code = 1
     error: str | None = None
-    stop = asyncio.Event()
-    signalled: list[int] = []
-    loop = asyncio.get_running_loop()
-
-    def on_signal(signum: int) -> None:
-        signalled.append(signum)
-        stop.set()
-
-    for s in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(s, on_signal, s)
     mflog = MakeflowLog(mf.log_path)
+    watch = _Watch(workflow, mf, backend, learner, epoch)
     upcoming = None
+
+    def check_stop() -> None:
+        if stop.is_set():
+            raise _Stopped()
+
     try:
         if lookahead:
             try:
@@ -107,8 +223,11 @@ async def submit(
                 log.warning("no DAG lookahead: %s", exc)
             else:
                 upcoming = Lookahead(dag, mflog)
+        check_stop()
         port = await mf.start()
+        check_stop()
         await backend.start("127.0.0.1", port)
+        check_stop()
         async with MasterStatusClient("127.0.0.1", port) as master:
             deps = dict(master=master, backend=backend, summaries=summaries, upcoming=upcoming, clock=time.time)
             if record is not None:
@@ -119,52 +238,173 @@ async def submit(
             ctl = asyncio.create_task(controller.run(finished))
             waiter = asyncio.create_task(mf.wait())
             stopper = asyncio.create_task(stop.wait())
-            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            watcher = asyncio.create_task(watch.run())
+            await asyncio.wait({waiter, stopper, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not waiter.done():
-                error = f"interrupted by signal {signalled[0]}; stopping makeflow and every worker"
+                if stop.is_set():
+                    error = f"interrupted by {signal_name(signalled[0])}; stopped makeflow and every worker"
+                elif watcher.done() and watcher.exception() is None:
+                    error = watcher.result()
+                finished.set()  # no more steps: the master is going away
                 await mf.stop()
-            stopper.cancel()
+            for t in (stopper, watcher):
+                t.cancel()
             exit_code = await waiter
             finished.set()
             await ctl
             if signalled:
                 exit_code = 128 + signalled[0]
+            elif error is not None:
+                exit_code = 1
             elif exit_code != 0:
-                error = f"makeflow failed (exit {exit_code}): {mf.last_error()}"
+                said = (f"see its output: {mf.output_path}" if mf.proc is not None and mf.proc.returncode < 0
+                        else mf.last_error())
+                error = f"makeflow failed ({mf.ended}): {said}"
+    except _Stopped:
+        exit_code = 128 + signalled[0]
+        error = f"interrupted by {signal_name(signalled[0])} while starting; stopped everything it had started"
     except Exception as exc:  # MakeflowError and anything unexpected: clean up, then report
-        error = str(exc)
-        if mf.running:
-            await mf.stop()
+        error = str(exc) or type(exc).__name__
     finally:
         now = time.time() - epoch
         for e in await backend.stop_all(now):
             writer.write(e)
         if mf.running:
             await mf.stop()
-        for s in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(s)
 
     summaries_new = summaries.poll()
     if summaries_new:
         learner.add_all(summaries_new)
     mflog.poll()
     last = mflog.latest
+    if exit_code == 0 and not signalled:
+        # makeflow 8.0 exits 0 even when rules failed for good; a user must not miss that
+        failed = mflog.failed_for_good(time.time(), quiet_s=0.0, since=epoch)
+        if failed or (last is not None and (last.failed or last.aborted)):
+            exit_code = 1
+            n = len(failed) or (last.failed + last.aborted if last else 0)
+            watch.log.poll()
+            first = (await watch.explain(failed[:1]))[0] if failed else ""
+            error = (f"makeflow finished but {n} rule(s) failed" + (f": {first}" if first else "")
+                     + f" (makeflow's output: {mf.output_path})")
     now = time.time() - epoch
     writer.write(CategoriesRecord(t=round(now, 3), categories=learner.models()))
-    if exit_code == 0 and last is not None and (last.failed or last.aborted):
-        # makeflow 8.0 exits 0 even when rules failed for good; a user must not miss that
-        exit_code = 1
-        error = (f"makeflow finished but {last.failed + last.aborted} rule(s) failed "
-                 f"(makeflow's output: {mf.output_path})")
+    lost = [r for r in writer.records if isinstance(r, WorkerRecord) and r.event in ("lost", "removed", "failed")]
+    tasks_lost = sum(r.tasks_lost for r in lost)
     # runtime: from submission (t = 0) until makeflow finished the workflow
-    finished_at = (mflog.completed_at - epoch) if mflog.completed_at else now
+    finished_at = (mflog.completed_at - epoch) if mflog.completed_at and mflog.completed_at >= epoch else now
     writer.write(EndRecord(
         t=round(now, 3), exit_code=exit_code, runtime_s=round(finished_at, 3),
         tasks_done=last.complete if last else 0, tasks_failed=last.failed if last else 0,
-        tasks_retried=mflog.retried,
+        # makeflow's own retries, and the tasks the master ran again because their worker went away
+        tasks_retried=mflog.retried + tasks_lost,
+        lost_work_core_s=round(sum(r.lost_work_core_s for r in lost), 3),
     ))
     writer.close()
-    return SubmitResult(exit_code, summarize(writer.records, str(log_path)), log_path, mf.output_tail(), error)
+    warnings = [writer.trouble] if writer.trouble else []
+    return SubmitResult(exit_code, summarize(writer.records, str(log_path)), log_path, mf.output_tail(), error,
+                        warnings)
+
+
+class _Watch:
+    """Watches what the controller does not: rules that failed for good (from a makeflowlog
+    reader of its own) and a backend that cannot start workers. :meth:`run` returns the
+    one line that ends the run; it never returns while the run can still end well."""
+
+    def __init__(self, workflow: Path, mf: MakeflowRun, backend: WorkerBackend, learner: CategoryLearner,
+                 epoch: float):
+        self.workflow = workflow
+        self.mf = mf
+        self.backend = backend
+        self.learner = learner
+        self.epoch = epoch
+        self.log = MakeflowLog(mf.log_path)
+        self._rules: dict[int, RuleInfo] | None = None
+        self._told: set[int] = set()
+        self._learned: set[int] = set()
+
+    async def rules(self) -> dict[int, RuleInfo]:
+        if self._rules is None:
+            self._rules = await asyncio.to_thread(read_rules, self.workflow)
+        return self._rules
+
+    async def run(self) -> str:
+        failures = 0
+        while True:
+            await asyncio.sleep(WATCH_EVERY_S)
+            try:
+                why = await self.check()
+            except Exception as exc:  # noqa: BLE001 — the watch must not end the run by itself
+                failures += 1
+                if failures == 1:
+                    log.warning("cannot watch makeflow's log (%s); retrying", exc)
+                continue
+            if why:
+                return why
+
+    async def check(self) -> str | None:
+        fatal = getattr(self.backend, "fatal", None)
+        if fatal:
+            return fatal
+        self.log.poll()
+        now = time.time()
+        failed = self.log.failed_for_good(now, FAILED_QUIET_S, since=self.epoch)
+        new = [e for e in failed if e.node_id not in self._told]
+        running = self.log.latest.running if self.log.latest else 0
+        if new and running:  # with nothing running, the run ends now and says it once
+            self._told.update(e.node_id for e in new)
+            for text in await self.explain(new):
+                log.warning("%s; waiting for the %d task(s) still running", text, running)
+        stuck = self.log.stuck(now, FAILED_QUIET_S, since=self.epoch)
+        if stuck:
+            rules = await self.rules()
+            texts = await self.explain(stuck[:1])
+            blocked = sum(rules[e.node_id].dependents for e in stuck if e.node_id in rules)
+            more = f" and {len(stuck) - 1} other rule(s)" if len(stuck) > 1 else ""
+            waits = (f"{blocked} rule(s) depending on it can never run, and makeflow 8.0 would wait forever"
+                     if blocked else "makeflow did not end by itself")
+            return (f"{texts[0]}{more}; {waits}: stopped makeflow and every worker "
+                    f"(makeflow's output: {self.mf.output_path})")
+        return None
+
+    async def explain(self, events: list[NodeEvent]) -> list[str]:
+        """One clause per failed rule: which rule, and why (learning from an over-limit task)."""
+        rules = await self.rules()
+        out = []
+        for e in events:
+            f = self.mf.failed_rule(e.node_id, e.job_id, self.log.submissions.get(e.node_id, 1), rules)
+            if f.over_limit:
+                out.append(self._over_limit(f))
+            else:
+                cmd = f.rule.command if f.rule else ""
+                cmd = cmd if len(cmd) <= 60 else cmd[:57] + "..."
+                out.append(f"rule {f.name}" + (f" (`{cmd}`)" if cmd else "") + f" failed for good: {f.why()}"
+                           + f.attempts_text())
+        return out
+
+    def _over_limit(self, f: FailedRule) -> str:
+        """A task the resource monitor stopped: its summary is gone, so what it used comes
+        from the backend's own sampling, if it has any; the learner is told."""
+        cat = f.category or "default"
+        limits = (f.rule.limits if f.rule else None) or {}
+        sample = getattr(self.backend, "task_peak_memory_mb", None)
+        peak = sample(f.job_id) if sample is not None else None
+        limit = limits.get("memory")
+        shown = ", ".join(f"{k} {v:g}" + (" MB" if k != "cores" else "") for k, v in limits.items())
+        text = f"rule {f.name} (category {cat}) was stopped by the resource monitor for going over its category's limits"
+        text += f" ({shown})" if shown else ""
+        if peak is not None and limit and peak > limit:
+            text += (f": its processes reached {peak:.0f} MB of memory (sampled by HTA); raise MEMORY of category "
+                     f"{cat} to at least {peak:.0f}")
+            if f.node_id not in self._learned:
+                self._learned.add(f.node_id)
+                self.learner.add(TaskSummary(category=cat, command=f.rule.command if f.rule else "",
+                                             exit_type="limits", limits_exceeded=True, exceeded=["memory"],
+                                             memory_mb=peak))
+        else:
+            text += (": makeflow deleted its resource summary and HTA did not see it go over, so what it used "
+                     "is not known; raise its category's limits")
+        return text
 
 
 def _recording(deps: dict, path: Path, config: ControllerConfig, policy: Policy, epoch: float) -> dict:
@@ -205,11 +445,17 @@ class MakeflowOptions(BaseModel):
     lookahead: bool = True
     #: write every answer the controller reads here (for hta.replay)
     record: Path | None = None
+    #: a worker that does not answer the master for this long is dropped and replaced
+    stall_timeout_s: float = Field(STALL_TIMEOUT_S, ge=2)
 
     def check(self) -> None:
         """Cross-field checks, as one-line :class:`UsageError`."""
         if not self.workflow.is_file():
             raise UsageError(f"workflow file {str(self.workflow)!r} not found: give the path to a Makeflow file")
+        why = not_text(self.workflow)
+        if why:
+            raise UsageError(f"workflow file {str(self.workflow)!r} is not a text file ({why}): give the path to a "
+                             f"Makeflow file")
         if self.min_workers > self.max_workers:
             raise UsageError(f"--min-workers ({self.min_workers}) is above --max-workers ({self.max_workers})")
         if self.min_interval_s > self.max_interval_s:
@@ -252,4 +498,20 @@ def run_makeflow(options: MakeflowOptions) -> SubmitResult:
     return asyncio.run(submit(options.workflow, policy=policy, backend=backend,
                               config=options.controller_config(), makeflow_args=extra,
                               scaling_log_path=options.log, lookahead=options.lookahead, port=port, epoch=epoch,
-                              record=options.record))
+                              record=options.record, stall_timeout_s=options.stall_timeout_s))
+
+
+def not_text(path: Path, sample: int = 65536) -> str | None:
+    """Why ``path`` is not a text file (makeflow and makeflow_viz spin for minutes on a
+    binary one), or None if it is one."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(sample)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if b"\0" in head:
+        return "it holds NUL bytes: it looks binary"
+    control = sum(1 for b in head if b < 32 and b not in b"\t\n\r\f\v\x1b")
+    if head and control / len(head) > 0.05:
+        return f"{100 * control / len(head):.0f} % of its first bytes are control characters: it looks binary"
+    return None

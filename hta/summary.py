@@ -45,6 +45,11 @@ class RunSummary(BaseModel):
     shortage_core_s: float
     node_s: float
     lost_work_core_s: float = 0.0
+    #: tasks running on workers that went away (the master ran them again)
+    tasks_lost: int = 0
+    #: workers that went away by themselves (``lost``) or never started (``failed``)
+    workers_lost: int = 0
+    workers_failed: int = 0
     utilization: float | None = None
     scale_actions: int
     scale_up_actions: int
@@ -91,6 +96,9 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
     phases = {
         k: statistics.median([w.phases[k] for w in connected if k in w.phases]) for k in phase_names
     }
+    gone_with_work = [w for w in workers if w.event in ("lost", "removed", "failed")]
+    tasks_lost = sum(w.tasks_lost for w in gone_with_work)
+    lost_core_s = sum(w.lost_work_core_s for w in gone_with_work)
     ups = sum(1 for d in decisions if d.add > 0)
     downs = sum(1 for d in decisions if d.drain or d.remove)
     last_obs = obs[-1] if obs else None
@@ -107,12 +115,15 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
         runtime_s=end.runtime_s if end else t_end,
         tasks_done=end.tasks_done if end else (last_obs.tasks_done if last_obs else 0),
         tasks_failed=end.tasks_failed if end else (last_obs.tasks_failed if last_obs else 0),
-        tasks_retried=end.tasks_retried if end else 0,
+        tasks_retried=end.tasks_retried if end else tasks_lost,
         waste_core_s=totals.waste_core_s,
         idle_waste_core_s=totals.idle_waste_core_s,
         shortage_core_s=totals.shortage_core_s,
         node_s=node_s,
-        lost_work_core_s=end.lost_work_core_s if end else 0.0,
+        lost_work_core_s=end.lost_work_core_s if end and end.lost_work_core_s else lost_core_s,
+        tasks_lost=tasks_lost,
+        workers_lost=sum(1 for w in workers if w.event == "lost"),
+        workers_failed=sum(1 for w in workers if w.event == "failed"),
         utilization=totals.utilization,
         scale_actions=ups + downs,
         scale_up_actions=ups,

@@ -19,7 +19,7 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
     if s.latency_count:
         lat = f"median {_s(s.latency_median_s)}, p90 {_s(s.latency_p90_s)} ({s.latency_count} workers)"
     util = "—" if s.utilization is None else f"{100 * s.utilization:.0f} %"
-    return [
+    rows = [
         ("workflow", s.workflow or s.workload or "—"),
         ("result", "complete" if s.exit_code == 0 else f"exit code {s.exit_code}"),
         ("runtime", _s(s.runtime_s)),
@@ -33,6 +33,11 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
         ("utilisation", util),
         ("preparation latency", lat),
     ]
+    if s.tasks_lost or s.workers_failed:
+        gone = [f"{s.workers_lost} worker(s) lost"] + ([f"{s.workers_failed} failed to start"] if s.workers_failed else [])
+        rows.insert(5, ("lost work", f"{s.tasks_lost} task(s) run again, {_s(s.lost_work_core_s, 'core·s')} "
+                                     f"({', '.join(gone)})"))
+    return rows
 
 
 def print_summary(s: RunSummary, log_path: Path | str | None = None, console: Console | None = None) -> None:
