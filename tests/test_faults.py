@@ -1,0 +1,287 @@
+"""Faults injected into real runs (real makeflow, real workers): the run ends, says why in
+one line, reports the work it lost, and leaves nothing behind. The fast subset of
+``bench/faults.py``; each test failed before the fix it covers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import HTA, cctools_processes, run_hta, wait
+
+pytestmark = pytest.mark.slow
+
+
+def records(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line being written
+            pass
+    return out
+
+
+def left_behind(marker: Path, timeout: float = 15.0) -> list:
+    wait(lambda: not cctools_processes(str(marker), any_name=True), timeout, every=0.2)
+    return cctools_processes(str(marker), any_name=True)
+
+
+def error_line(stderr: str) -> str:
+    """The one ``hta: error:`` line (and there is exactly one)."""
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("hta: error:")]
+    assert len(errors) == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    return errors[0]
+
+
+def workflow(tmp_path: Path, text: str, name: str = "wf") -> Path:
+    wf = tmp_path / name
+    wf.mkdir()
+    (wf / "Makeflow").write_text(text)
+    return wf
+
+
+def sleepy(tmp_path: Path, n: int = 2, seconds: int = 8, name: str = "sleepy") -> Path:
+    """``n`` independent tasks; each appends to ``runs.txt`` (by absolute path: tasks run in
+    the workers' sandboxes) when it starts, so a task run twice shows."""
+    runs = tmp_path / name / "runs.txt"
+    rules = "".join(f"s{i}.txt:\n\techo s{i} >> {runs}; sleep {seconds}; echo {i} > s{i}.txt\n\n" for i in range(n))
+    return workflow(tmp_path, "CATEGORY=sleep\nCORES=1\nMEMORY=50\nDISK=50\n\n" + rules, name)
+
+
+def worker_tree(marker: Path) -> list[psutil.Process]:
+    """``hta worker`` of this run and everything under it."""
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if " worker " in cmd and "--master" in cmd and str(marker) in cmd:
+            try:
+                return [p, *p.children(recursive=True)]
+            except psutil.Error:
+                return []
+    return []
+
+
+def running_tasks(log: Path) -> int:
+    if not log.exists():
+        return 0
+    obs = [r for r in records(log) if r["kind"] == "observation"]
+    return obs[-1]["running"] if obs else 0
+
+
+# -- 1: a rule that fails for good ---------------------------------------------------------
+
+def test_a_rule_that_fails_for_good_with_dependents_ends_the_run_and_names_it(tmp_path: Path):
+    wf = workflow(tmp_path, "CATEGORY=x\nCORES=1\nMEMORY=50\nDISK=50\n\n"
+                            "a.txt:\n\tsleep 1; exit 3\n\n"
+                            "b.txt: a.txt\n\tcat a.txt > b.txt\n\n"
+                            "c.txt:\n\techo c > c.txt\n")
+    t0 = time.time()
+    r = run_hta("makeflow", "--max-workers", "1", str(wf / "Makeflow"), "--", "--retry-count=1", timeout=120)
+    took = time.time() - t0
+    assert r.returncode == 1, r.stderr
+    err = error_line(r.stderr)
+    assert "rule a.txt" in err and "exit code 3" in err and "after 2 attempts" in err, err
+    assert "1 rule(s) depending on it can never run" in err and "stopped makeflow" in err, err
+    assert took < 60, f"took {took:.0f} s"
+    assert (wf / "c.txt").read_text() == "c\n", "the independent rule's output is kept"
+    end = records(wf / "Makeflow.scaling.jsonl")[-1]
+    assert end["kind"] == "end" and end["exit_code"] == 1
+    assert not left_behind(wf)
+
+
+def test_a_task_over_its_categorys_memory_is_named_and_learned_from(tmp_path: Path):
+    wf = workflow(tmp_path, "CATEGORY=big\nCORES=1\nMEMORY=60\nDISK=100\n\n"
+                            "a.txt:\n\tpython3 -c \"import time; x=b'a'*(200*2**20); time.sleep(8)\"; echo a > a.txt\n\n"
+                            "CATEGORY=small\nMEMORY=100\n\n"
+                            "b.txt: a.txt\n\tcat a.txt > b.txt\n")
+    r = run_hta("makeflow", "--max-workers", "1", str(wf / "Makeflow"), timeout=120)
+    assert r.returncode == 1, r.stderr
+    err = error_line(r.stderr)
+    assert "rule a.txt (category big) was stopped by the resource monitor" in err and "memory 60 MB" in err, err
+    assert "raise MEMORY of category big to at least" in err, err
+    cats = [x for x in records(wf / "Makeflow.scaling.jsonl") if x["kind"] == "categories"][-1]["categories"]
+    assert cats["big"]["peak"]["memory_mb"] > 150, "the over-limit task's memory was learned"
+    assert not left_behind(wf)
+
+
+# -- 2: workers that die at start --------------------------------------------------------
+
+def test_workers_that_cannot_start_end_the_run_with_the_workers_own_words(tmp_path: Path):
+    wf = sleepy(tmp_path, n=2, seconds=1)
+    t0 = time.time()
+    r = run_hta("makeflow", "--max-workers", "2", "--worker-disk", "100000000", str(wf / "Makeflow"), timeout=120)
+    took = time.time() - t0
+    assert r.returncode == 1, r.stderr
+    err = error_line(r.stderr)
+    assert "workers cannot start" in err and "has less than the promised disk space" in err, err
+    assert "--worker-disk" in err and "logs/w" in err, err
+    recs = records(wf / "Makeflow.scaling.jsonl")
+    failed = [x for x in recs if x["kind"] == "worker" and x["event"] == "failed"]
+    assert len(failed) >= 5 and all("promised disk space" in x["reason"] for x in failed)
+    assert sum(1 for x in recs if x["kind"] == "worker" and x["event"] == "requested") <= 8, "relaunches are capped"
+    assert took < 60, f"took {took:.0f} s"
+    assert not left_behind(wf)
+
+
+# -- 3: scaling log trouble ----------------------------------------------------------------
+
+def test_a_scaling_log_that_cannot_be_written_does_not_change_the_result(tmp_path: Path):
+    wf = sleepy(tmp_path, n=2, seconds=1)
+    r = run_hta("makeflow", "--max-workers", "2", "--log", "/dev/full", str(wf / "Makeflow"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "hta: error" not in r.stderr
+    assert "hta: warning: scaling log /dev/full is incomplete" in r.stderr and "No space left on device" in r.stderr
+    assert "complete" in r.stdout and "2 done" in r.stdout, r.stdout
+    assert [(wf / f"s{i}.txt").read_text() for i in range(2)] == ["0\n", "1\n"]
+    assert not left_behind(wf)
+
+
+def test_an_unwritable_scaling_log_is_one_line_before_anything_starts(tmp_path: Path):
+    wf = sleepy(tmp_path, n=1, seconds=1)
+    r = run_hta("makeflow", "--log", str(tmp_path), str(wf / "Makeflow"), timeout=60)
+    assert r.returncode == 2
+    err = error_line(r.stderr)
+    assert r.stderr.strip() == err and "cannot write the scaling log" in err and "--log" in err, r.stderr
+    assert not (wf / "Makeflow.makeflowlog").exists(), "makeflow was started"
+
+
+# -- 4: lost work ------------------------------------------------------------------------
+
+def test_a_worker_killed_mid_task_is_reported_as_lost_and_rerun_work(tmp_path: Path):
+    wf = sleepy(tmp_path, n=2, seconds=8)
+    log = wf / "Makeflow.scaling.jsonl"
+    p = subprocess.Popen([*HTA, "makeflow", "--max-workers", "1", str(wf / "Makeflow")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait(lambda: running_tasks(log) >= 1, 60, every=0.3), "no task ran"
+        time.sleep(2)  # let the task do some work, to be lost
+        wq = [x for x in worker_tree(wf) if x.name() == "work_queue_worker"]
+        assert wq
+        wq[0].kill()
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert [(wf / f"s{i}.txt").read_text() for i in range(2)] == ["0\n", "1\n"]
+    lost = [x for x in records(log) if x["kind"] == "worker" and x["event"] == "lost"]
+    assert len(lost) == 1 and lost[0]["tasks_lost"] == 1 and lost[0]["lost_work_core_s"] >= 2, lost
+    assert "killed by SIGKILL" in lost[0]["reason"]
+    end = records(log)[-1]
+    assert end["kind"] == "end" and end["tasks_retried"] == 1 and end["lost_work_core_s"] >= 2
+    assert "1 re-run" in out and "1 task(s) run again" in out, out
+    assert len((wf / "runs.txt").read_text().split()) == 3, "the master ran the lost task again"
+    assert not left_behind(wf)
+
+
+# -- 5: two runs in one folder -----------------------------------------------------------
+
+def test_a_second_run_in_the_same_folder_is_refused_and_the_first_is_untouched(tmp_path: Path):
+    wf = sleepy(tmp_path, n=2, seconds=4)
+    log = wf / "Makeflow.scaling.jsonl"
+    first = subprocess.Popen([*HTA, "makeflow", "--max-workers", "2", str(wf / "Makeflow")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait(lambda: running_tasks(log) >= 1, 60, every=0.3), "the first run did not start"
+        second = run_hta("makeflow", "--max-workers", "2", str(wf / "Makeflow"), timeout=60)
+        out, err = first.communicate(timeout=120)
+    finally:
+        first.kill()
+    assert second.returncode == 2
+    err2 = error_line(second.stderr)
+    assert second.stderr.strip() == err2 and "already running" in err2 and str(first.pid) in err2, second.stderr
+    assert first.returncode == 0, err
+    assert sorted((wf / "runs.txt").read_text().split()) == ["s0", "s1"], "a task ran twice"
+    from hta.scaling_log import read_records
+
+    recs, problems = read_records(log)
+    assert not problems and recs[0].kind == "run" and recs[-1].kind == "end" and recs[-1].exit_code == 0
+    assert sum(1 for x in recs if x.kind == "run") == 1
+    assert not left_behind(wf)
+
+
+# -- 6: a stalled (SIGSTOPped) worker ----------------------------------------------------
+
+def test_a_stopped_worker_is_replaced_after_the_stall_timeout(tmp_path: Path):
+    wf = sleepy(tmp_path, n=2, seconds=8)
+    log = wf / "Makeflow.scaling.jsonl"
+    p = subprocess.Popen([*HTA, "makeflow", "--max-workers", "1", "--worker-stall-timeout", "6",
+                          str(wf / "Makeflow")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopped: list[psutil.Process] = []
+    try:
+        assert wait(lambda: running_tasks(log) >= 1, 60, every=0.3), "no task ran"
+        stopped = worker_tree(wf)  # a hung node: the worker and its task, all stopped
+        assert len(stopped) >= 3
+        for x in stopped:
+            x.send_signal(signal.SIGSTOP)
+        t_stop = time.time()
+        out, err = p.communicate(timeout=150)
+    finally:
+        p.kill()
+        for x in stopped:
+            try:
+                x.kill()
+            except psutil.Error:
+                pass
+    assert p.returncode == 0, err
+    assert [(wf / f"s{i}.txt").read_text() for i in range(2)] == ["0\n", "1\n"]
+    lost = [x for x in records(log) if x["kind"] == "worker" and x["event"] == "lost"]
+    assert len(lost) == 1 and "stopped answering the master" in lost[0]["reason"] and lost[0]["tasks_lost"] == 1
+    assert "stopped answering the master" in err
+    assert time.time() - t_stop < 60, "the stall was not noticed within the stall timeout"
+    assert all(not x.is_running() or x.status() == psutil.STATUS_ZOMBIE for x in stopped), "a stopped process survived"
+    assert not left_behind(wf)
+
+
+# -- 7: bad input and signals ------------------------------------------------------------
+
+def test_a_binary_workflow_is_refused_at_once(tmp_path: Path):
+    wf = tmp_path / "bin"
+    wf.mkdir()
+    (wf / "Makeflow").write_bytes(Path("/usr/bin/makeflow").read_bytes()[:200_000])
+    t0 = time.time()
+    r = run_hta("makeflow", str(wf / "Makeflow"), timeout=60)
+    assert r.returncode == 2 and time.time() - t0 < 10
+    err = error_line(r.stderr)
+    assert r.stderr.strip() == err and "is not a text file" in err, r.stderr
+    assert not left_behind(wf)
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.3, 0.6, 1.0, 2.0])
+def test_sigterm_in_the_first_seconds_exits_143_with_a_line(tmp_path: Path, delay: float):
+    wf = sleepy(tmp_path, n=1, seconds=30)
+    p = subprocess.Popen([*HTA, "makeflow", str(wf / "Makeflow")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    time.sleep(delay)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143, (p.returncode, err)
+    line = error_line(err)
+    assert "interrupted by SIGTERM" in line and "-15" not in err + out, err
+    assert not left_behind(wf)
+
+
+def test_makeflow_killed_is_named_by_its_signal(tmp_path: Path):
+    wf = sleepy(tmp_path, n=1, seconds=30)
+    log = wf / "Makeflow.scaling.jsonl"
+    p = subprocess.Popen([*HTA, "makeflow", str(wf / "Makeflow")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert wait(lambda: running_tasks(log) >= 1, 60, every=0.3), "no task ran"
+        mf = [x for x in cctools_processes(str(wf)) if x.name() == "makeflow"]
+        assert mf
+        os.kill(mf[0].pid, signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 137
+    line = error_line(err)
+    assert "makeflow failed (killed by SIGKILL)" in line and "-9" not in line, line
+    assert not left_behind(wf)
