@@ -11,7 +11,8 @@ it reads only what was appended (and never a half-written line).
 
 A restarted makeflow appends to the same log (each run begins with its own
 ``# STARTED``) and re-reads all of it, so re-runs and failures are counted
-from the point the current run started.
+from the point the current run started (a rule the previous run left
+unfinished and this one starts again counts as a re-run).
 
 A rule that fails and will be retried is logged FAILED and, at once, WAITING
 again; one that failed for good stays FAILED. makeflow 8.0 (``-T wq``) never
@@ -76,6 +77,7 @@ class MakeflowLog:
         self.submissions: dict[int, int] = {}
         #: node → its latest event (any run)
         self.states: dict[int, NodeEvent] = {}
+        self._unfinished: set[int] = set()
 
     def poll(self) -> list[NodeEvent]:
         if not self.path.exists():
@@ -91,6 +93,9 @@ class MakeflowLog:
         for raw in chunk[: end + 1].decode(errors="replace").splitlines():
             if raw.startswith("# STARTED"):
                 self.started_at = int(raw.split()[2]) / 1e6
+                # what the previous run started and did not complete, this one runs again
+                self._unfinished = {n for n in self.submissions
+                                    if n in self.states and self.states[n].state != NodeState.COMPLETE}
                 self.submissions = {}
             elif raw.startswith("# COMPLETED"):
                 self.completed_at = int(raw.split()[2]) / 1e6
@@ -112,7 +117,10 @@ class MakeflowLog:
 
     @property
     def retried(self) -> int:
-        return sum(n - 1 for n in self.submissions.values() if n > 1)
+        """Rules started more than once in the current run, and rules a previous run (killed
+        or interrupted) had started without completing that this run starts again."""
+        again = sum(1 for n in self.submissions if n in self._unfinished)
+        return again + sum(n - 1 for n in self.submissions.values() if n > 1)
 
     def failed_for_good(self, now: float, quiet_s: float = 3.0, since: float = 0.0) -> list[NodeEvent]:
         """The last FAILED event of each node that failed in the current run (and after Unix
