@@ -48,8 +48,8 @@ SHAPE = ["4", "2", "3", "30,60,30"]  # widths of the three stages, queries per a
 BASE_ARGS = ["--max-workers", "3", "--min-interval", "1"]
 #: a case that runs longer than this (× the clean run, + a constant) hangs
 BOUND_FACTOR, BOUND_PLUS_S = 4.0, 120.0
-#: files of a run that are not the workflow's outputs
-NOT_OUTPUTS = ("Makeflow", "makeflow.failed.")
+#: files of a run that are not the workflow's outputs (a stopped makeflow leaves its job wrappers)
+NOT_OUTPUTS = ("Makeflow", "makeflow.failed.", "resource_monitor_")  # logs, failed rules, wrappers
 
 
 # -- the workflow --------------------------------------------------------------------------
