@@ -406,3 +406,74 @@ def test_policy_settings_from_the_spec_and_clear_errors():
         make_policy("factory:idle_timeout_s=soon")
     observe = make_policy("observe")
     assert not observe.decide(obs_at(0, waiting=50)).acts  # watches only
+
+
+# -- work_queue_factory as its source has it (bench/factory_check.py runs the real one beside it) --
+
+def test_factory_target_counts_the_resources_tasks_declare():
+    """work_queue_factory.c l. 321: need = MAX(tasks / tasks_per_worker, what the declared
+    cores, memory and disk of the waiting tasks and the workers' use fill)."""
+    big = Observation(time=0, worker_shape=NODE, max_workers=20,
+                      waiting=[TaskGroup(category="big", count=6, request=Resources(cores=2, memory_mb=6000))])
+    assert FactoryPolicy().target(big) == 4  # 6 tasks / 3 per worker = 2, but 12 cores / 3 = 4
+    assert FactoryPolicy(tasks_per_worker=1).target(big) == 6
+    fat = big.model_copy(update={"waiting": [TaskGroup(category="fat", count=6,
+                                                       request=Resources(cores=1, memory_mb=12000))]})
+    assert FactoryPolicy().target(fat) == 5  # 72000 MB / 15000 MB per worker
+    busy = big.model_copy(update={"waiting": [], "workers": [busy_worker("w", 1.0, running=3)]})
+    assert FactoryPolicy().target(busy) == 1  # the cores in use count too
+
+
+def test_factory_counts_as_its_version_does():
+    """Before 7.4.0: new = needed - submitted - |submitted - connected|, ≤ 5; from 7.4.0 (d823c53d3)
+    new = needed - submitted with at most 5 waiting to connect."""
+    busy = [busy_worker(f"w{i}", 1.0) for i in range(2)]
+    pend = [PendingWorker(id=f"p{i}", requested_at=0, shape=NODE) for i in range(3)]
+    many = obs_at(30, busy, pend, waiting=60)  # needed 20, submitted 5, connected 2
+    assert FactoryPolicy().decide(many).add == 2
+    assert FactoryPolicy(pre_7_4_count=True).decide(many).add == 5  # 20 - 5 - 3 = 12, ≤ 5
+    some = obs_at(30, busy, pend, waiting=20)  # needed ceil(22 cores / 3) = 8
+    assert FactoryPolicy().decide(some).add == 2  # 8 - 5 = 3, but 3 already wait to connect
+    assert FactoryPolicy(pre_7_4_count=True).decide(some).add == 0  # 8 - 5 - 3: the pending count twice
+
+
+def test_factory_cycles_every_35_s_and_an_idle_worker_leaves_at_its_expiry():
+    """After its submissions the factory waits 5 s for exited workers, then sleeps 30 s (l. 1007-1038);
+    the worker's own -t timeout ends it whenever it falls, and a worker that left between cycles
+    is reaped only after the next cycle's submissions: until then it still counts as submitted."""
+    f = FactoryPolicy(idle_timeout_s=60, pre_7_4_count=True)
+    w = [busy_worker(f"b{i}", 1.0) for i in range(2)]
+    idle = WorkerInfo(id="i", capacity=NODE, running=0, idle_since=-50.0)  # expires at t=10
+    d = f.decide(obs_at(0, w + [idle]))
+    assert (d.add, d.drain, d.next_decision_s) == (0, [], 10)  # a cycle; called back at the expiry
+    d = f.decide(obs_at(10, w + [idle], waiting=9))
+    assert (d.add, d.drain, d.next_decision_s) == (0, ["i"], 25)  # an idle check submits nothing; cycle at 35
+    d = f.decide(obs_at(35, w, waiting=9))  # needed ceil(11 cores / 3) = 4; submitted 3 (i unreaped), connected 2
+    assert (d.add, d.target_workers, d.next_decision_s) == (0, 4, 35)
+    assert FactoryPolicy(idle_timeout_s=60, pre_7_4_count=True).decide(obs_at(35, w, waiting=9)).add == 2
+    d = f.decide(obs_at(70, w, waiting=9))  # reaped after the last cycle's submissions
+    assert d.add == 2
+
+    # its last worker exits within the 5 s wait: the wait ends there and the 30 s sleep starts
+    f = FactoryPolicy(idle_timeout_s=60)
+    last = WorkerInfo(id="last", capacity=NODE, running=0, idle_since=-57.0)  # expires at t=3
+    assert f.decide(obs_at(0, [last])).next_decision_s == 3
+    d = f.decide(obs_at(3, [last]))
+    assert d.drain == ["last"] and d.next_decision_s == 30
+    d = f.decide(obs_at(33, [], waiting=2))
+    assert d.add == 1 and d.next_decision_s == 35
+    assert FactoryPolicy().decide(obs_at(0)).next_decision_s == 30  # no worker: no wait
+
+
+def test_an_idle_factory_worker_reads_its_timer_every_5_s():
+    """work_queue_worker sleeps 5 s at a time while idle (l. 1861) and leaves at the first wake-up
+    past T + 1 s (``time(0) > idle_stoptime``): 65 s after its last task for -t 60."""
+    f = FactoryPolicy(idle_timeout_s=60, worker_wakeup_s=5)
+    idle = WorkerInfo(id="i", capacity=NODE, running=0, idle_since=0.0)
+    d = f.decide(obs_at(30, [idle]))
+    assert d.drain == [] and d.next_decision_s == 35  # the next cycle (t=65) is its expiry too
+    assert f.decide(obs_at(60, [idle])).drain == []
+    assert f.decide(obs_at(65, [idle])).drain == ["i"]
+    assert FactoryPolicy(idle_timeout_s=62, worker_wakeup_s=5).idle_for() == 65
+    assert FactoryPolicy(idle_timeout_s=59, worker_wakeup_s=5).idle_for() == 60
+    assert FactoryPolicy(idle_timeout_s=60).idle_for() == 60
