@@ -48,8 +48,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"hta: error: {message} (see: {self.prog} --help)\n")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hta")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="hta", description="High-Throughput Autoscaler for Makeflow / Work Queue workflows")
+    p.add_argument("--version", action="version", version=f"hta {_version()}")
     p.add_argument("-v", "--verbose", action="store_true", help="log every decision to stderr")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -198,6 +208,14 @@ def cmd_css(args: argparse.Namespace) -> int:
 
     if args.worker_pid is None and not args.pid and not args.cgroup:
         raise UsageError("nothing to watch: give --worker-pid, --pid or --cgroup")
+    import psutil
+
+    for pid in [args.worker_pid, *args.pid]:
+        if pid is not None and not psutil.pid_exists(pid):
+            raise UsageError(f"no process {pid}: give the PID of a running process (e.g. from pgrep)")
+    for cg in args.cgroup:
+        if not cg.is_dir():
+            raise UsageError(f"cgroup {str(cg)!r} is not a directory: give a cgroup folder, e.g. under /sys/fs/cgroup")
     targets = Targets(worker_pid=args.worker_pid, pids=args.pid, cgroups=args.cgroup)
     cfg = CSSConfig(interval_s=args.interval, cleaning_s=args.cleaning, lam=args.lam, mu=args.mu,
                     backend=args.backend, dry_run=args.dry_run, log_path=args.log,
@@ -233,7 +251,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             render_table(runs, Console(width=80))
     if runs and args.plot:
-        for p in plot(runs, args.plot):
+        try:
+            figures = plot(runs, args.plot)
+        except OSError as exc:
+            raise UsageError(f"cannot write figures to {str(args.plot)!r} ({exc.strerror or exc}): "
+                             f"choose a folder you can write to with --plot") from None
+        for p in figures:
             print(f"figure: {p}", file=sys.stderr)
     return 1 if errors else 0
 
@@ -328,6 +351,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader left (e.g. `hta report … | head`): stop quietly, as shell tools do
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

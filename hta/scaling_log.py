@@ -201,7 +201,12 @@ def read_records(path: Path | str) -> tuple[list[BaseModel], list[str]]:
     p = Path(path)
     if not p.exists():
         raise LogError(f"{p}: no such file")
-    lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
+    if p.is_dir():
+        raise LogError(f"{p}: is a directory: give a scaling log file (e.g. WORKFLOW.scaling.jsonl)")
+    try:
+        lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        raise LogError(f"{p}: cannot read it ({exc.strerror or exc})") from None
     if not any(line.strip() for line in lines):
         raise LogError(f"{p}: empty log (no records)")
     records: list[BaseModel] = []

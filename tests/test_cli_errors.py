@@ -1,0 +1,62 @@
+"""Bad input to the small commands ends in one line `hta: error: …` naming the fix, a
+non-zero exit code and no traceback (issue 14 §4)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import HTA, run_hta
+from hta.policies.base import make_policy
+from hta.scaling_log import ScalingLogWriter
+from hta.sim.run import Simulation
+from hta.sim.workload import SimTask, Workload
+from hta.sim.world import ClusterModel
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    """A real scaling log of a small simulated run."""
+    path = tmp_path / "run.jsonl"
+    tasks = [SimTask(f"t{i}", "a", 10 + i) for i in range(30)]
+    Simulation(Workload("w", tasks), make_policy("hta"), ClusterModel(max_nodes=3, latency_mean_s=5, teardown_s=0),
+               log=ScalingLogWriter(path)).run()
+    return path
+
+
+def one_error_line(r: subprocess.CompletedProcess, *needles: str) -> None:
+    assert "Traceback" not in r.stderr, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("hta: error: ") and all(n in line for n in needles), line
+
+
+def test_version():
+    r = run_hta("--version")
+    assert r.returncode == 0 and r.stdout.startswith("hta ") and r.stdout.split()[1][0].isdigit()
+
+
+def test_report_on_a_directory(tmp_path: Path):
+    r = run_hta("report", str(tmp_path))
+    assert r.returncode == 1
+    one_error_line(r, "is a directory", "scaling log file")
+
+
+def test_report_with_a_plot_folder_that_cannot_be_made(log: Path):
+    r = run_hta("report", str(log), "--plot", "/proc/no-such-folder/figs")
+    assert r.returncode == 2
+    one_error_line(r, "cannot write figures", "--plot")
+
+
+def test_report_into_a_closed_pipe_ends_quietly(log: Path):
+    logs = [str(log)] * 400  # more than a pipe holds, so the reader leaves before the end
+    p = subprocess.run(f"{' '.join(HTA)} report --format json {' '.join(logs)} | head -c 5", shell=True,
+                       capture_output=True, text=True, timeout=60)
+    assert p.stdout == '{\n "r' and "Traceback" not in p.stderr and "Error" not in p.stderr, p.stderr
+
+
+def test_css_on_a_process_that_does_not_exist():
+    r = run_hta("css", "--pid", "999999999", "--duration", "1")
+    assert r.returncode == 2
+    one_error_line(r, "no process 999999999")
