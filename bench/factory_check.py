@@ -284,13 +284,7 @@ def run_real(args: argparse.Namespace, workload: Workload, out: Path) -> Result:
         res.problems.append(f"timed out after {args.timeout} s")
         rc = -1
     finally:
-        if hta.poll() is None:
-            hta.send_signal(signal.SIGTERM)
-            try:
-                hta.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(hta.pid, signal.SIGKILL)
-                hta.wait()
+        stop_hta(hta)
         if sampler is not None:
             sampler.stop_flag.set()
             sampler.join()
@@ -337,6 +331,17 @@ def emulation_spec(args: argparse.Namespace) -> str:
     return spec + (",pre_7_4_count=1" if counts_before_7_4() else "")
 
 
+def stop_hta(hta: subprocess.Popen) -> None:
+    """SIGTERM (hta stops makeflow and its workers), SIGKILL to its group after 30 s."""
+    if hta.poll() is None:
+        hta.send_signal(signal.SIGTERM)
+        try:
+            hta.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(hta.pid, signal.SIGKILL)
+            hta.wait()
+
+
 def run_emulation(args: argparse.Namespace, workload: Workload, out: Path) -> Result:
     res = Result("our emulation", out / "emulation")
     shutil.rmtree(res.dir, ignore_errors=True)
@@ -353,12 +358,7 @@ def run_emulation(args: argparse.Namespace, workload: Workload, out: Path) -> Re
         res.problems.append(f"timed out after {args.timeout} s")
         rc = -1
     finally:
-        if hta.poll() is None:
-            hta.send_signal(signal.SIGTERM)
-            try:
-                hta.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
+        stop_hta(hta)
         sampler.stop_flag.set()
         sampler.join()
         res.problems += stop_tree(hta, sampler)

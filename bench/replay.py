@@ -330,6 +330,14 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.small:
         a.k, a.nodes, a.workloads, a.policies = 50.0, 5, "io-bound", "hta"
+    try:  # bad names are one line, before any cluster starts
+        for wl in a.workloads.split(","):
+            load_workload(wl, a.seed)
+        for pol in a.policies.split(","):
+            make_policy(f"{pol}@{a.k:g}")
+    except ValueError as exc:
+        print(f"replay: error: {exc}", file=sys.stderr)
+        return 2
     out = a.out or Path(tempfile.mkdtemp(prefix="hta-replay-"))
     out.mkdir(parents=True, exist_ok=True)
     runs = []

@@ -479,6 +479,12 @@ def run_makeflow(options: MakeflowOptions) -> SubmitResult:
 
     Raises :class:`UsageError` (one line) for anything the user must fix before a run starts."""
     options.check()
+    if options.record is not None:
+        try:  # refuse before anything starts, as for --log
+            open(options.record, "a").close()
+        except OSError as exc:
+            raise UsageError(f"cannot write the record file {options.record} ({exc.strerror or exc}): "
+                             f"choose another file with --record") from None
     extra = list(options.makeflow_args)
     try:
         policy = make_policy(options.policy)

@@ -60,3 +60,12 @@ def test_css_on_a_process_that_does_not_exist():
     r = run_hta("css", "--pid", "999999999", "--duration", "1")
     assert r.returncode == 2
     one_error_line(r, "no process 999999999")
+
+
+def test_makeflow_with_an_unwritable_record_file_is_refused_before_it_starts(tmp_path: Path):
+    wf = tmp_path / "Makeflow"
+    wf.write_text("a.txt:\n\techo hi > a.txt\n")
+    r = run_hta("makeflow", "--record", "/proc/no-such-folder/tape.jsonl", str(wf))
+    assert r.returncode == 2
+    one_error_line(r, "cannot write the record file", "--record")
+    assert not (tmp_path / "Makeflow.makeflowlog").exists()  # makeflow never started
