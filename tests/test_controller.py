@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import socket
 
-
 from hta.controller import Controller, ControllerConfig
 from hta.model import ScaleDecision
 from hta.scaling_log import ScalingLogWriter
