@@ -57,18 +57,29 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _verbosity(p: argparse.ArgumentParser, default) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-v", "--verbose", action="store_true", default=default,
+                   help="say every decision with its reasoning")
+    g.add_argument("-q", "--quiet", action="store_true", default=default,
+                   help="print only errors and the summary")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="hta", description="High-Throughput Autoscaler for Makeflow / Work Queue workflows")
     p.add_argument("--version", action="version", version=f"hta {_version()}")
-    p.add_argument("-v", "--verbose", action="store_true", help="log every decision to stderr")
+    _verbosity(p, False)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     m = sub.add_parser("makeflow", help="run a Makeflow workflow on autoscaled Work Queue workers",
-                       description="Run WORKFLOW with the real `makeflow -T wq` (in the workflow's directory, "
-                                   "resource monitoring on) and scale its workers. Arguments after `--` go to "
-                                   "makeflow.")
-    m.add_argument("workflow", type=Path, help="the Makeflow file")
-    m.add_argument("makeflow_args", nargs=argparse.REMAINDER, help="extra makeflow arguments, after --")
+                       usage="hta makeflow [options] WORKFLOW [-- makeflow options]",
+                       description="Run WORKFLOW with the real `makeflow -T wq` (from this folder, as makeflow "
+                                   "itself would, resource monitoring on) and scale its workers. makeflow's own "
+                                   "options go after `--`, e.g. `hta makeflow Makeflow -- -j 4 --retry-count 2`; "
+                                   "the ones HTA sets itself (-T, -p, -Z, -N, -C) are refused.")
+    m.add_argument("workflow", type=Path, nargs="?", default=None,
+                   help="the Makeflow file (may be left out when an --argv file after -- names it)")
+    _verbosity(m, argparse.SUPPRESS)
     m.add_argument("--backend", default="local",
                    help="where workers run: local processes (local, the default) or Kubernetes pods (k8s)")
     k = m.add_argument_group("Kubernetes backend")
@@ -311,8 +322,6 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
         from hta.summary_view import print_summary
 
         extra = list(args.makeflow_args)
-        if extra and extra[0] == "--":
-            extra = extra[1:]
         options = MakeflowOptions(
             workflow=args.workflow, makeflow_args=extra, backend=args.backend, policy=args.policy, port=args.port,
             min_workers=args.min_workers, max_workers=args.max_workers, worker_cores=args.worker_cores,
@@ -339,11 +348,47 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
         return 128 + signum
 
 
-def main(argv: list[str] | None = None) -> int:
+class _LineFormatter(logging.Formatter):
+    """``hta: warning: …``, as command-line tools say it (no timestamps, no logger names)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"hta: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _setup_logging(level: int) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(_LineFormatter())
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line, with makeflow's own options (after ``--`` for ``hta makeflow``) kept
+    apart; an option HTA does not know is named with where it belongs."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(message)s")
+    passthrough: list[str] = []
+    if "--" in argv and "makeflow" in argv[:argv.index("--")]:
+        i = argv.index("--")
+        argv, passthrough = argv[:i], argv[i + 1:]
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if args.command == "makeflow":
+            first = unknown[0]
+            if first.startswith("-"):
+                parser.exit(EXIT_USAGE, f"hta: error: hta makeflow has no option {first}: makeflow's own options go "
+                                        f"after --, e.g. hta makeflow WORKFLOW -- {' '.join(unknown)} (see: hta "
+                                        f"makeflow --help)\n")
+            parser.exit(EXIT_USAGE, f"hta: error: hta makeflow takes one workflow, got also {first!r}: makeflow's "
+                                    f"own arguments go after -- (see: hta makeflow --help)\n")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.makeflow_args = passthrough
+    args.verbose = getattr(args, "verbose", False)
+    args.quiet = getattr(args, "quiet", False)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else list(argv))
+    _setup_logging(logging.INFO if args.verbose else logging.ERROR if args.quiet else logging.WARNING)
     try:
         return args.func(args)
     except UsageError as exc:

@@ -57,6 +57,8 @@ from workqueue_bridge.makeflow import (
     check_installed,
     read_rules,
 )
+from workqueue_bridge.log_summaries import LogSummaries
+from workqueue_bridge.makeflow_args import ArgsError, MakeflowArgs
 from workqueue_bridge.makeflow_log import MakeflowLog, NodeEvent
 from workqueue_bridge.monitor_summaries import SummaryDirectory, TaskSummary
 from workqueue_bridge.status import MasterStatusClient
@@ -137,6 +139,10 @@ class _Stopped(Exception):
     """A signal came while the run was starting."""
 
 
+class _NoMaster(Exception):
+    """makeflow exited 0 without opening a master: it had nothing to run."""
+
+
 def paths_for(workflow: Path) -> tuple[Path, Path]:
     """(run directory, scaling log) next to the makeflow logs of ``workflow``."""
     wf = workflow.resolve()
@@ -144,12 +150,11 @@ def paths_for(workflow: Path) -> tuple[Path, Path]:
 
 
 async def submit(
-    workflow: Path,
+    args: MakeflowArgs,
     *,
     policy: Policy,
     backend: WorkerBackend,
     config: ControllerConfig,
-    makeflow_args: list[str] | None = None,
     scaling_log_path: Path | None = None,
     lookahead: bool = True,
     port: int = 0,
@@ -157,7 +162,7 @@ async def submit(
     record: Path | None = None,
     stall_timeout_s: float | None = STALL_TIMEOUT_S,
 ) -> SubmitResult:
-    """Run ``workflow`` to its end; ``record`` writes every answer the controller reads to
+    """Run the workflow of makeflow's command line ``args`` to its end; ``record`` writes every answer the controller reads to
     that file, for :func:`hta.replay.replay`. ``stall_timeout_s``: a worker that does not
     answer the master for this long is dropped (Work Queue's keepalive) and replaced.
 
@@ -176,11 +181,13 @@ async def submit(
     for s in previous:
         loop.add_signal_handler(s, on_signal, s)
     try:
+        workflow = args.workflow_path
+        assert workflow is not None
         run_dir, default_log = paths_for(workflow)
         lock = RunLock(run_dir, workflow)
         try:
-            return await _submit(workflow, run_dir, scaling_log_path or default_log, policy=policy,
-                                 backend=backend, config=config, makeflow_args=makeflow_args, lookahead=lookahead,
+            return await _submit(args, run_dir, scaling_log_path or default_log, policy=policy,
+                                 backend=backend, config=config, lookahead=lookahead,
                                  port=port, epoch=epoch or time.time(), record=record,
                                  stall_timeout_s=stall_timeout_s, stop=stop, signalled=signalled)
         finally:
@@ -192,23 +199,30 @@ async def submit(
                 signal.signal(s, handler)
 
 
-async def _submit(workflow: Path, run_dir: Path, log_path: Path, *, policy: Policy, backend: WorkerBackend,
-                  config: ControllerConfig, makeflow_args: list[str] | None, lookahead: bool, port: int,
+async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: Policy, backend: WorkerBackend,
+                  config: ControllerConfig, lookahead: bool, port: int,
                   epoch: float, record: Path | None, stall_timeout_s: float | None, stop: asyncio.Event,
                   signalled: list[int]) -> SubmitResult:
     writer = open_scaling_log(log_path)
-    mf = MakeflowRun(workflow, run_dir, makeflow_args, port=port, stall_timeout_s=stall_timeout_s)
+    mf = MakeflowRun(args, run_dir, port=port, stall_timeout_s=stall_timeout_s)
+    workflow = mf.workflow
     writer.write(RunRecord(
         started_at=epoch, workflow=str(workflow), policy=policy.name, backend=backend.name,
         worker_shape=config.worker_shape, min_workers=config.min_workers, max_workers=config.max_workers,
     ))
     learner = CategoryLearner()
-    summaries = SummaryDirectory(mf.monitor_dir)
+    watch = _Watch(workflow, mf, backend, learner, epoch)
+    summaries: SummaryDirectory | LogSummaries
+    if mf.monitor_dir is not None:
+        summaries = SummaryDirectory(mf.monitor_dir)
+    else:
+        log.warning("makeflow cannot run its resource monitor with %s: HTA learns runtimes from makeflow's log "
+                    "and sizes tasks from their categories' declared resources", mf.monitor_off)
+        summaries = LogSummaries(mf.log_path, watch.category_of, since=epoch)
     controller: Controller | None = None
     exit_code = 1
     error: str | None = None
     mflog = MakeflowLog(mf.log_path)
-    watch = _Watch(workflow, mf, backend, learner, epoch)
     upcoming = None
 
     def check_stop() -> None:
@@ -218,7 +232,7 @@ async def _submit(workflow: Path, run_dir: Path, log_path: Path, *, policy: Poli
     try:
         if lookahead:
             try:
-                dag = await asyncio.to_thread(load_dag, workflow)
+                dag = await asyncio.to_thread(load_dag, workflow, mf.format_options(), mf.cwd)
             except (ValueError, OSError, subprocess.SubprocessError) as exc:
                 log.warning("no DAG lookahead: %s", exc)
             else:
@@ -226,6 +240,8 @@ async def _submit(workflow: Path, run_dir: Path, log_path: Path, *, policy: Poli
         check_stop()
         port = await mf.start()
         check_stop()
+        if port is None:  # makeflow did its job without a master (--clean, nothing left to do)
+            raise _NoMaster()
         await backend.start("127.0.0.1", port)
         check_stop()
         async with MasterStatusClient("127.0.0.1", port) as master:
@@ -260,6 +276,10 @@ async def _submit(workflow: Path, run_dir: Path, log_path: Path, *, policy: Poli
                 said = (f"see its output: {mf.output_path}" if mf.proc is not None and mf.proc.returncode < 0
                         else mf.last_error())
                 error = f"makeflow failed ({mf.ended}): {said}"
+    except _NoMaster:
+        exit_code = 0
+        for line in mf.output_tail(5):
+            log.warning("makeflow: %s", line)
     except _Stopped:
         exit_code = 128 + signalled[0]
         error = f"interrupted by {signal_name(signalled[0])} while starting; stopped everything it had started"
@@ -325,8 +345,15 @@ class _Watch:
 
     async def rules(self) -> dict[int, RuleInfo]:
         if self._rules is None:
-            self._rules = await asyncio.to_thread(read_rules, self.workflow)
+            self._rules = await asyncio.to_thread(read_rules, self.workflow, self.mf.format_options(), self.mf.cwd)
         return self._rules
+
+    def category_of(self, node_id: int) -> str | None:
+        """A rule's category, once the rules are read (for :class:`LogSummaries`)."""
+        if self._rules is None:
+            self._rules = read_rules(self.workflow, self.mf.format_options(), self.mf.cwd)
+        rule = self._rules.get(node_id)
+        return rule.category if rule else None
 
     async def run(self) -> str:
         failures = 0
@@ -424,8 +451,12 @@ class MakeflowOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    workflow: Path
+    #: the Makeflow file (None: named by MAKEFLOW in an ``--argv`` file among makeflow_args)
+    workflow: Path | None = None
+    #: makeflow's own options, passed through (those HTA sets itself are refused)
     makeflow_args: list[str] = Field(default_factory=list)
+    #: where makeflow runs, as if the user had typed ``makeflow`` here
+    cwd: Path = Field(default_factory=Path.cwd)
     backend: str = "local"
     backend_options: BackendOptions = Field(default_factory=BackendOptions)
     policy: str = "hta"
@@ -448,19 +479,41 @@ class MakeflowOptions(BaseModel):
     #: a worker that does not answer the master for this long is dropped and replaced
     stall_timeout_s: float = Field(STALL_TIMEOUT_S, ge=2)
 
-    def check(self) -> None:
-        """Cross-field checks, as one-line :class:`UsageError`."""
-        if not self.workflow.is_file():
-            raise UsageError(f"workflow file {str(self.workflow)!r} not found: give the path to a Makeflow file")
-        why = not_text(self.workflow)
+    def invocation(self) -> MakeflowArgs:
+        """makeflow's command line (options and workflow) as makeflow will read it."""
+        try:
+            args = MakeflowArgs.parse([*self.makeflow_args, *([str(self.workflow)] if self.workflow else [])],
+                                      cwd=self.cwd)
+            check_extra_args(args)
+        except (ArgsError, MakeflowError) as exc:
+            raise UsageError(str(exc)) from None
+        return args
+
+    def check(self) -> MakeflowArgs:
+        """Cross-field checks, as one-line :class:`UsageError`; returns makeflow's command line."""
+        args = self.invocation()
+        wf = args.workflow_path
+        if wf is None:
+            raise UsageError("no workflow given: hta makeflow WORKFLOW (or MAKEFLOW in an --argv file)")
+        shown = args.dagfile
+        if not wf.is_file():
+            raise UsageError(f"workflow file {shown!r} not found: give the path to a Makeflow file")
+        why = not_text(wf)
         if why:
-            raise UsageError(f"workflow file {str(self.workflow)!r} is not a text file ({why}): give the path to a "
+            raise UsageError(f"workflow file {shown!r} is not a text file ({why}): give the path to a "
                              f"Makeflow file")
+        if self.log is not None:
+            if self.log.is_dir():
+                raise UsageError(f"--log {self.log} is a directory: give a file name, e.g. {self.log}/run.scaling.jsonl")
+            if not self.log.parent.is_dir():
+                raise UsageError(f"--log {self.log}: folder {self.log.parent} does not exist: create it or choose "
+                                 f"another file")
         if self.min_workers > self.max_workers:
             raise UsageError(f"--min-workers ({self.min_workers}) is above --max-workers ({self.max_workers})")
         if self.min_interval_s > self.max_interval_s:
             raise UsageError(f"--min-interval ({self.min_interval_s:g}) is above --max-interval "
                              f"({self.max_interval_s:g})")
+        return args
 
     def controller_config(self) -> ControllerConfig:
         prior = self.latency_prior_s
@@ -478,33 +531,48 @@ def run_makeflow(options: MakeflowOptions) -> SubmitResult:
     """``hta makeflow`` as a function: check, build the policy and backend, run, return the result.
 
     Raises :class:`UsageError` (one line) for anything the user must fix before a run starts."""
-    options.check()
+    args = options.check()
     if options.record is not None:
         try:  # refuse before anything starts, as for --log
             open(options.record, "a").close()
         except OSError as exc:
             raise UsageError(f"cannot write the record file {options.record} ({exc.strerror or exc}): "
                              f"choose another file with --record") from None
-    extra = list(options.makeflow_args)
     try:
         policy = make_policy(options.policy)
         check_installed()
-        check_extra_args(extra)
     except (ValueError, MakeflowError) as exc:
         raise UsageError(str(exc)) from None
+    assert args.workflow_path is not None
+    if not args.ends_before_master():
+        check_not_empty(args)
     epoch = time.time()
-    run_dir, _ = paths_for(options.workflow)
+    run_dir, _ = paths_for(args.workflow_path)
     try:
         backend = make_backend(options.backend, options.backend_options,
-                               RunContext(workflow=options.workflow, run_dir=run_dir, epoch=epoch))
+                               RunContext(workflow=args.workflow_path, run_dir=run_dir, epoch=epoch))
         check_signals(policy, backend.name, backend.signals, getattr(backend, "signals_why", ""))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     port = getattr(backend, "default_port", 0) if options.port is None else options.port
-    return asyncio.run(submit(options.workflow, policy=policy, backend=backend,
-                              config=options.controller_config(), makeflow_args=extra,
+    return asyncio.run(submit(args, policy=policy, backend=backend, config=options.controller_config(),
                               scaling_log_path=options.log, lookahead=options.lookahead, port=port, epoch=epoch,
                               record=options.record, stall_timeout_s=options.stall_timeout_s))
+
+
+def check_not_empty(args: MakeflowArgs) -> None:
+    """Refuse a workflow without a rule (makeflow would exit 0 having done nothing). A
+    workflow makeflow_viz cannot read is left to makeflow, whose error is clearer."""
+    from workqueue_bridge.dag import viz_json
+
+    assert args.workflow_path is not None
+    try:
+        data = viz_json(args.workflow_path, args.format_options(), args.cwd, timeout_s=60)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return
+    if not data.get("rules"):
+        raise UsageError(f"workflow {args.dagfile} has no rules: nothing to run (a rule is `OUTPUTS: INPUTS` "
+                         f"followed by a tab-indented command)")
 
 
 def not_text(path: Path, sample: int = 65536) -> str | None:

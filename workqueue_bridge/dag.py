@@ -9,7 +9,9 @@ its inputs. Each rule's declared resources come from its category.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,14 +77,32 @@ def parse_dag(data: dict) -> Dag:
     return Dag(rules)
 
 
-def load_dag(workflow: Path) -> Dag:
-    """Run ``makeflow_viz -D json`` on the workflow (in its directory)."""
+_BAD_ESCAPE = re.compile(r'\\(?!["\\/bfnrtu])')
+
+
+def viz_json(workflow: Path, format_options: Sequence[str] = (), cwd: Path | None = None,
+             timeout_s: float = 120) -> dict:
+    """The workflow as ``makeflow_viz -D json`` reads it: run where makeflow runs (``cwd``,
+    default the workflow's folder) with the options that say the workflow's format
+    (``--jx``, ``--json``, ``--jx-args``, ``--jx-define``), which a JX workflow needs."""
     wf = Path(workflow).resolve()
-    out = subprocess.run(["makeflow_viz", "-D", "json", wf.name], cwd=wf.parent, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(["makeflow_viz", "-D", "json", *format_options, str(wf)], cwd=cwd or wf.parent,
+                         capture_output=True, text=True, timeout=timeout_s)
     if out.returncode != 0:
-        raise ValueError(f"makeflow_viz could not read {wf.name}: {out.stderr.strip() or out.stdout.strip()}")
-    return parse_dag(json.loads(out.stdout))
+        from workqueue_bridge.makeflow import one_line_error
+
+        said = out.stderr.strip() or out.stdout.strip()
+        said = one_line_error(said) or " ".join(said.splitlines()[-2:])
+        raise ValueError(f"makeflow_viz could not read {wf.name}: {said}")
+    try:
+        return json.loads(out.stdout)
+    except json.JSONDecodeError:  # makeflow_viz writes \' for a quote in a command
+        return json.loads(_BAD_ESCAPE.sub(r"\\\\", out.stdout).replace("\\\\'", "'"))
+
+
+def load_dag(workflow: Path, format_options: Sequence[str] = (), cwd: Path | None = None) -> Dag:
+    """The workflow's DAG, from :func:`viz_json`."""
+    return parse_dag(viz_json(workflow, format_options, cwd))
 
 
 def node_states(events: list[NodeEvent]) -> dict[int, tuple[NodeState, int]]:

@@ -1,9 +1,13 @@
 """Launch and stop the real ``makeflow -T wq``.
 
-Makeflow always runs its own Work Queue master; HTA starts it as a child in
-the workflow's directory with resource monitoring on, a unique project name,
-a catalog on this host (so nothing tries to reach the public catalog) and a
-port it picks itself (``-p 0 -Z portfile``), then reads that master.
+Makeflow always runs its own Work Queue master; HTA starts it as a child
+where the user would have started it (their folder, the workflow path as
+given, their own options: :mod:`workqueue_bridge.makeflow_args` reads them as
+makeflow does), with resource monitoring on, a unique project name, a catalog
+on this host (so nothing tries to reach the public catalog) and a port it
+picks itself (``-p 0 -Z portfile``), then reads that master. With options
+under which makeflow 8.0 cannot monitor (``--shared-fs``, ``--storage-*``) it
+runs without the monitor; a ``--monitor=DIR`` of the user's is read there.
 
 Work Queue's keepalive is set from HTA's stall timeout (a worker that does not
 answer the master's check for that long is dropped and its tasks go back to
@@ -28,16 +32,13 @@ import shutil
 import signal
 import subprocess
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from hta.processes import die_with_parent, stop
+from workqueue_bridge.makeflow_args import MakeflowArgs
 from workqueue_bridge.monitor_summaries import TaskSummary, parse_summary
-
-#: makeflow options HTA sets itself; a user passing them would break the run
-RESERVED = {"-T", "--batch-type", "-p", "--port", "-Z", "--port-file", "-N", "--project-name",
-            "--monitor", "-l", "--makeflow-log"}
-
 
 class MakeflowError(RuntimeError):
     """makeflow could not start or failed; the message is one line for the user."""
@@ -56,20 +57,12 @@ def exit_description(rc: int | None) -> str:
     return f"exit code {rc}"
 
 
-#: makeflow's options for Work Queue's keepalive (interval, timeout)
-KEEPALIVE_OPTIONS = ({"-u", "--wq-keepalive-interval"}, {"-t", "--wq-keepalive-timeout"})
-
-
-def keepalive_args(stall_timeout_s: float | None, extra: list[str]) -> list[str]:
+def keepalive_args(stall_timeout_s: float | None, args: MakeflowArgs) -> list[str]:
     """``--wq-keepalive-interval`` and ``--wq-keepalive-timeout`` that drop a worker silent
     for ``stall_timeout_s`` at most (a check every half of it, half of it to answer); none
     if the user set either option."""
-    if not stall_timeout_s:
+    if not stall_timeout_s or args.has("wq-keepalive-interval") or args.has("wq-keepalive-timeout"):
         return []
-    for a in extra:
-        key = a.split("=", 1)[0]
-        if any(key in opts or (len(key) > 2 and key[:2] in opts and key[2:].isdigit()) for opts in KEEPALIVE_OPTIONS):
-            return []
     half = max(1, int(stall_timeout_s // 2))
     return [f"--wq-keepalive-interval={half}", f"--wq-keepalive-timeout={half}"]
 
@@ -97,11 +90,26 @@ def check_installed() -> None:
             )
 
 
-def check_extra_args(args: list[str]) -> None:
-    for a in args:
-        key = a.split("=", 1)[0]
-        if key in RESERVED:
-            raise MakeflowError(f"makeflow option {key} is set by hta itself: remove it from the extra arguments")
+def check_extra_args(args: MakeflowArgs) -> None:
+    """Refuse the makeflow options HTA sets itself, in any spelling (``-Tlocal`` included)."""
+    owned = args.owned()
+    if owned:
+        given, why = owned[0]
+        raise MakeflowError(f"makeflow option {given} cannot be used under HTA: {why}")
+
+
+_FATAL = re.compile(r"^(?:\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+ )?\S+\[\d+\] fatal: (?:\S+: )?(.*)$")
+
+
+def one_line_error(text: str) -> str | None:
+    """A cctools tool's ``fatal:`` message (the last one, with the lines that continue it) on
+    one line, without its timestamp and process prefix; None if there is none."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        m = _FATAL.match(lines[i])
+        if m:
+            return " ".join([m.group(1).strip(), *lines[i + 1:i + 3]]).strip()
+    return None
 
 
 class MakeflowRun:
@@ -109,45 +117,62 @@ class MakeflowRun:
 
     def __init__(
         self,
-        workflow: Path,
+        args: MakeflowArgs,
         run_dir: Path,
-        extra_args: list[str] | None = None,
         catalog: str = "127.0.0.1:9097",
         project: str | None = None,
         port: int = 0,
         stall_timeout_s: float | None = None,
     ):
-        self.workflow = Path(workflow).resolve()
-        self.cwd = self.workflow.parent
+        if args.workflow_path is None:
+            raise MakeflowError("no workflow given: name the Makeflow file")
+        self.args = args
+        self.workflow = args.workflow_path.resolve()
+        #: where makeflow is started (the user's folder, as with makeflow itself)
+        self.cwd = args.cwd
+        #: where makeflow runs the rules and writes its log (``-X DIR``, or its cwd)
+        self.workdir = args.workdir
         self.run_dir = Path(run_dir)
-        self.extra_args = list(extra_args or [])
         self.catalog = catalog
         self.project = project or f"hta-{uuid.uuid4().hex[:10]}"
         self.requested_port = port
         self.stall_timeout_s = stall_timeout_s
         self.port: int | None = None
         self.proc: asyncio.subprocess.Process | None = None
-        self.monitor_dir = self.run_dir / "monitor"
         self.output_path = self.run_dir / "makeflow.out"
-        self.log_path = self.cwd / f"{self.workflow.name}.makeflowlog"
+        self.log_path = args.log_path
+        #: why makeflow runs without the resource monitor (None: it runs with it)
+        self.monitor_off = args.monitor_breaker()
+        own = args.last("monitor")
+        if self.monitor_off:
+            self.monitor_dir: Path | None = None
+        else:
+            self.monitor_dir = (self.workdir / own) if own else (self.run_dir / "monitor")
+        #: makeflow did its job (e.g. --clean) and exited 0 without a master
+        self.ended_without_master = False
+
+    def format_options(self) -> list[str]:
+        return self.args.format_options()
 
     def command(self) -> list[str]:
         # -Z picks a random port whatever -p says: use it only when no port is asked for
         port = ["-p", str(self.requested_port)] if self.requested_port else ["-p", "0", "-Z", str(self.run_dir / "port")]
+        monitor = []
+        if self.monitor_dir is not None and not self.args.has("monitor"):
+            # makeflow refuses absolute "remote names": the monitor dir relative to where it runs
+            monitor = [f"--monitor={os.path.relpath(self.monitor_dir, self.workdir)}"]
         return [
-            "makeflow", "-T", "wq", *port,
-            "-N", self.project, "-C", self.catalog,
-            # makeflow refuses absolute "remote names": give the monitor dir relative to its cwd
-            f"--monitor={os.path.relpath(self.monitor_dir, self.cwd)}",
-            *keepalive_args(self.stall_timeout_s, self.extra_args),
-            *self.extra_args,
-            self.workflow.name,
+            "makeflow", "-T", "wq", *port, "-N", self.project, "-C", self.catalog, *monitor,
+            *keepalive_args(self.stall_timeout_s, self.args),
+            *self.args.tokens(),
+            *([self.args.dagfile] if self.args.dagfile and not self.args.dag_from_argv else []),
         ]
 
-    async def start(self, timeout_s: float = 60.0) -> int:
-        """Start makeflow and return its master's port once it listens."""
+    async def start(self, timeout_s: float = 60.0) -> int | None:
+        """Start makeflow and return its master's port once it listens; None if makeflow
+        exited 0 without opening one (``--clean``, nothing to do: :attr:`ended_without_master`)."""
         check_installed()
-        check_extra_args(self.extra_args)
+        check_extra_args(self.args)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         portfile = self.run_dir / "port"
         portfile.unlink(missing_ok=True)
@@ -170,6 +195,9 @@ class MakeflowRun:
             if portfile.exists() and portfile.read_text().strip():
                 self.port = int(portfile.read_text().split()[0])
                 return self.port
+            if self.proc.returncode == 0:  # it did its job without a master (e.g. --clean)
+                self.ended_without_master = True
+                return None
             if self.proc.returncode is not None:
                 raise MakeflowError(f"makeflow exited ({exit_description(self.proc.returncode)}) before its master "
                                     f"started: {self.last_error()}")
@@ -203,6 +231,9 @@ class MakeflowRun:
     def last_error(self) -> str:
         """Makeflow's own words for what went wrong (its last meaningful line)."""
         lines = [line.strip() for line in self.output_tail(40) if line.strip()]
+        fatal = one_line_error("\n".join(lines))
+        if fatal:
+            return fatal
         for line in reversed(lines):
             low = line.lower()
             if any(w in low for w in ("error", "failed", "couldn't", "could not", "no such", "abort", "syntax")):
@@ -224,11 +255,13 @@ class MakeflowRun:
     def failed_rule(self, node_id: int, job_id: int, attempts: int, rules: "dict[int, RuleInfo]") -> "FailedRule":
         """What makeflow left about rule ``node_id`` that failed for good (its last job ``job_id``)."""
         rule = rules.get(node_id)
-        saved = (self.cwd / f"makeflow.failed.{node_id}" / os.path.relpath(self.monitor_dir, self.cwd)
-                 / f"resource-rule-{node_id}.summary")
+        saved = None
+        if self.monitor_dir is not None:
+            saved = (self.workdir / f"makeflow.failed.{node_id}" / os.path.relpath(self.monitor_dir, self.workdir)
+                     / f"resource-rule-{node_id}.summary")
         summary = None
         try:
-            summary = parse_summary(saved.read_text(errors="replace"))
+            summary = parse_summary(saved.read_text(errors="replace")) if saved else None
         except (OSError, ValueError):
             pass
         code = None
@@ -273,21 +306,14 @@ class RuleInfo:
         return shown or f"#{self.node_id}"
 
 
-_BAD_ESCAPE = re.compile(r'\\(?!["\\/bfnrtu])')
-
-
-def read_rules(workflow: Path, timeout_s: float = 60.0) -> dict[int, RuleInfo]:
+def read_rules(workflow: Path, format_options: Sequence[str] = (), cwd: Path | None = None,
+               timeout_s: float = 60.0) -> dict[int, RuleInfo]:
     """Every rule by node id (file order, makeflow's numbering), from ``makeflow_viz -D json``;
     empty if it cannot be read (this is for messages only)."""
-    wf = Path(workflow).resolve()
+    from workqueue_bridge.dag import viz_json
+
     try:
-        out = subprocess.run(["makeflow_viz", "-D", "json", wf.name], cwd=wf.parent, capture_output=True,
-                             text=True, timeout=timeout_s)
-        text = out.stdout
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:  # makeflow_viz writes \' for a quote in a command
-            data = json.loads(_BAD_ESCAPE.sub(r"\\\\", text).replace("\\\\'", "'"))
+        data = viz_json(workflow, format_options, cwd, timeout_s)
     except (OSError, ValueError, subprocess.SubprocessError):
         return {}
     rules: dict[int, RuleInfo] = {}

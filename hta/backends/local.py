@@ -92,6 +92,13 @@ _TROUBLE = re.compile(r"error|fatal|less than|cannot|can't|could not|couldn't|fa
                       r"refused|invalid|unable|traceback|killed", re.I)
 
 
+def _log_says_connected(path: Path | None) -> bool:
+    try:
+        return path is not None and "connected to manager" in path.read_text(errors="replace")
+    except OSError:
+        return False
+
+
 def last_words(path: Path | None) -> str:
     """The line of a worker's log that says why it stopped (else its last line)."""
     try:
@@ -476,6 +483,10 @@ class LocalBackend:
 
     async def stop_all(self, now: float) -> list[WorkerRecord]:
         live = [w for w in self._workers.values() if w.state != "gone"]
+        for w in live:  # connected and done between two looks at the master (a short run)
+            if w.state == "starting" and _log_says_connected(w.log_path):
+                w.events.append(WorkerRecord(t=now, worker=w.id, event="connected", cores=w.shape.cores,
+                                             reason="seen in its log only: the run ended before the next look"))
         # the run is over (or interrupted): stop at once, the tasks are the master's to forget
         await asyncio.gather(*(self._stop(w, force=True) for w in live))
         for w in live:

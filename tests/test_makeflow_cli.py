@@ -1,0 +1,100 @@
+"""Whatever runs under ``makeflow -T wq`` runs under ``hta makeflow`` (issue 14 §1): real
+makeflow, real workers, small workflows of each kind a user brought."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_hta
+
+pytestmark = pytest.mark.slow
+
+TWO_RULES = "CATEGORY=small\nCORES=1\nout.txt:\n\techo hi > out.txt\nout2.txt: out.txt\n\tcat out.txt out.txt > out2.txt\n"
+
+
+def ok(r) -> None:
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+
+
+def end_of(log: Path) -> dict:
+    return [json.loads(line) for line in log.read_text().splitlines() if '"kind":"end"' in line][-1]
+
+
+def test_run_from_another_folder_writes_where_makeflow_would(tmp_path: Path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub/Makeflow").write_text(TWO_RULES)
+    r = run_hta("makeflow", "-q", "sub/Makeflow", cwd=tmp_path, timeout=120)
+    ok(r)
+    # as `makeflow -T local sub/Makeflow`: outputs in the current folder, the log beside the workflow
+    assert (tmp_path / "out2.txt").read_text() == "hi\nhi\n"
+    assert (tmp_path / "sub/Makeflow.makeflowlog").is_file()
+    records = [json.loads(line) for line in (tmp_path / "sub/Makeflow.scaling.jsonl").read_text().splitlines()]
+    connected = [r for r in records if r.get("event") == "connected"]
+    assert connected, "a short run's worker that ran the tasks is counted as connected"
+
+
+def test_change_directory_reads_the_log_makeflow_writes(tmp_path: Path):
+    (tmp_path / "wf").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "wf/F").write_text("a.txt:\n\tfalse\n")
+    r = run_hta("makeflow", "-q", str(tmp_path / "wf/F"), "--", "-X", "out", "--retry-count=1", cwd=tmp_path,
+                timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "rule a.txt" in r.stderr and "failed" in r.stderr
+    (tmp_path / "wf/G").write_text("b.txt:\n\techo b > b.txt\n")
+    ok(run_hta("makeflow", "-q", str(tmp_path / "wf/G"), "--", "-X", "out", cwd=tmp_path, timeout=120))
+    assert (tmp_path / "out/b.txt").read_text() == "b\n"
+
+
+def test_a_workflow_named_in_argv_needs_no_workflow_argument(tmp_path: Path):
+    (tmp_path / "W").write_text(TWO_RULES)
+    (tmp_path / "argv.json").write_text(json.dumps({"MAKEFLOW": "W", "max-remote": "2"}))
+    ok(run_hta("makeflow", "-q", "--", "--argv", "argv.json", cwd=tmp_path, timeout=120))
+    assert (tmp_path / "out2.txt").is_file()
+
+
+def test_makeflow_ending_without_a_master_is_a_success(tmp_path: Path):
+    (tmp_path / "W").write_text(TWO_RULES)
+    ok(run_hta("makeflow", "-q", "W", cwd=tmp_path, timeout=120))
+    r = run_hta("makeflow", "-q", "W", "--", "--clean", cwd=tmp_path, timeout=120)
+    ok(r)
+    assert not (tmp_path / "out2.txt").exists()
+    assert end_of(tmp_path / "W.scaling.jsonl")["exit_code"] == 0
+
+
+def test_shared_fs_runs_without_the_monitor_and_still_learns_runtimes(tmp_path: Path):
+    (tmp_path / "W").write_text(TWO_RULES)
+    r = run_hta("makeflow", "W", "--", "--shared-fs", str(tmp_path), cwd=tmp_path, timeout=120)
+    ok(r)
+    assert "resource monitor" in r.stderr and "--shared-fs" in r.stderr
+    cats = [json.loads(line) for line in (tmp_path / "W.scaling.jsonl").read_text().splitlines()
+            if '"kind":"categories"' in line][-1]["categories"]
+    assert cats["small"]["samples"] == 2
+
+
+def test_jx_workflow_gets_lookahead(tmp_path: Path):
+    rules = [{"command": f"echo {i} > o{i}.txt", "outputs": [f"o{i}.txt"], "inputs": []} for i in range(3)]
+    (tmp_path / "w.json").write_text(json.dumps({"rules": rules}))
+    r = run_hta("makeflow", "w.json", "--", "--json", cwd=tmp_path, timeout=120)
+    ok(r)
+    assert "no DAG lookahead" not in r.stderr
+    assert all((tmp_path / f"o{i}.txt").is_file() for i in range(3))
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["W", "--policy", "static", "-j", "3"], "hta makeflow has no option -j"),
+    (["W", "--", "-Tlocal"], "makeflow option -Tlocal cannot be used under HTA"),
+    (["empty"], "has no rules"),
+    (["W", "--log", "/nonexistent-dir/x.jsonl"], "does not exist"),
+])
+def test_refused_before_anything_starts(tmp_path: Path, argv, needle):
+    (tmp_path / "W").write_text(TWO_RULES)
+    (tmp_path / "empty").write_text("# nothing here\nX=1\n")
+    r = run_hta("makeflow", *argv, cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("hta: error: ") and needle in line, line
+    assert not (tmp_path / "out.txt").exists() and not (tmp_path / "nonexistent-dir").exists()
