@@ -82,25 +82,67 @@ def describe(exc: client.exceptions.ApiException) -> str:
     return f"{exc.status} {msg}{hint}"
 
 
+#: how long one step of the control loop waits for one API operation (all its retries) before
+#: giving up; the next step tries again, so the loop keeps observing meanwhile
+STEP_BUDGET_S = 5.0
+
+
 def call(fn: Callable[..., Any], *args: Any, counter: CallCounter | None = None, attempts: int = 6,
-         timeout_s: float = 15.0, what: str = "", **kwargs: Any) -> Any:
-    """Call a kubernetes client method with retries where they are right."""
+         timeout_s: float = 15.0, what: str = "", budget_s: float | None = None,
+         deadline: float | None = None, **kwargs: Any) -> Any:
+    """Call a kubernetes client method with retries where they are right.
+
+    ``budget_s`` (or an absolute ``deadline`` on :func:`time.monotonic`) bounds the whole call,
+    retries and waits included: each request's timeout is cut to what is left, and a retry that
+    could not finish in time is not tried. The :class:`K8sError` then says it gave up."""
+    if deadline is None and budget_s is not None:
+        deadline = time.monotonic() + budget_s
     delay = 0.5
+    last = ""
     for attempt in range(1, attempts + 1):
+        per = timeout_s
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left < 0.1:
+                break
+            per = min(timeout_s, left)
         if counter is not None:
             counter.add()
         try:
-            return fn(*args, _request_timeout=timeout_s, **kwargs)
+            return fn(*args, _request_timeout=per, **kwargs)
         except client.exceptions.ApiException as exc:
             if exc.status not in RETRY_STATUS or attempt == attempts:
                 raise K8sError(f"{what or fn.__name__}: {describe(exc)}") from None
+            last = describe(exc)
             retry_after = (exc.headers or {}).get("Retry-After") if exc.status == 429 else None
             wait = float(retry_after) if retry_after and retry_after.isdigit() else delay
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             if attempt == attempts:
                 raise K8sError(f"{what or fn.__name__}: cannot reach the API server: {exc}") from None
+            last = f"cannot reach the API server: {exc}"
             wait = delay
+        if deadline is not None and time.monotonic() + wait >= deadline:
+            break
         log.info("%s: retrying in %.1fs (attempt %d)", what or fn.__name__, wait, attempt)
         time.sleep(wait)
         delay = min(delay * 2, 10.0)
-    raise AssertionError("unreachable")
+    raise K8sError(f"{what or fn.__name__}: {last or 'no answer'} (gave up for now; tried for "
+                   f"{budget_s if budget_s is not None else timeout_s:g}s)")
+
+
+async def acall(fn: Callable[..., Any], *args: Any, budget_s: float = STEP_BUDGET_S,
+                deadline: float | None = None, **kwargs: Any) -> Any:
+    """:func:`call` in a thread, bounded: the event loop never blocks on the API server, and the
+    caller is back within ``budget_s`` (or by ``deadline``) whatever the API server does."""
+    import asyncio
+
+    if deadline is None:
+        deadline = time.monotonic() + budget_s
+    left = max(0.1, deadline - time.monotonic())
+    kwargs.setdefault("what", getattr(fn, "__name__", "call"))
+    fut = asyncio.ensure_future(asyncio.to_thread(call, fn, *args, deadline=deadline, budget_s=budget_s,
+                                                  **kwargs))
+    try:  # the thread ends by the deadline too (its timeouts are cut to it); this is a safety net
+        return await asyncio.wait_for(asyncio.shield(fut), left + 2.0)
+    except asyncio.TimeoutError:
+        raise K8sError(f"{kwargs['what']}: no answer within {budget_s:g}s (gave up for now)") from None

@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kubernetes import client
 
 from hta.backends.base import CPU_UTILIZATION
 from hta.model import PendingWorker, Resources
 from hta.scaling_log import WorkerRecord
-from k8s.api import CallCounter, K8sError, call, load_client
+from k8s.api import STEP_BUDGET_S, CallCounter, K8sError, acall, call, load_client
 from k8s.informer import PodInformer, PodState
 from hta.node.worker import worker_command
 from k8s.pods import DEFAULT_IMAGE, RUN_LABEL, worker_pod
@@ -50,12 +52,55 @@ class Tracked:
     address: str | None = None
     state: str = "pending"  # pending | connected | deleting | gone
     adopted: bool = False
+    #: tasks its worker was running at the last master snapshot, and since when (Unix time)
+    tasks: dict[int, tuple[float, float]] = field(default_factory=dict)
+    #: when its worker was last missing from the master's list while the pod lives (Unix time)
+    missing_since: float | None = None
+    #: while its pod cannot start by itself: since when (Unix time) and (kind, reason)
+    stuck_since: float | None = None
+    stuck: tuple[str, str] | None = None
 
 
 #: the resource metrics API, as the HPA controller reads it
 METRICS_GROUP, METRICS_VERSION = "metrics.k8s.io", "v1beta1"
 #: metrics-server's default resolution: reading more often returns the same numbers
 METRICS_EVERY_S = 15.0
+#: no worker can start when every pod asked for has been stuck this long and none is connected
+#: (unschedulable, its image cannot be pulled, its worker cannot reach the master): the run ends.
+#: Above a cloud's node provisioning (GKE: about 157 s) so a cold cluster autoscaler is not a fault.
+START_TIMEOUT_S = 300.0
+#: a pod unschedulable this long is reported (one line per distinct reason) and no more pods of
+#: its shape or larger are asked for while it is
+STUCK_AFTER_S = 30.0
+#: container waiting reasons that do not pass by themselves
+STUCK_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+                 "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff", "RunContainerError"}
+#: pods in a row that ended before their worker connected, before the run is given up
+MAX_START_FAILURES = 5
+#: a connected worker missing from the master this long while its pod lives is lost
+DROPPED_AFTER_S = 3.0
+#: at the end: pods still Terminating this long after the delete are deleted with grace 0
+FORCE_DELETE_AFTER_S = 30.0
+
+
+def _env_seconds(name: str, default: float) -> float:
+    """A duration from the environment (the backend options cannot carry it yet)."""
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        raise K8sError(f"{name}={raw!r} is not a number of seconds") from None
+    if v <= 0:
+        raise K8sError(f"{name}={raw!r} must be above 0")
+    return v
+
+
+def _short(message: str) -> str:
+    """The scheduler's message without its preemption half, on one line."""
+    m = " ".join((message or "").split())
+    return m.split(" preemption:")[0].rstrip(". ") or m
 
 
 def pod_cpu_cores(item: dict) -> float:
@@ -87,6 +132,10 @@ class KubernetesBackend:
         idle_timeout_s: int = 900,
         delete_timeout_s: float = 120.0,
         create_concurrency: int = 16,
+        start_timeout_s: float | None = None,
+        stuck_after_s: float | None = None,
+        force_delete_after_s: float = FORCE_DELETE_AFTER_S,
+        api_budget_s: float = STEP_BUDGET_S,
     ):
         self.run_id = run_id
         self.epoch = epoch
@@ -108,6 +157,19 @@ class KubernetesBackend:
         self._port = 0
         self._cpu: dict[str, float] = {}
         self._cpu_at = float("-inf")
+        self.start_timeout_s = (start_timeout_s if start_timeout_s is not None
+                                else _env_seconds("HTA_K8S_START_TIMEOUT_S", START_TIMEOUT_S))
+        self.stuck_after_s = stuck_after_s if stuck_after_s is not None else min(STUCK_AFTER_S,
+                                                                                 self.start_timeout_s / 4)
+        self.force_delete_after_s = force_delete_after_s
+        self.api_budget_s = api_budget_s
+        #: set when no worker can ever start: one line naming the cause and the fix (ends the run)
+        self.fatal: str | None = None
+        #: pods in a row that ended before their worker connected
+        self.start_failures = 0
+        self._reported: set[str] = set()
+        self._blocked_since: float | None = None
+        self._blocked_why: str = ""
 
     # -- lifecycle -----------------------------------------------------------------
     def connect(self) -> None:
@@ -139,7 +201,7 @@ class KubernetesBackend:
         now = time.monotonic()
         if now - self._cpu_at >= METRICS_EVERY_S:
             self._cpu_at = now
-            items = await asyncio.to_thread(self._pod_metrics)
+            items = await asyncio.to_thread(self._pod_metrics, budget_s=self.api_budget_s)
             used = {i.get("metadata", {}).get("name"): pod_cpu_cores(i) for i in items}
             self._cpu = {name: used[name] / tr.shape.cores for name, tr in self._tracked.items()
                          if tr.state == "connected" and name in used and tr.shape.cores > 0}
@@ -153,15 +215,22 @@ class KubernetesBackend:
         self.informer = PodInformer(self.api, self.namespace, self.selector, self.counter)
         self.informer.start()
         await asyncio.to_thread(self.informer.synced.wait, 30)
-        for st in self.informer.snapshot().values():
-            if st.finished or st.deleting:
-                continue
-            requested = (st.created or time.time()) - self.epoch
-            self._tracked[st.name] = Tracked(st.name, Resources(), requested, adopted=True)
-            self._events.append(WorkerRecord(t=round(max(requested, 0.0), 3), worker=st.name, event="requested"))
-            self._seq = max(self._seq, self._seq_of(st.name))
+        self._adopt(self.informer.snapshot())
         if self._tracked:
             log.info("adopted %d pods of run %s", len(self._tracked), self.run_id)
+
+    def _adopt(self, pods: dict[str, PodState]) -> None:
+        """Track the run's live pods this HTA did not create (a restarted HTA's, or one whose create
+        call timed out but happened): counted, never duplicated, deleted at the end."""
+        for st in pods.values():
+            if st.name in self._tracked or st.finished or st.deleting:
+                continue
+            requested = (st.created or time.time()) - self.epoch
+            shape = Resources(cores=st.cpu, memory_mb=st.memory_mb) if st.cpu else Resources()
+            self._tracked[st.name] = Tracked(st.name, shape, requested, adopted=True)
+            self._events.append(WorkerRecord(t=round(max(requested, 0.0), 3), worker=st.name, event="requested",
+                                             cores=st.cpu or None))
+            self._seq = max(self._seq, self._seq_of(st.name))
 
     def _seq_of(self, name: str) -> int:
         try:
@@ -172,8 +241,76 @@ class KubernetesBackend:
     def _now(self) -> float:
         return time.time() - self.epoch
 
+    # -- why pods do not start ---------------------------------------------------------
+    def _stuck(self, tr: Tracked, st: PodState | None, now_unix: float) -> tuple[str, str] | None:
+        """(kind, reason) when ``tr``'s pod cannot start by itself (kind: unschedulable | image |
+        container | unreachable), None while it may still."""
+        if st is None or tr.state != "pending" or st.finished or st.deleting:
+            return None
+        if st.node is None and st.unschedulable is not None:
+            if now_unix - (st.unschedulable_at or now_unix) >= self.stuck_after_s:
+                return "unschedulable", _short(st.unschedulable)
+            return None
+        if st.waiting_reason in STUCK_REASONS:
+            kind = "image" if "Image" in st.waiting_reason else "container"
+            return kind, f"{st.waiting_reason}: {' '.join(st.waiting_message.split())}".rstrip(": ")
+        if st.running_at is not None and now_unix - st.running_at >= self.stuck_after_s:
+            return "unreachable", f"running for {now_unix - st.running_at:.0f}s without its worker connecting"
+        return None
+
+    def _report(self, name: str, kind: str, why: str) -> None:
+        key = kind + ":" + re.sub(r"\d+", "N", why)  # "0/2 nodes" and "0/3 nodes" are one reason
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        if kind == "unschedulable":
+            log.warning("worker pod %s cannot be scheduled: %s (no more pods of this shape are asked for "
+                        "while it waits; the run ends if no worker can start within %.0fs)", name, why,
+                        self.start_timeout_s)
+        elif kind == "unreachable":
+            log.warning("worker pod %s is %s to the master at %s:%s (the run ends if no worker can start "
+                        "within %.0fs)", name, why, self.master_host, self._port, self.start_timeout_s)
+        else:
+            log.warning("worker pod %s cannot start: %s (no more pods are asked for while it waits; the run "
+                        "ends if no worker can start within %.0fs)", name, why, self.start_timeout_s)
+
+    def _fatal_line(self, kind: str, why: str) -> str:
+        waited = f"for {self.start_timeout_s:.0f}s"
+        if kind == "unschedulable":
+            return (f"worker pods cannot be scheduled ({waited}): {why}; lower --worker-cores/--worker-memory "
+                    f"or add nodes (or raise the cluster autoscaler's node maximum)")
+        if kind == "image":
+            return (f"worker pods cannot start ({waited}): image {self.image} cannot be pulled: {why}; "
+                    f"push the image where the nodes can pull it or pass --image")
+        if kind == "unreachable":
+            return (f"worker pods run but no worker reached the master at {self.master_host}:{self._port} "
+                    f"{waited}; pass --master-host an address of this host the pods can reach, and let port "
+                    f"{self._port} through")
+        return f"worker pods cannot start ({waited}): {why}; fix the worker image or its command"
+
+    def _shape_blocked(self, shape: Resources, pods: dict[str, PodState]) -> str | None:
+        """Why pods of ``shape`` would not start either: a pod of this shape or a smaller one is
+        stuck unschedulable, or any pod cannot start its container (same image, any shape)."""
+        now = time.time()
+        for tr in self._tracked.values():
+            st = pods.get(tr.name)
+            stuck = self._stuck(tr, st, now)
+            if stuck is None or stuck[0] == "unreachable":
+                continue
+            if stuck[0] != "unschedulable":
+                return stuck[1]
+            if st.cpu <= shape.cores + 1e-9 and st.memory_mb <= shape.memory_mb + 1e-9:
+                return stuck[1]
+        return None
+
     # -- scale up ------------------------------------------------------------------
     async def request(self, n: int, shape: Resources, now: float) -> list[str]:
+        if self.fatal or n <= 0:
+            return []
+        blocked = self._shape_blocked(shape, self.informer.snapshot() if self.informer else {})
+        if blocked:
+            log.debug("not asking for %d pod(s): pods of this shape cannot start (%s)", n, blocked)
+            return []
         names = []
         for _ in range(n):
             self._seq += 1
@@ -181,14 +318,15 @@ class KubernetesBackend:
         cmd = worker_command(f"{self.master_host or '127.0.0.1'}:{self._port}", disk_mb=int(shape.disk_mb),
                              idle_timeout_s=self.idle_timeout_s)
         gate = asyncio.Semaphore(self.create_concurrency)
+        deadline = time.monotonic() + self.api_budget_s
 
         async def create(name: str) -> str | None:
             pod = worker_pod(name, self.run_id, shape, self.image, cmd, self.host_network)
             async with gate:
                 t = self._now()
                 try:
-                    await asyncio.to_thread(call, self.api.create_namespaced_pod, self.namespace, pod,
-                                            counter=self.counter, what=f"create pod {name}")
+                    await acall(self.api.create_namespaced_pod, self.namespace, pod, deadline=deadline,
+                                budget_s=self.api_budget_s, counter=self.counter, what=f"create pod {name}")
                 except K8sError as exc:
                     if " 409 " in f" {exc} ":
                         return None  # a pod of that name exists already (adopted): skip it
@@ -197,7 +335,10 @@ class KubernetesBackend:
             self._events.append(WorkerRecord(t=round(t, 3), worker=name, event="requested", cores=shape.cores))
             return name
 
-        done = await asyncio.gather(*(create(n) for n in names))
+        done = await asyncio.gather(*(create(n) for n in names), return_exceptions=True)
+        errors = [d for d in done if isinstance(d, BaseException)]
+        if errors:  # those created are tracked; the next decision asks again for the rest
+            raise errors[0]
         return [n for n in done if n]
 
     # -- observation ---------------------------------------------------------------
@@ -206,26 +347,101 @@ class KubernetesBackend:
 
     async def refresh(self, snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
         pods = self.informer.snapshot() if self.informer else {}
+        self._adopt(pods)
         by_host = {w.hostname: w for w in snap.workers}
+        listed = {w.address for w in snap.workers}
+        running: dict[str, dict[int, tuple[float, float]]] = {}
+        for t in snap.tasks:
+            if t.state == "running" and t.worker in listed:
+                running.setdefault(t.worker, {})[t.task_id] = (t.started_at or snap.taken_at, t.cores or 0.0)
         for tr in self._tracked.values():
             st = pods.get(tr.name)
             if tr.state == "pending":
                 w = by_host.get(tr.name) or (by_host.get(st.node) if (st and st.node and self.host_network) else None)
                 if w is not None:
                     tr.state, tr.address, tr.connected_at = "connected", w.address, now
-                    if tr.shape == Resources():
+                    self.start_failures = 0
+                    if tr.shape == Resources() or not tr.shape.disk_mb:
                         tr.shape = Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb)
                     self._events.append(WorkerRecord(
                         t=round(now, 3), worker=tr.name, event="connected", cores=w.cores,
                         latency_s=None if tr.adopted else round(now - tr.requested_at, 3),
                         phases={} if tr.adopted else self._phases(tr, st, now)))
+            if tr.state == "connected":
+                if tr.address in listed:
+                    tr.missing_since = None
+                    tr.tasks = {k: (v[0], v[1] or tr.shape.cores) for k, v in running.get(tr.address, {}).items()}
+                elif st is not None and not (st.finished or st.deleting):
+                    # its worker left the master while the pod lives: the node went away, or the worker
+                    # stalled; the master runs its tasks again. Delete the pod (it cannot come back
+                    # as a stranger) and let the policy replace it.
+                    tr.missing_since = tr.missing_since or snap.taken_at
+                    if snap.taken_at - tr.missing_since >= DROPPED_AFTER_S:
+                        self._gone(tr, now, tr.missing_since, "lost",
+                                   "its worker left the master while its pod was still there (node gone or worker "
+                                   "stalled): pod deleted and replaced")
+                        try:
+                            await self._delete(tr.name)
+                        except K8sError as exc:
+                            log.warning("could not delete pod %s: %s (deleted at the end)", tr.name, exc)
+                        continue
             if tr.state in ("pending", "connected") and st is not None and (st.finished or st.deleting):
-                tr.state = "gone"
-                lost = by_host[tr.name].tasks_running if tr.name in by_host else 0
-                self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name,
-                                                 event="failed" if st.phase == "Failed" else "lost",
-                                                 cores=tr.shape.cores, tasks_lost=lost))
+                was_pending = tr.state == "pending"
+                if st is None or st.deleting or st.gone:
+                    why = "its pod was deleted (or its node went away)"
+                else:
+                    why = f"its pod ended: {st.phase}" + (f", {st.terminated}" if st.terminated else "")
+                event = "failed" if (st is not None and st.phase == "Failed") or was_pending else "lost"
+                self._gone(tr, now, snap.taken_at, event, why)
+                if was_pending and st is not None and st.phase in ("Failed", "Succeeded"):
+                    self._start_failed(tr, why)
+            elif tr.state == "pending" and st is not None:
+                stuck = self._stuck(tr, st, time.time())
+                if stuck:
+                    self._report(tr.name, *stuck)
+                    if tr.stuck_since is None:
+                        kind = stuck[0]
+                        tr.stuck_since = (st.unschedulable_at if kind == "unschedulable" else
+                                          st.running_at if kind == "unreachable" else None) or time.time()
+                    tr.stuck = stuck
+                else:
+                    tr.stuck_since, tr.stuck = None, None
+        self._check_blocked()
         return self._flush()
+
+    def _gone(self, tr: Tracked, now: float, at: float, event: str, why: str) -> None:
+        tr.state = "gone"
+        lost = len(tr.tasks) if event == "lost" else 0
+        core_s = sum(max(0.0, at - started) * cores for started, cores in tr.tasks.values()) if lost else 0.0
+        self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event=event, cores=tr.shape.cores,
+                                         tasks_lost=lost, lost_work_core_s=round(core_s, 3), reason=why))
+        if lost:
+            log.warning("worker pod %s went away with %d running task(s) (%s): the master runs them again",
+                        tr.name, lost, why)
+        tr.tasks = {}
+
+    def _start_failed(self, tr: Tracked, why: str) -> None:
+        self.start_failures += 1
+        if self.start_failures == 1:
+            log.warning("worker pod %s ended before its worker connected (%s); see kubectl logs %s", tr.name, why,
+                        tr.name)
+        if self.start_failures >= MAX_START_FAILURES and self.fatal is None:
+            self.fatal = (f"worker pods cannot start: {self.start_failures} in a row ended before their worker "
+                          f"connected; the last ({tr.name}): {why}; see kubectl logs {tr.name}, fix the image or "
+                          f"pass --master-host an address the pods can reach")
+
+    def _check_blocked(self) -> None:
+        """``fatal`` when no worker is connected and every pod asked for has been stuck (cannot
+        start by itself) for ``start_timeout_s``: no worker can ever start."""
+        if self.fatal:
+            return
+        live = [tr for tr in self._tracked.values() if tr.state in ("pending", "connected")]
+        if not live or any(tr.state == "connected" or tr.stuck_since is None for tr in live):
+            return
+        youngest = max(live, key=lambda tr: tr.stuck_since)
+        if time.time() - youngest.stuck_since >= self.start_timeout_s:
+            self.fatal = self._fatal_line(*youngest.stuck)
+            log.warning("%s", self.fatal)
 
     def _phases(self, tr: Tracked, st: PodState | None, now: float) -> dict[str, float]:
         if st is None:
@@ -259,63 +475,119 @@ class KubernetesBackend:
         return [t.name for t in self._tracked.values() if t.state != "gone"]
 
     # -- scale down ----------------------------------------------------------------
-    async def _delete(self, name: str) -> None:
+    async def _delete(self, name: str, *, deadline: float | None = None, grace_s: int | None = None) -> None:
+        kwargs = {} if grace_s is None else {"grace_period_seconds": grace_s}
         try:
-            await asyncio.to_thread(call, self.api.delete_namespaced_pod, name, self.namespace,
-                                    counter=self.counter, what=f"delete pod {name}")
+            await acall(self.api.delete_namespaced_pod, name, self.namespace, deadline=deadline,
+                        budget_s=self.api_budget_s, counter=self.counter, what=f"delete pod {name}", **kwargs)
         except K8sError as exc:
             if " 404 " not in f" {exc} ":
                 raise
 
+    async def _delete_all(self, trs: list[Tracked]) -> None:
+        """Delete these pods at once, within one API budget; a pod whose delete failed keeps its
+        state (the next decision tries again) and the first error is raised."""
+        deadline = time.monotonic() + self.api_budget_s
+        prev = {tr.name: tr.state for tr in trs}
+        for tr in trs:
+            tr.state = "deleting"
+        done = await asyncio.gather(*(self._delete(tr.name, deadline=deadline) for tr in trs),
+                                    return_exceptions=True)
+        errors = []
+        for tr, d in zip(trs, done):
+            if isinstance(d, BaseException):
+                tr.state = prev[tr.name]
+                errors.append(d)
+        if errors:
+            raise errors[0]
+
     async def drain(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
         busy = {w.address for w in snap.workers if w.tasks_running > 0}
-        for name in ids:
-            tr = self._tracked.get(name)
-            if tr is None or tr.state != "connected" or tr.address in busy:
-                continue
-            tr.state = "deleting"
-            await self._delete(name)
-            self._events.append(WorkerRecord(t=round(now, 3), worker=name, event="drained", cores=tr.shape.cores))
+        picked = [tr for tr in (self._tracked.get(n) for n in ids)
+                  if tr is not None and tr.state == "connected" and tr.address not in busy]
+        try:
+            await self._delete_all(picked)
+        finally:
+            for tr in picked:
+                if tr.state == "deleting":
+                    self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event="drained",
+                                                     cores=tr.shape.cores))
         return self._flush()
 
     async def remove(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
         running = {w.address: w.tasks_running for w in snap.workers}
-        for name in ids:
-            tr = self._tracked.get(name)
-            if tr is None or tr.state in ("gone", "deleting"):
-                continue
-            lost = running.get(tr.address or "", 0)
-            tr.state = "deleting"
-            await self._delete(name)
-            self._events.append(WorkerRecord(t=round(now, 3), worker=name, event="removed", cores=tr.shape.cores,
-                                             tasks_lost=lost))
+        picked = [tr for tr in (self._tracked.get(n) for n in ids)
+                  if tr is not None and tr.state not in ("gone", "deleting")]
+        try:
+            await self._delete_all(picked)
+        finally:
+            for tr in picked:
+                if tr.state == "deleting":
+                    self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event="removed",
+                                                     cores=tr.shape.cores, tasks_lost=running.get(tr.address or "", 0)))
         return self._flush()
 
     async def stop_all(self, now: float) -> list[WorkerRecord]:
-        """Delete every pod of the run (not only the tracked ones) and wait until they are gone."""
-        if self.api is None:
-            return []
-        pods = await asyncio.to_thread(call, self.api.list_namespaced_pod, self.namespace,
-                                       label_selector=self.selector, counter=self.counter, what="list pods")
-        for p in pods.items:
-            await self._delete(p.metadata.name)
-        deadline = time.monotonic() + self.delete_timeout_s
-        left = [p.metadata.name for p in pods.items]
-        while left and time.monotonic() < deadline:
-            await asyncio.sleep(0.5)
-            cur = await asyncio.to_thread(call, self.api.list_namespaced_pod, self.namespace,
-                                          label_selector=self.selector, counter=self.counter, what="list pods")
-            left = [p.metadata.name for p in cur.items]
-        if self.informer:
-            self.informer.stop()
-        for tr in self._tracked.values():
-            if tr.state != "gone":
-                self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event="stopped",
-                                                 cores=tr.shape.cores))
-                tr.state = "gone"
-        if left:
-            log.warning("pods still present after %.0fs: %s", self.delete_timeout_s, ", ".join(left))
+        """Delete every pod of the run (not only the tracked ones) and wait until they are gone:
+        at most ``delete_timeout_s``, saying what it waits for; pods still Terminating after
+        ``force_delete_after_s`` (their node is gone, or its kubelet does not answer) are deleted
+        with grace period 0. An API server that does not answer is one line naming the command
+        that deletes what is left; never an exception."""
+        try:
+            if self.api is not None:
+                await self._stop_pods()
+        except K8sError as exc:
+            log.warning("could not delete the worker pods of this run (%s): delete them with: kubectl delete pods "
+                        "-n %s -l %s", exc, self.namespace, self.selector)
+        finally:
+            if self.informer:
+                self.informer.stop()
+            for tr in self._tracked.values():
+                if tr.state != "gone":
+                    self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event="stopped",
+                                                     cores=tr.shape.cores))
+                    tr.state = "gone"
         return self._flush()
+
+    async def _list_names(self, budget_s: float) -> list[str]:
+        pods = await acall(self.api.list_namespaced_pod, self.namespace, label_selector=self.selector,
+                           budget_s=budget_s, counter=self.counter, what="list pods")
+        return [p.metadata.name for p in pods.items]
+
+    async def _stop_pods(self) -> None:
+        t0 = time.monotonic()
+        end = t0 + self.delete_timeout_s
+        left = await self._list_names(min(20.0, self.delete_timeout_s))
+        if not left:
+            return
+        deadline = time.monotonic() + 20.0
+        await asyncio.gather(*(self._delete(n, deadline=deadline) for n in left), return_exceptions=True)
+        said = forced = False
+        while left and time.monotonic() < end:
+            await asyncio.sleep(0.5)
+            try:
+                left = await self._list_names(5.0)
+            except K8sError as exc:
+                if time.monotonic() >= end:
+                    raise
+                log.debug("listing pods: %s", exc)
+                continue
+            waited = time.monotonic() - t0
+            if left and not said and waited >= 5.0:
+                said = True
+                log.warning("waiting for %d worker pod(s) to terminate: %s", len(left), ", ".join(left[:5])
+                            + (" ..." if len(left) > 5 else ""))
+            if left and not forced and waited >= self.force_delete_after_s:
+                forced = True
+                log.warning("%d worker pod(s) still terminating after %.0fs (their node may be gone): deleting "
+                            "them with grace period 0", len(left), waited)
+                deadline = time.monotonic() + 10.0
+                await asyncio.gather(*(self._delete(n, deadline=deadline, grace_s=0) for n in left),
+                                     return_exceptions=True)
+        if left:
+            log.warning("%d worker pod(s) still present after %.0fs: %s; delete them with: kubectl delete pods "
+                        "-n %s -l %s --grace-period=0 --force", len(left), self.delete_timeout_s, ", ".join(left),
+                        self.namespace, self.selector)
 
 
 def routable_address(kubeconfig: str | None, host_network: bool) -> str:
@@ -356,12 +628,13 @@ def from_options(options, run) -> KubernetesBackend:
     wrong kubeconfig or missing RBAC is one line before anything starts."""
     from k8s.pods import run_id_for
 
-    backend = KubernetesBackend(
-        run_id=run_id_for(run.workflow), epoch=run.epoch, namespace=options.namespace, image=options.image,
-        kubeconfig=options.kubeconfig,
-        master_host=options.master_host or routable_address(options.kubeconfig, options.host_network),
-        host_network=options.host_network, idle_timeout_s=options.idle_timeout_s)
     try:
+        backend = KubernetesBackend(
+            run_id=run_id_for(run.workflow), epoch=run.epoch, namespace=options.namespace, image=options.image,
+            kubeconfig=options.kubeconfig,
+            master_host=options.master_host or routable_address(options.kubeconfig, options.host_network),
+            host_network=options.host_network, idle_timeout_s=options.idle_timeout_s,
+            start_timeout_s=getattr(options, "start_timeout_s", None))
         backend.connect()
     except K8sError as exc:
         raise ValueError(str(exc)) from None

@@ -1,8 +1,17 @@
 """A pod informer (:func:`k8s.watch.list_and_watch`: list, watch from that
-resourceVersion, relist on 410 Gone, reconnect with backoff). It keeps the run's pods and timestamps
-each pod's life as seen here (sub-second, unlike the API's 1 s timestamps):
-first seen unschedulable, scheduled on a node, running, gone. These are the
-phases of the preparation latency L.
+resourceVersion, relist at once after a 410 Gone or any watch failure). It keeps
+the run's pods and timestamps each pod's life as seen here (sub-second, unlike the
+API's 1 s timestamps): first seen unschedulable, scheduled on a node, running,
+gone. These are the phases of the preparation latency L.
+
+When the informer sees a transition late (it was not watching: an API server
+outage, a relist, a restarted HTA), the time comes from the pod's own status
+instead: the ``PodScheduled`` condition's ``lastTransitionTime`` and the
+container's ``startedAt`` (1 s resolution), so no phase is lost or inflated.
+
+It also keeps why a pod does not start: the scheduler's ``Unschedulable`` message,
+the container's waiting reason (``ErrImagePull``, ``ImagePullBackOff``, ...) and
+how a container that ended ended.
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ from k8s.api import CallCounter
 from k8s.watch import list_and_watch
 
 log = logging.getLogger("hta.k8s.informer")
+#: a transition seen more than this long after the pod's status says it happened was seen late
+LATE_S = 2.0
 
 
 @dataclass
@@ -33,11 +44,42 @@ class PodState:
     scheduled_at: float | None = None
     running_at: float | None = None
     gone_at: float | None = None
+    #: the scheduler's message while the pod is unschedulable (None once scheduled)
+    unschedulable: str | None = None
+    #: the container's waiting reason and message (e.g. ImagePullBackOff), None when not waiting
+    waiting_reason: str | None = None
+    waiting_message: str = ""
+    #: how the container ended: "exit 1 (Error): message", "" if it has not
+    terminated: str = ""
+    #: what the pod asks for (cores, MiB)
+    cpu: float = 0.0
+    memory_mb: float = 0.0
     seen: list[tuple[float, str]] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
         return self.gone or self.phase in ("Succeeded", "Failed")
+
+
+def _cpu(q: str | None) -> float:
+    if not q:
+        return 0.0
+    q = str(q)
+    return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
+
+
+def _mib(q: str | None) -> float:
+    if not q:
+        return 0.0
+    q = str(q)
+    for u, f in {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 ** 2}.items():
+        if q.endswith(u):
+            return float(q[:-2]) * f
+    return float(q) / 2 ** 20
+
+
+def _ts(t) -> float | None:
+    return t.timestamp() if t is not None else None
 
 
 class PodInformer:
@@ -64,25 +106,59 @@ class PodInformer:
         with self.lock:
             return {k: PodState(**{f: getattr(v, f) for f in v.__dataclass_fields__}) for k, v in self.pods.items()}
 
+    @staticmethod
+    def _when(now: float, api_time: float | None) -> float:
+        """``now``, unless the pod's status says it happened clearly earlier (seen late)."""
+        if api_time is not None and api_time < now - LATE_S:
+            return api_time
+        return now
+
     def _apply(self, kind: str, pod: client.V1Pod, now: float) -> None:
         name = pod.metadata.name
         with self.lock:
             st = self.pods.get(name)
             if st is None or st.uid != pod.metadata.uid:
-                created = pod.metadata.creation_timestamp.timestamp() if pod.metadata.creation_timestamp else None
+                created = _ts(pod.metadata.creation_timestamp)
                 st = self.pods[name] = PodState(name=name, uid=pod.metadata.uid, created=created)
+                for c in pod.spec.containers or []:
+                    req = (c.resources.requests or {}) if c.resources else {}
+                    st.cpu += _cpu(req.get("cpu"))
+                    st.memory_mb += _mib(req.get("memory"))
             st.seen.append((now, kind))
-            st.phase = pod.status.phase or st.phase
+            status = pod.status or client.V1PodStatus()
+            st.phase = status.phase or st.phase
             st.deleting = pod.metadata.deletion_timestamp is not None
+            conditions = {c.type: c for c in status.conditions or []}
+            sched = conditions.get("PodScheduled")
             if pod.spec.node_name and st.node is None:
                 st.node = pod.spec.node_name
-                st.scheduled_at = now
-            for c in pod.status.conditions or []:
-                if (c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
-                        and st.unschedulable_at is None):
-                    st.unschedulable_at = now
-            if st.phase == "Running" and st.running_at is None:
-                st.running_at = now
+                api_t = _ts(sched.last_transition_time) if sched is not None and sched.status == "True" else None
+                st.scheduled_at = self._when(now, api_t)
+            if pod.spec.node_name:
+                st.unschedulable = None
+            elif sched is not None and sched.status == "False" and sched.reason == "Unschedulable":
+                st.unschedulable = sched.message or "unschedulable"
+                if st.unschedulable_at is None:
+                    st.unschedulable_at = self._when(now, _ts(sched.last_transition_time))
+            st.waiting_reason, st.waiting_message = None, ""
+            started: float | None = None
+            for cs in (status.init_container_statuses or []) + (status.container_statuses or []):
+                s = cs.state
+                if s is None:
+                    continue
+                if s.waiting is not None and s.waiting.reason and s.waiting.reason != "ContainerCreating":
+                    st.waiting_reason, st.waiting_message = s.waiting.reason, s.waiting.message or ""
+                if s.running is not None and s.running.started_at is not None:
+                    started = _ts(s.running.started_at)
+                if s.terminated is not None:
+                    t = s.terminated
+                    st.terminated = (f"exit {t.exit_code}" + (f" ({t.reason})" if t.reason else "")
+                                     + (f": {t.message.strip()}" if t.message and t.message.strip() else ""))
+                    started = started or _ts(t.started_at)
+            if st.phase in ("Running", "Succeeded", "Failed") and st.running_at is None and st.node is not None:
+                st.running_at = self._when(now, started)
+                if st.scheduled_at is not None and st.running_at < st.scheduled_at:
+                    st.running_at = st.scheduled_at
             if kind == "DELETED":
                 st.gone, st.gone_at = True, now
 

@@ -141,7 +141,7 @@ def up(args: argparse.Namespace) -> None:
                    "--initial-cluster", f"hta=http://127.0.0.1:{etcd_p}", "--unsafe-no-fsync"], pids)
     wait_for("etcd", lambda: urllib.request.urlopen(f"http://127.0.0.1:{etcd_c}/health", timeout=2).status == 200)
     p = STATE / "pki"
-    start("kube-apiserver", [str(BIN / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_c}",
+    apiserver_cmd = [str(BIN / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_c}",
                              "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api}",
                              f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
                              f"--token-auth-file={p / 'tokens.csv'}", "--authorization-mode=RBAC",
@@ -149,7 +149,8 @@ def up(args: argparse.Namespace) -> None:
                              f"--service-account-key-file={p / 'sa.pub'}",
                              f"--service-account-signing-key-file={p / 'sa.key'}",
                              "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none",
-                             "--kubelet-preferred-address-types=InternalIP,Hostname"], pids)
+                             "--kubelet-preferred-address-types=InternalIP,Hostname"]
+    start("kube-apiserver", apiserver_cmd, pids)
     wait_for("kube-apiserver", lambda: https_ok(f"https://127.0.0.1:{api}/readyz"), 90)
     kc = str(STATE / "kubeconfig")
     # retry unschedulable pods at most 1 s after a node appears (default backoff: up to 10 s),
@@ -189,7 +190,8 @@ def up(args: argparse.Namespace) -> None:
                                    wait_for)
         print(f"real node {real_node.NAME} Ready: images {real['images']:.1f}s, import {real['import']:.1f}s, "
               f"kubelet start → Ready {real['node_ready']:.1f}s", file=sys.stderr)
-    (STATE / "config.json").write_text(json.dumps(vars(args) | {"api_port": api, "real_node": real}, default=str))
+    (STATE / "config.json").write_text(json.dumps(vars(args) | {"api_port": api, "real_node": real,
+                                                                 "apiserver_cmd": apiserver_cmd}, default=str))
     print(f"cluster up in {time.time() - t0:.1f}s: kube-apiserver https://127.0.0.1:{api}, "
           f"kwok nodes {args.node_cores} cores each, at most {args.max_nodes}, provisioning "
           f"{args.provision_delay:g}±{args.provision_jitter:g}s (node-provisioner stand-in)"
@@ -236,6 +238,26 @@ def down(_: argparse.Namespace) -> None:
     print("cluster down", file=sys.stderr)
 
 
+def apiserver(args: argparse.Namespace) -> None:
+    """Fault injection: ``down`` kills the API server (SIGKILL, as a crash), ``up`` starts it again
+    with the same flags and port and waits until it is ready, ``restart`` does both with
+    ``--down-for`` seconds between."""
+    pids = json.loads((STATE / "pids.json").read_text())
+    cfg = json.loads((STATE / "config.json").read_text())
+    if args.action in ("down", "restart"):
+        pid = pids.get("kube-apiserver")
+        if pid and alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            wait_for("kube-apiserver to stop", lambda: not alive(pid), 15)
+        if args.action == "restart":
+            time.sleep(args.down_for)
+    if args.action in ("up", "restart"):
+        if not alive(pids.get("kube-apiserver") or 0):
+            start("kube-apiserver", cfg["apiserver_cmd"], pids)
+        wait_for("kube-apiserver", lambda: https_ok(f"https://127.0.0.1:{cfg['api_port']}/readyz"), 90)
+    print(f"kube-apiserver {args.action}", file=sys.stderr)
+
+
 def status(_: argparse.Namespace) -> None:
     f = STATE / "pids.json"
     if not f.exists():
@@ -276,6 +298,10 @@ def main(argv: list[str] | None = None) -> None:
     u.set_defaults(func=up)
     sub.add_parser("down").set_defaults(func=down)
     sub.add_parser("status").set_defaults(func=status)
+    a = sub.add_parser("apiserver", help="fault injection: stop / start / restart the kube-apiserver")
+    a.add_argument("action", choices=["down", "up", "restart"])
+    a.add_argument("--down-for", type=float, default=30.0, help="restart: seconds it stays down")
+    a.set_defaults(func=apiserver)
     args = ap.parse_args(argv)
     args.func(args)
 

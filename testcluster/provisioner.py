@@ -65,6 +65,7 @@ class Provisioner:
         self.seq = 0
         self.empty_since: dict[str, float] = {}
         self.stop = threading.Event()
+        self.told: set[str] = set()
 
     def node_body(self, name: str) -> client.V1Node:
         cap = {"cpu": str(self.cfg.node_cores), "memory": f"{self.cfg.node_memory}Mi", "pods": "110"}
@@ -138,6 +139,15 @@ class Provisioner:
                 else:
                     free[slot][0] -= c
                     free[slot][1] -= m
+            # like the cluster-autoscaler: a pod that no new node could hold triggers no scale-up
+            fits = [(c, m, p) for c, m, p in rest
+                    if c <= self.cfg.node_cores + 1e-9 and m <= self.cfg.node_memory + 1e-9]
+            for c, m, p in rest:
+                if (c, m, p) not in fits and p.metadata.uid not in self.told:
+                    self.told.add(p.metadata.uid)
+                    log.info("pod %s didn't trigger scale-up: it asks for %g cores, %g MiB; a node has %d, %d",
+                             p.metadata.name, c, m, self.cfg.node_cores, self.cfg.node_memory)
+            rest = fits
             need, room = 0, [0.0, 0.0]
             for c, m, _ in rest:
                 if room[0] < c - 1e-9 or room[1] < m - 1e-9:

@@ -69,3 +69,119 @@ def test_missing_kubeconfig_is_one_line(tmp_path):
     with pytest.raises(K8sError) as e:
         load_client(str(tmp_path / "nope"))
     assert "not found" in str(e.value) and "\n" not in str(e.value)
+
+
+# -- issue 15, item 8: one API error must not freeze or end the control loop --------------------
+
+import asyncio
+import socket
+import threading
+import time
+
+from kubernetes import client as k8s_client
+
+
+def _api_at(port: int) -> k8s_client.CoreV1Api:
+    cfg = k8s_client.Configuration()
+    cfg.host = f"http://127.0.0.1:{port}"
+    cfg.retries = 0
+    return k8s_client.CoreV1Api(k8s_client.ApiClient(cfg))
+
+
+class Silent:
+    """A TCP server that accepts connections and never answers (a hung API server; a real socket)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        self.t = threading.Thread(target=self._accept, daemon=True)
+        self.t.start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def _refused_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there: connection refused
+    return port
+
+
+@pytest.mark.parametrize("server", ["hung", "refused"])
+def test_a_failing_api_call_gives_up_within_a_step_and_never_blocks_the_loop(server):
+    """A create and a delete against an API server that does not answer (or refuses) give up
+    within the step's budget with one line, while the event loop keeps running (the controller
+    keeps observing; its next step retries)."""
+    from k8s.backend import KubernetesBackend
+
+    silent = Silent() if server == "hung" else None
+    port = silent.port if silent else _refused_port()
+    b = KubernetesBackend(run_id="unit", epoch=time.time())  # budget: STEP_BUDGET_S (5 s)
+    b.api = _api_at(port)
+    b._port = 9123
+
+    async def scenario():
+        ticks = []
+
+        async def ticker():
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(0.1)
+
+        tick = asyncio.create_task(ticker())
+        t0 = time.monotonic()
+        with pytest.raises(K8sError) as e:
+            await asyncio.wait_for(b.request(3, Resources(cores=1, memory_mb=512, disk_mb=512), 0.0), 30)
+        took = time.monotonic() - t0
+        t1 = time.monotonic()
+        b._tracked["hta-unit-9"] = __import__("k8s.backend", fromlist=["Tracked"]).Tracked(
+            "hta-unit-9", Resources(cores=1), 0.0, state="connected", address="1.2.3.4:5")
+        with pytest.raises(K8sError):
+            await asyncio.wait_for(b.remove(["hta-unit-9"], _empty_snapshot(), 0.0), 30)
+        took_delete = time.monotonic() - t1
+        tick.cancel()
+        gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+        return e.value, took, took_delete, max(gaps)
+
+    try:
+        err, took, took_delete, gap = asyncio.run(scenario())
+    finally:
+        if silent:
+            silent.close()
+    assert took < 7.0 and took_delete < 7.0, (took, took_delete)
+    assert gap < 1.0, f"the event loop was blocked for {gap:.1f}s"
+    assert "create pod" in str(err) and "\n" not in str(err)
+    assert b._tracked["hta-unit-9"].state == "connected", "a pod whose delete failed is tried again later"
+
+
+def _empty_snapshot():
+    from workqueue_bridge.status import MasterSnapshot, QueueStatus
+
+    return MasterSnapshot(taken_at=time.time(), queue=QueueStatus(), tasks=[], workers=[])
+
+
+def test_stop_all_with_the_api_server_gone_is_one_line_not_an_exception(caplog):
+    from k8s.backend import KubernetesBackend
+
+    b = KubernetesBackend(run_id="unit", epoch=time.time(), delete_timeout_s=3.0)
+    b.api = _api_at(_refused_port())
+    t0 = time.monotonic()
+    assert asyncio.run(b.stop_all(0.0)) == []
+    assert time.monotonic() - t0 < 30
+    assert any("kubectl delete pods" in r.getMessage() and "hta.io/run=unit" in r.getMessage()
+               for r in caplog.records)
