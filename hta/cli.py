@@ -65,6 +65,67 @@ def _verbosity(p: argparse.ArgumentParser, default) -> None:
                    help="print only errors and the summary")
 
 
+def _makeflow_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``hta makeflow`` (and ``hta config``). Their defaults live in one
+    place, :class:`hta.submit.MakeflowOptions`: here they are only shown in the help, and a
+    flag not given is left out, so that a config file or the environment can set it."""
+    p.add_argument("--backend", default="local",
+                   help="where workers run: local processes (local, the default) or Kubernetes pods (k8s)")
+    k = p.add_argument_group("Kubernetes backend")
+    k.add_argument("--kubeconfig", default=None, metavar="FILE",
+                   help="default: in-cluster config in a pod, else $KUBECONFIG or ~/.kube/config")
+    k.add_argument("--namespace", default="default")
+    k.add_argument("--image", default="localhost/hta-worker:latest",
+                   help="worker image (default: the one k8s/image/build.sh builds)")
+    k.add_argument("--master-host", default=None, metavar="HOST",
+                   help="address workers use to reach the master (default: this host's routable address)")
+    k.add_argument("--host-network", action="store_true", help="worker pods use the node's network")
+    p.add_argument("--port", type=_positive_int("--port", 0), default=None,
+                   help="master port (default: any free port locally, 9123 on Kubernetes so a restarted "
+                        "HTA's pods find their master again)")
+    p.add_argument("--policy", default="hta", help="scaling policy (default: hta)")
+    p.add_argument("--min-workers", type=_positive_int("--min-workers", 0), default=0)
+    p.add_argument("--max-workers", type=_positive_int("--max-workers"), default=4)
+    p.add_argument("--worker-cores", type=_positive_int("--worker-cores"), default=1)
+    p.add_argument("--worker-memory", type=_positive_int("--worker-memory"), default=1024, metavar="MB")
+    p.add_argument("--worker-disk", type=_positive_int("--worker-disk"), default=4096, metavar="MB")
+    p.add_argument("--provision-delay", type=_seconds("--provision-delay"), default=0.0, metavar="S",
+                   help="local backend: emulated time from asking for a worker to starting it")
+    p.add_argument("--provision-jitter", type=_seconds("--provision-jitter"), default=0.0, metavar="S")
+    p.add_argument("--idle-timeout", type=_positive_int("--idle-timeout", 5), default=900, metavar="S",
+                   help="a worker leaves on its own after this long without work")
+    p.add_argument("--poll-interval", type=_seconds("--poll-interval", 0.1), default=1.0, metavar="S")
+    p.add_argument("--min-interval", type=_seconds("--min-interval", 0.1), default=2.0, metavar="S",
+                   help="decide at most this often, whatever the latency")
+    p.add_argument("--max-interval", type=_seconds("--max-interval", 0.1), default=300.0, metavar="S",
+                   help="decide at least this often, whatever the latency")
+    p.add_argument("--latency-prior", type=_seconds("--latency-prior", 0.1), default=None, metavar="S",
+                   help="preparation latency assumed until one is measured (default: provision delay + 2s)")
+    p.add_argument("--log", type=Path, default=None, metavar="FILE",
+                   help="scaling log (default: WORKFLOW.scaling.jsonl next to the makeflow logs)")
+    p.add_argument("--record", type=Path, default=None, metavar="FILE",
+                   help="write every answer the controller reads (master, backend, monitor) to FILE, "
+                        "to replay the run's decisions later (hta.replay)")
+    p.add_argument("--worker-stall-timeout", type=_seconds("--worker-stall-timeout", 2), default=120.0,
+                   metavar="S", help="a worker that does not answer the master for this long (a stopped or hung "
+                                     "node) is dropped, its tasks go back to the queue, and it is replaced "
+                                     "(Work Queue's keepalive; default 120 s)")
+    p.add_argument("--status-port", type=_positive_int("--status-port", 0), default=0, metavar="PORT",
+                   help="port of the run's status server (/status, /metrics, a live page; 0: any free port)")
+    p.add_argument("--no-status", dest="status", action="store_false", default=True,
+                   help="do not run the status server")
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="a YAML or TOML file of these options (same names; flags win; also $HTA_CONFIG, and "
+                        "HTA_<OPTION> variables, e.g. HTA_MAX_WORKERS=8)")
+    for action in p._actions:
+        if action.dest in ("help", "workflow", "verbose", "quiet", "config"):
+            continue
+        shown = isinstance(action, argparse._StoreAction) and action.default not in (None, argparse.SUPPRESS)
+        if shown and "default" not in (action.help or ""):
+            action.help = f"{action.help} (default: {action.default})" if action.help else f"default: {action.default}"
+        action.default = argparse.SUPPRESS
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="hta", description="High-Throughput Autoscaler for Makeflow / Work Queue workflows")
     p.add_argument("--version", action="version", version=f"hta {_version()}")
@@ -80,48 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("workflow", type=Path, nargs="?", default=None,
                    help="the Makeflow file (may be left out when an --argv file after -- names it)")
     _verbosity(m, argparse.SUPPRESS)
-    m.add_argument("--backend", default="local",
-                   help="where workers run: local processes (local, the default) or Kubernetes pods (k8s)")
-    k = m.add_argument_group("Kubernetes backend")
-    k.add_argument("--kubeconfig", default=None, metavar="FILE",
-                   help="default: in-cluster config in a pod, else $KUBECONFIG or ~/.kube/config")
-    k.add_argument("--namespace", default="default")
-    k.add_argument("--image", default="localhost/hta-worker:latest",
-                   help="worker image (default: the one k8s/image/build.sh builds)")
-    k.add_argument("--master-host", default=None, metavar="HOST",
-                   help="address workers use to reach the master (default: this host's routable address)")
-    k.add_argument("--host-network", action="store_true", help="worker pods use the node's network")
-    m.add_argument("--port", type=_positive_int("--port", 0), default=None,
-                   help="master port (default: any free port locally, 9123 on Kubernetes so a restarted "
-                        "HTA's pods find their master again)")
-    m.add_argument("--policy", default="hta", help="scaling policy (default: hta)")
-    m.add_argument("--min-workers", type=_positive_int("--min-workers", 0), default=0)
-    m.add_argument("--max-workers", type=_positive_int("--max-workers"), default=4)
-    m.add_argument("--worker-cores", type=_positive_int("--worker-cores"), default=1)
-    m.add_argument("--worker-memory", type=_positive_int("--worker-memory"), default=1024, metavar="MB")
-    m.add_argument("--worker-disk", type=_positive_int("--worker-disk"), default=4096, metavar="MB")
-    m.add_argument("--provision-delay", type=_seconds("--provision-delay"), default=0.0, metavar="S",
-                   help="local backend: emulated time from asking for a worker to starting it")
-    m.add_argument("--provision-jitter", type=_seconds("--provision-jitter"), default=0.0, metavar="S")
-    m.add_argument("--idle-timeout", type=_positive_int("--idle-timeout", 5), default=900, metavar="S",
-                   help="a worker leaves on its own after this long without work")
-    m.add_argument("--poll-interval", type=_seconds("--poll-interval", 0.1), default=1.0, metavar="S")
-    m.add_argument("--min-interval", type=_seconds("--min-interval", 0.1), default=2.0, metavar="S",
-                   help="decide at most this often, whatever the latency")
-    m.add_argument("--max-interval", type=_seconds("--max-interval", 0.1), default=300.0, metavar="S",
-                   help="decide at least this often, whatever the latency")
-    m.add_argument("--latency-prior", type=_seconds("--latency-prior", 0.1), default=None, metavar="S",
-                   help="preparation latency assumed until one is measured (default: provision delay + 2s)")
-    m.add_argument("--log", type=Path, default=None, metavar="FILE",
-                   help="scaling log (default: WORKFLOW.scaling.jsonl next to the makeflow logs)")
-    m.add_argument("--record", type=Path, default=None, metavar="FILE",
-                   help="write every answer the controller reads (master, backend, monitor) to FILE, "
-                        "to replay the run's decisions later (hta.replay)")
-    m.add_argument("--worker-stall-timeout", type=_seconds("--worker-stall-timeout", 2), default=120.0,
-                   metavar="S", help="a worker that does not answer the master for this long (a stopped or hung "
-                                     "node) is dropped, its tasks go back to the queue, and it is replaced "
-                                     "(Work Queue's keepalive; default 120 s)")
+    _makeflow_options(m)
     m.set_defaults(func=cmd_makeflow)
+
+    g = sub.add_parser("config", help="print the configuration hta makeflow would run with",
+                       usage="hta config [options] [WORKFLOW] [-- makeflow options]",
+                       description="Print the effective configuration of `hta makeflow` with these options, "
+                                   "$HTA_CONFIG / --config and HTA_* variables applied, as YAML (usable as "
+                                   "--config FILE).")
+    g.add_argument("workflow", type=Path, nargs="?", default=None)
+    _makeflow_options(g)
+    g.set_defaults(func=cmd_config)
 
     s = sub.add_parser("simulate", help="compare policies on a simulated cluster",
                        description="Run policies against a workload in the evaluation simulator and print one "
@@ -303,6 +333,39 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def effective_options(args: argparse.Namespace):
+    """defaults < config file (--config, or $HTA_CONFIG) < HTA_* variables < flags given."""
+    import os
+
+    from hta import config
+
+    layers = []
+    cfg = getattr(args, "config", None) or (Path(os.environ["HTA_CONFIG"]) if os.environ.get("HTA_CONFIG") else None)
+    if cfg is not None:
+        layers.append((f"config file {cfg}", config.read_file(cfg)))
+    env = config.from_environment()
+    if env:
+        layers.append(("the environment", env))
+    given = {key: getattr(args, dest) for key, dest in
+             ((k, k.replace("-", "_")) for k in config.KEYS) if key not in ("workflow", "makeflow-args") and hasattr(args, dest)}
+    extra = list(args.makeflow_args)
+    if extra:
+        given["makeflow-args"] = [*(layers[-1][1].get("makeflow-args", []) if layers else []), *extra]
+    layers.append(("the command line", given))
+    fixed = {"workflow": args.workflow} if args.workflow is not None else {}
+    return config.build(layers, **fixed)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """The configuration ``hta makeflow`` would run with, as YAML (a valid --config file)."""
+    import yaml
+
+    from hta.config import as_keys
+
+    print(yaml.safe_dump(as_keys(effective_options(args)), sort_keys=False), end="")
+    return 0
+
+
 def cmd_makeflow(args: argparse.Namespace) -> int:
     import signal
 
@@ -317,23 +380,10 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, interrupted)
     try:
-        from hta.backends import BackendOptions
-        from hta.submit import MakeflowOptions, run_makeflow
+        from hta.submit import run_makeflow
         from hta.summary_view import print_summary
 
-        extra = list(args.makeflow_args)
-        options = MakeflowOptions(
-            workflow=args.workflow, makeflow_args=extra, backend=args.backend, policy=args.policy, port=args.port,
-            min_workers=args.min_workers, max_workers=args.max_workers, worker_cores=args.worker_cores,
-            worker_memory_mb=args.worker_memory, worker_disk_mb=args.worker_disk,
-            poll_interval_s=args.poll_interval, min_interval_s=args.min_interval, max_interval_s=args.max_interval,
-            latency_prior_s=args.latency_prior, log=args.log, record=args.record,
-            stall_timeout_s=args.worker_stall_timeout,
-            backend_options=BackendOptions(
-                idle_timeout_s=args.idle_timeout, provision_delay_s=args.provision_delay,
-                provision_jitter_s=args.provision_jitter, kubeconfig=args.kubeconfig, namespace=args.namespace,
-                image=args.image, master_host=args.master_host, host_network=args.host_network),
-        )
+        options = effective_options(args)
         result = run_makeflow(options)
         print_summary(result.summary, result.scaling_log)
         for w in result.warnings:
@@ -366,12 +416,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     apart; an option HTA does not know is named with where it belongs."""
     parser = build_parser()
     passthrough: list[str] = []
-    if "--" in argv and "makeflow" in argv[:argv.index("--")]:
+    if "--" in argv and {"makeflow", "config"} & set(argv[:argv.index("--")]):
         i = argv.index("--")
         argv, passthrough = argv[:i], argv[i + 1:]
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        if args.command == "makeflow":
+        if args.command in ("makeflow", "config"):
             first = unknown[0]
             if first.startswith("-"):
                 parser.exit(EXIT_USAGE, f"hta: error: hta makeflow has no option {first}: makeflow's own options go "

@@ -478,6 +478,10 @@ class MakeflowOptions(BaseModel):
     record: Path | None = None
     #: a worker that does not answer the master for this long is dropped and replaced
     stall_timeout_s: float = Field(STALL_TIMEOUT_S, ge=2)
+    #: serve /status, /metrics and a live page during the run
+    status: bool = True
+    #: the status server's port (0: any free port)
+    status_port: int = Field(0, ge=0, le=65535)
 
     def invocation(self) -> MakeflowArgs:
         """makeflow's command line (options and workflow) as makeflow will read it."""

@@ -82,8 +82,26 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def real_makeflow() -> str | None:
+    """The CCTools makeflow on PATH, past HTA's own ``makeflow`` (``hta.makeflow_shim``)."""
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(d or ".", "makeflow")
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue
+        try:
+            with open(candidate, "rb") as fh:
+                head = fh.read(2048)
+        except OSError:
+            continue
+        if b"hta.makeflow_shim" not in head:
+            return candidate
+    return None
+
+
 def check_installed() -> None:
-    for tool in ("makeflow", "work_queue_worker"):
+    if real_makeflow() is None:
+        raise MakeflowError("makeflow not found on PATH: run scripts/setup.sh (installs Debian's coop-computing-tools)")
+    for tool in ("work_queue_worker",):
         if shutil.which(tool) is None:
             raise MakeflowError(
                 f"{tool} not found on PATH: run scripts/setup.sh (installs Debian's coop-computing-tools)"
@@ -162,7 +180,7 @@ class MakeflowRun:
             # makeflow refuses absolute "remote names": the monitor dir relative to where it runs
             monitor = [f"--monitor={os.path.relpath(self.monitor_dir, self.workdir)}"]
         return [
-            "makeflow", "-T", "wq", *port, "-N", self.project, "-C", self.catalog, *monitor,
+            real_makeflow() or "makeflow", "-T", "wq", *port, "-N", self.project, "-C", self.catalog, *monitor,
             *keepalive_args(self.stall_timeout_s, self.args),
             *self.args.tokens(),
             *([self.args.dagfile] if self.args.dagfile and not self.args.dag_from_argv else []),

@@ -1,0 +1,137 @@
+"""``hta makeflow``'s configuration: defaults < config file < environment < command line.
+
+Every option has one name, the command line's (``max-workers``); a config
+file (YAML, or TOML by its ``.toml`` suffix) uses the same names, with dashes
+or underscores, and the environment ``HTA_`` and the name in capitals
+(``HTA_MAX_WORKERS=8``; ``HTA_CONFIG`` names a config file). That is how
+``makeflow -T hta`` reaches HTA's options. The result is validated by one
+pydantic model, :class:`hta.submit.MakeflowOptions`; an error is one line
+that names the key, where it came from and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import ValidationError
+
+from hta.errors import UsageError
+
+#: option name → (section, field) of MakeflowOptions ("" the top level, "backend" its backend_options)
+KEYS: dict[str, tuple[str, str]] = {
+    "workflow": ("", "workflow"),
+    "backend": ("", "backend"),
+    "policy": ("", "policy"),
+    "port": ("", "port"),
+    "min-workers": ("", "min_workers"),
+    "max-workers": ("", "max_workers"),
+    "worker-cores": ("", "worker_cores"),
+    "worker-memory": ("", "worker_memory_mb"),
+    "worker-disk": ("", "worker_disk_mb"),
+    "poll-interval": ("", "poll_interval_s"),
+    "min-interval": ("", "min_interval_s"),
+    "max-interval": ("", "max_interval_s"),
+    "latency-prior": ("", "latency_prior_s"),
+    "log": ("", "log"),
+    "record": ("", "record"),
+    "worker-stall-timeout": ("", "stall_timeout_s"),
+    "status-port": ("", "status_port"),
+    "status": ("", "status"),
+    "makeflow-args": ("", "makeflow_args"),
+    "idle-timeout": ("backend", "idle_timeout_s"),
+    "provision-delay": ("backend", "provision_delay_s"),
+    "provision-jitter": ("backend", "provision_jitter_s"),
+    "kubeconfig": ("backend", "kubeconfig"),
+    "namespace": ("backend", "namespace"),
+    "image": ("backend", "image"),
+    "master-host": ("backend", "master_host"),
+    "host-network": ("backend", "host_network"),
+}
+
+
+def key_of(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """A config file's keys (YAML, or TOML for ``*.toml``), checked against :data:`KEYS`."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read the config file {path} ({exc.strerror or exc}): give a readable YAML or "
+                         f"TOML file to --config") from None
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:  # noqa: BLE001 — yaml and tomllib raise their own kinds
+        where = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"config file {path} is not valid {'TOML' if path.suffix == '.toml' else 'YAML'} "
+                         f"({where})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path} must hold keys and values (e.g. `max-workers: 8`)")
+    return _checked(data, f"config file {path}")
+
+
+def from_environment(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``HTA_MAX_WORKERS=8`` → ``{"max-workers": "8"}`` (pydantic converts the strings)."""
+    env = os.environ if env is None else env
+    out: dict[str, Any] = {}
+    for var, value in env.items():
+        if var.startswith("HTA_") and var != "HTA_CONFIG":
+            key = key_of(var[4:])
+            if key in KEYS:
+                out[key] = value.split() if key == "makeflow-args" else value
+    return out
+
+
+def _checked(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    out = {}
+    for k, v in data.items():
+        key = key_of(str(k))
+        if key not in KEYS:
+            raise UsageError(f"unknown key {k!r} in the {source}: allowed keys are {', '.join(sorted(KEYS))}")
+        out[key] = v
+    return out
+
+
+def build(layers: list[tuple[str, Mapping[str, Any]]], **fixed: Any):
+    """:class:`~hta.submit.MakeflowOptions` from layers of ``{key: value}`` (later layers win),
+    each named by where it came from, for the error line."""
+    from hta.backends import BackendOptions
+    from hta.submit import MakeflowOptions
+
+    top: dict[str, Any] = dict(fixed)
+    backend: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for source, values in layers:
+        for key, value in values.items():
+            section, field = KEYS[key]
+            (backend if section == "backend" else top)[field] = value
+            origin[field] = f"{key} (from {source})"
+    try:
+        return MakeflowOptions(**top, backend_options=BackendOptions(**backend))
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        field = str(e["loc"][-1]) if e["loc"] else ""
+        where = origin.get(field, field)
+        raise UsageError(f"{where}: {e['msg']} (got {e.get('input')!r})") from None
+
+
+def as_keys(options) -> dict[str, Any]:
+    """The options under their config-file names (what ``hta config`` prints: a valid config
+    file), the workflow first."""
+    data = options.model_dump(mode="json")
+    out: dict[str, Any] = {}
+    for key, (section, field) in KEYS.items():
+        out[key] = data["backend_options"][field] if section == "backend" else data[field]
+    return out

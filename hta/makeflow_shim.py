@@ -1,0 +1,53 @@
+"""``makeflow -T hta``: the submission path as the original HTA named it.
+
+Installed as a ``makeflow`` command in HTA's environment (ahead of the real
+one on PATH once the venv's ``bin`` is). With ``-T hta`` / ``--batch-type=hta``
+(or ``MAKEFLOW_BATCH_QUEUE_TYPE=hta``) it runs ``hta makeflow`` on the same
+command line: the workflow and every makeflow option pass through, HTA's own
+options come from ``$HTA_CONFIG`` and ``HTA_*`` variables (see
+:mod:`hta.config`). Any other invocation is handed, unchanged, to the real
+makeflow — found on PATH past this one, never this one again.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from workqueue_bridge.makeflow import real_makeflow
+from workqueue_bridge.makeflow_args import ArgsError, MakeflowArgs
+
+
+def wants_hta(args: MakeflowArgs) -> bool:
+    kind = args.last("batch-type") or os.environ.get("MAKEFLOW_BATCH_QUEUE_TYPE", "")
+    return kind.strip().lower() == "hta"
+
+
+def hta_argv(args: MakeflowArgs) -> list[str]:
+    """``hta makeflow`` arguments for this makeflow command line (``-T hta`` dropped; with no
+    workflow named, makeflow's own default ``./Makeflow``)."""
+    workflow = [] if args.dag_from_argv else [args.dagfile or "./Makeflow"]
+    return ["makeflow", *workflow, "--", *args.without("batch-type")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    real = real_makeflow()
+    try:
+        args = MakeflowArgs.parse(argv)
+    except ArgsError:
+        args = None  # makeflow says it better
+    if args is not None and wants_hta(args):
+        os.environ.pop("MAKEFLOW_BATCH_QUEUE_TYPE", None)
+        from hta.cli import main as hta_main
+
+        return hta_main(hta_argv(args))
+    if real is None:
+        print("makeflow: error: the real makeflow (CCTools) is not on PATH: run scripts/setup.sh", file=sys.stderr)
+        return 127
+    os.execv(real, [real, *argv])
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

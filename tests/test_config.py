@@ -1,0 +1,93 @@
+"""One configuration (issue 14 §3): defaults < config file < HTA_* variables < flags, one
+pydantic model, one-line errors naming the key; and ``makeflow -T hta``, which reaches HTA's
+options through them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, run_hta
+from hta import config
+from hta.errors import UsageError
+from hta.makeflow_shim import hta_argv, wants_hta
+from workqueue_bridge.makeflow import real_makeflow
+from workqueue_bridge.makeflow_args import MakeflowArgs
+
+
+def effective(*args: str, env: dict | None = None, cwd: Path | None = None) -> dict:
+    r = run_hta("config", *args, env=env, cwd=cwd, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return yaml.safe_load(r.stdout)
+
+
+def test_layers_flags_win_over_environment_over_file(tmp_path: Path):
+    (tmp_path / "c.yaml").write_text("max-workers: 8\npolicy: hpa-50\nnamespace: batch\nidle_timeout: 60\n")
+    got = effective("--config", str(tmp_path / "c.yaml"), "--max-workers", "3", env={"HTA_POLICY": "static"})
+    assert (got["max-workers"], got["policy"], got["namespace"], got["idle-timeout"]) == (3, "static", "batch", 60)
+    assert effective()["max-workers"] == 4  # the model's default when nobody sets it
+
+
+def test_toml_and_the_printed_configuration_is_a_valid_config_file(tmp_path: Path):
+    (tmp_path / "c.toml").write_text('policy = "factory"\nworker-cores = 2\nmakeflow-args = ["-j", "2"]\n')
+    got = effective("--config", str(tmp_path / "c.toml"), "W", "--", "-R")
+    assert (got["policy"], got["worker-cores"], got["makeflow-args"], got["workflow"]) == ("factory", 2, ["-j", "2", "-R"], "W")
+    (tmp_path / "again.yaml").write_text(yaml.safe_dump(got))
+    assert effective("--config", str(tmp_path / "again.yaml")) == got
+
+
+@pytest.mark.parametrize("text,suffix,needle", [
+    ("max_workrs: 3\n", ".yaml", "unknown key 'max_workrs'"),
+    ("max-workers: -1\n", ".yaml", "max-workers (from config file"),
+    ("max-workers = [\n", ".toml", "is not valid TOML"),
+    ("- a\n- b\n", ".yaml", "must hold keys and values"),
+])
+def test_bad_config_is_one_line(tmp_path: Path, text, suffix, needle):
+    f = tmp_path / f"c{suffix}"
+    f.write_text(text)
+    r = run_hta("config", "--config", str(f), timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("hta: error: ") and needle in line, line
+
+
+def test_environment_errors_name_the_variable():
+    with pytest.raises(UsageError, match=r"max-workers \(from the environment\)"):
+        config.build([("the environment", config.from_environment({"HTA_MAX_WORKERS": "many"}))])
+
+
+def test_shim_recognises_hta_and_keeps_makeflow_options():
+    a = MakeflowArgs.parse(["-T", "hta", "-j", "2", "sub/W"])
+    assert wants_hta(a) and hta_argv(a) == ["makeflow", "sub/W", "--", "-j", "2"]
+    assert wants_hta(MakeflowArgs.parse(["--batch-type=hta"]))
+    assert hta_argv(MakeflowArgs.parse(["-Thta"])) == ["makeflow", "./Makeflow", "--"]
+    assert not wants_hta(MakeflowArgs.parse(["-T", "local", "W"]))
+
+
+def test_the_real_makeflow_is_found_past_the_shim(tmp_path: Path, monkeypatch):
+    shim = tmp_path / "makeflow"
+    shim.write_text("#!/bin/sh\n# from hta.makeflow_shim import main\n")
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    found = real_makeflow()
+    assert found is not None and Path(found) != shim and "hta.makeflow_shim" not in Path(found).read_text(errors="replace")[:2048]
+
+
+@pytest.mark.slow
+def test_makeflow_dash_T_hta_runs_hta_and_other_types_pass_through(tmp_path: Path):
+    (tmp_path / "W").write_text("out.txt:\n\techo hi > out.txt\n")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "HTA_POLICY": "static", "HTA_MAX_WORKERS": "1"}
+    r = subprocess.run(["makeflow", "-T", "hta", "W"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "policy static" in r.stdout, r.stdout + r.stderr
+    assert (tmp_path / "W.scaling.jsonl").is_file() and (tmp_path / "out.txt").read_text() == "hi\n"
+    (tmp_path / "V").write_text("v.txt:\n\techo v > v.txt\n")
+    r = subprocess.run(["makeflow", "-T", "local", "V"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and (tmp_path / "v.txt").is_file() and not (tmp_path / "V.scaling.jsonl").exists()
