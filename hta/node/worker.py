@@ -128,6 +128,8 @@ def run(o: WorkerOptions) -> int:
         raise ValueError("give the master as --master HOST:PORT, or --project NAME (with --catalog HOST:PORT)")
     if o.master and not o.master.rpartition(":")[2].isdigit():
         raise ValueError(f"--master {o.master!r} must be HOST:PORT")
+    if o.master:
+        check_resolves(o.master.rpartition(":")[0])
     cap = chosen_capacity(o)
     print(json.dumps({"hta_worker": "capacity", "cores": cap.cores, "memory_mb": cap.memory_mb,
                       "disk_mb": cap.disk_mb, "soft_memory_mb": cap.soft_memory_mb, "sources": cap.sources}),
@@ -145,7 +147,9 @@ def run(o: WorkerOptions) -> int:
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, on_signal)
     # and if we die anyway (SIGKILL), the worker follows
-    proc = subprocess.Popen(command(o, cap), env=env, preexec_fn=die_with_parent(signal.SIGTERM))
+    proc = subprocess.Popen(command(o, cap), env=env, preexec_fn=die_with_parent(signal.SIGTERM),
+                            stderr=subprocess.PIPE)
+    said = _Relay(proc)
     daemon = None
     if o.css:
         try:
@@ -171,8 +175,65 @@ def run(o: WorkerOptions) -> int:
     if daemon is not None:
         daemon.stop_event.set()
     reap_leftovers()
+    said.join()
     rc = proc.returncode
+    if rc == 0 and said.never_connected and not signals:
+        where = o.master or f"project {o.project}"
+        print(f"hta: error: the worker could not reach its master ({where}) within {o.connect_timeout_s} s"
+              f"{': ' + said.why if said.why else ''}; check that the master runs and that HOST:PORT is right",
+              file=sys.stderr)
+        return 1
     return 128 - rc if rc < 0 else rc
+
+
+class _Relay:
+    """Copies work_queue_worker's stderr to ours line by line (HTA's local backend reads it
+    from the log) and notes whether it gave up without ever reaching its master (it exits 0
+    then, as after a normal idle timeout)."""
+
+    def __init__(self, proc: subprocess.Popen):
+        import threading
+
+        self.connected = False
+        self.gave_up = False
+        self.why = ""
+        self._thread = threading.Thread(target=self._copy, args=(proc.stderr,), daemon=True)
+        self._thread.start()
+
+    def _copy(self, stream) -> None:
+        for raw in iter(stream.readline, b""):
+            sys.stderr.buffer.write(raw)
+            sys.stderr.buffer.flush()
+            line = raw.decode(errors="replace")
+            if "connected to manager" in line or "connected to master" in line:
+                self.connected = True
+            elif "could not connect after" in line:
+                self.gave_up = True
+            elif "couldn't resolve hostname" in line or "couldn't connect" in line:
+                self.why = line.split("work_queue_worker:")[-1].strip()
+
+    @property
+    def never_connected(self) -> bool:
+        return self.gave_up and not self.connected
+
+    def join(self) -> None:
+        self._thread.join(timeout=5)
+
+
+def check_resolves(host: str, patience_s: float = 10.0) -> None:
+    """The master's host name resolves (within ``patience_s``: a pod's DNS may lag its start)."""
+    import socket
+
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            socket.getaddrinfo(host, None)
+            return
+        except socket.gaierror as exc:
+            if time.monotonic() > deadline:
+                raise ValueError(f"cannot resolve the master's host {host!r} ({exc.strerror}): give --master "
+                                 f"HOST:PORT with a host name or address this machine can reach") from None
+        time.sleep(1.0)
 
 
 #: how long a worker told to stop may take before its task processes and then it are killed
