@@ -107,8 +107,17 @@ function el(name, attrs, text) {
   if (text != null) e.textContent = text;
   return e;
 }
+function clock(t) {
+  const m = Math.floor(t / 60), r = Math.round(t % 60);
+  return m + ":" + String(r).padStart(2, "0");
+}
+function timeStep(span) {
+  for (const st of [1, 2, 5, 10, 15, 20, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400])
+    if (span / st <= 8) return st;
+  return 28800;
+}
 function drawChart(series) {
-  const svg = $("chart"), W = 1000, H = 300, L = 48, R = 12, T = 10, B = 28;
+  const svg = $("chart"), W = 1000, H = 300, L = 48, R = 14, T = 26, B = 30;
   svg.replaceChildren();
   const t0 = series.length ? series[0][0] : 0, t1 = series.length ? Math.max(series[series.length - 1][0], t0 + 1) : 60;
   let vmax = 1;
@@ -117,27 +126,34 @@ function drawChart(series) {
   const x = (t) => L + (W - L - R) * (t - t0) / (t1 - t0), y = (v) => T + (H - T - B) * (1 - v / ymax);
   for (let v = 0; v <= ymax + 1e-9; v += ystep) {
     svg.append(el("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: v ? "#eaeef2" : "#d0d7de" }));
-    svg.append(el("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" }, String(+v.toFixed(2))));
+    svg.append(el("text", { x: L - 8, y: y(v) + 4, "text-anchor": "end" }, String(+v.toFixed(2))));
   }
-  const xstep = nice((t1 - t0) / 1.2);
+  const xstep = timeStep(t1 - t0);
   for (let t = Math.ceil(t0 / xstep) * xstep; t <= t1 + 1e-9; t += xstep) {
     svg.append(el("line", { x1: x(t), x2: x(t), y1: H - B, y2: H - B + 4, stroke: "#d0d7de" }));
-    svg.append(el("text", { x: x(t), y: H - B + 16, "text-anchor": "middle" }, dur(t).replace(".0 s", " s")));
+    svg.append(el("text", { x: x(t), y: H - B + 17, "text-anchor": "middle" }, clock(t)));
   }
-  svg.append(el("text", { x: 4, y: T + 8 }, "cores"));
+  svg.append(el("text", { x: L - 8, y: 12, "text-anchor": "end" }, "cores"));
+  svg.append(el("text", { x: W - R, y: 12, "text-anchor": "end" }, "elapsed (min:s)"));
   if (!series.length) {
     svg.append(el("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, "no observation yet"));
     window.htaPage.points = 0;
     return;
   }
-  const lines = [[3, "var(--demand)", "demand", "5 4"], [1, "var(--supply)", "supply", ""], [2, "var(--inuse)", "in-use", ""]];
-  for (const [i, color, name, dash] of lines) {
+  const step = (i) => {
     let d = "M" + x(series[0][0]).toFixed(1) + " " + y(series[0][i]).toFixed(1);
     for (let k = 1; k < series.length; k++)
       d += "H" + x(series[k][0]).toFixed(1) + "V" + y(series[k][i]).toFixed(1);
-    svg.append(el("path", { d, fill: "none", stroke: color, "stroke-width": 2, "stroke-dasharray": dash,
+    return d;
+  };
+  // supply also as a light area, so the cores paid for stay visible where in use covers its line
+  const base = y(0).toFixed(1);
+  svg.append(el("path", { d: step(1) + "V" + base + "H" + x(series[0][0]).toFixed(1) + "Z", fill: "rgba(9,105,218,0.10)",
+                          stroke: "none", class: "area supply" }));
+  const lines = [[3, "var(--demand)", "demand", "6 4"], [1, "var(--supply)", "supply", ""], [2, "var(--inuse)", "in-use", ""]];
+  for (const [i, color, name, dash] of lines)
+    svg.append(el("path", { d: step(i), fill: "none", stroke: color, "stroke-width": 2, "stroke-dasharray": dash,
                             "stroke-linejoin": "round", class: "series " + name, "data-points": series.length }));
-  }
   window.htaPage.points = series.length;
 }
 function cell(tr, text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; tr.append(td); return td; }
