@@ -181,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "by side, and draw supply, in-use and demand over time.")
     r.add_argument("logs", nargs="+", type=Path, help="scaling logs (*.scaling.jsonl, or hta simulate --out files)")
     r.add_argument("--format", choices=["table", "markdown", "json"], default="table")
-    r.add_argument("--plot", type=Path, metavar="DIR", help="write one PNG per run (and a comparison) here")
+    r.add_argument("--plot", type=Path, metavar="DIR", help="write one figure per run (and a comparison) here")
+    r.add_argument("--plot-format", default="png", metavar="FMT[,FMT]",
+                   help="figure formats, any of png, svg, pdf (default: png)")
     r.set_defaults(func=cmd_report)
 
     w = sub.add_parser("worker", help="run a Work Queue worker with its effective capacity, and CSS",
@@ -275,6 +277,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from hta.report import load_runs, plot, render_json, render_markdown, render_table
 
+    from hta.report import PLOT_FORMATS
+
+    formats = tuple(dict.fromkeys(f.strip().lower() for f in args.plot_format.split(",") if f.strip()))
+    bad = [f for f in formats if f not in PLOT_FORMATS]
+    if bad or not formats:
+        raise UsageError(f"--plot-format {args.plot_format!r}: choose among {', '.join(PLOT_FORMATS)} "
+                         f"(e.g. --plot-format png,pdf)")
     runs, errors = load_runs(args.logs)
     for e in errors:
         print(f"hta: error: {e}", file=sys.stderr)
@@ -293,7 +302,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             render_table(runs, Console(width=80))
     if runs and args.plot:
         try:
-            figures = plot(runs, args.plot)
+            figures = plot(runs, args.plot, formats)
         except OSError as exc:
             raise UsageError(f"cannot write figures to {str(args.plot)!r} ({exc.strerror or exc}): "
                              f"choose a folder you can write to with --plot") from None

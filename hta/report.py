@@ -30,7 +30,13 @@ class LoadedRun:
     @property
     def label(self) -> str:
         s = self.summary
-        name = s.workload or (Path(s.workflow).parent.name if s.workflow else self.path.stem)
+        if s.workload:
+            name = s.workload
+        elif s.workflow:
+            wf = Path(s.workflow)
+            name = f"{wf.parent.name}/{wf.name}" if wf.parent.name else wf.name
+        else:
+            name = self.path.stem
         seed = f" seed {s.seed}" if s.seed is not None else ""
         return f"{s.policy} · {name}{seed}"
 
@@ -39,6 +45,9 @@ def load_runs(paths: list[Path]) -> tuple[list[LoadedRun], list[str]]:
     """Every readable run, and one message per unreadable file (naming file and line)."""
     runs, errors = [], []
     for p in paths:
+        latest = Path(f"{p}.scaling.jsonl")
+        if Path(p).is_file() and latest.exists():  # a workflow: its latest run
+            p = latest.resolve()
         try:
             records, problems = read_records(p)
             runs.append(LoadedRun(Path(p), summarize(records, str(p)), records, problems))
@@ -134,9 +143,23 @@ def render_json(runs: list[LoadedRun], errors: list[str]) -> str:
     return json.dumps({"runs": out, "errors": errors}, indent=1)
 
 
-def plot(runs: list[LoadedRun], out_dir: Path) -> list[Path]:
-    """One PNG per run; with several runs one more with a panel each on a shared time axis;
-    with a real and a simulated run, both on one axes (``real-vs-simulated.png``)."""
+#: figure formats ``hta report --plot-format`` can write
+PLOT_FORMATS = ("png", "svg", "pdf")
+
+
+def _save(fig, stem: Path, formats: tuple[str, ...]) -> list[Path]:
+    out = []
+    for fmt in formats:
+        p = stem.with_suffix(f".{fmt}")
+        fig.savefig(p, dpi=150 if fmt == "png" else None)
+        out.append(p)
+    return out
+
+
+def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
+    """One figure per run (supply, in use and demand, waste and shortage shaded); with
+    several runs one more with a panel each, each on its own time axis; with a real and a
+    simulated run, both on one axes (``real-vs-simulated``). Each in every one of ``formats``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -151,6 +174,15 @@ def plot(runs: list[LoadedRun], out_dir: Path) -> list[Path]:
             ax.text(0.5, 0.5, "no observations", ha="center", transform=ax.transAxes)
             return
         t = [o.t for o in obs] + [r.summary.runtime_s if r.summary.complete else obs[-1].t]
+        supply = [o.supply_cores for o in obs]
+        in_use = [o.in_use_cores for o in obs]
+        demand = [o.demand_cores for o in obs]
+        ax.fill_between(t, in_use + in_use[-1:], supply + supply[-1:], step="post", color="tab:orange", alpha=0.18,
+                        lw=0, where=[s >= u for s, u in zip(supply + supply[-1:], in_use + in_use[-1:])],
+                        label="waste (idle cores paid)")
+        ax.fill_between(t, supply + supply[-1:], demand + demand[-1:], step="post", color="tab:red", alpha=0.12,
+                        lw=0, hatch="///", where=[d > s for d, s in zip(demand + demand[-1:], supply + supply[-1:])],
+                        label="shortage (cores wanted, not there)")
         for key, label, color in (("demand_cores", "demand", "tab:red"), ("supply_cores", "supply", "tab:blue"),
                                   ("in_use_cores", "in use", "tab:green")):
             v = [getattr(o, key) for o in obs]
@@ -175,29 +207,26 @@ def plot(runs: list[LoadedRun], out_dir: Path) -> list[Path]:
         ax.plot([], [], marker="v", ls="", color="tab:orange", label="scale down")
         ax.legend(loc="upper right", fontsize=8)
         fig.tight_layout()
-        p = out_dir / f"run{i + 1}-{r.summary.policy}.png"
-        fig.savefig(p, dpi=110)
+        written += _save(fig, out_dir / f"run{i + 1}-{r.summary.policy}", formats)
         plt.close(fig)
-        written.append(p)
     real = [r for r in runs if not r.summary.simulated]
     sim = [r for r in runs if r.summary.simulated]
     if real and sim:
-        written.append(overlay(real[0], sim[0], out_dir, plt))
+        written += overlay(real[0], sim[0], out_dir, plt, formats)
     if len(runs) > 1:
-        fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.6 * len(runs)), sharex=True, squeeze=False)
+        # each run on its own time axis: runs of different length stay readable
+        fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.8 * len(runs)), squeeze=False)
         for ax, r in zip(axes[:, 0], runs):
             draw(ax, r)
-        axes[0, 0].legend(loc="upper right", fontsize=8)
-        axes[-1, 0].set_xlabel("time since submission (s)")
+            ax.set_xlabel("time since submission (s)", fontsize=8)
+        axes[0, 0].legend(loc="upper right", fontsize=7)
         fig.tight_layout()
-        p = out_dir / "comparison.png"
-        fig.savefig(p, dpi=110)
+        written += _save(fig, out_dir / "comparison", formats)
         plt.close(fig)
-        written.append(p)
     return written
 
 
-def overlay(real: LoadedRun, sim: LoadedRun, out_dir: Path, plt) -> Path:
+def overlay(real: LoadedRun, sim: LoadedRun, out_dir: Path, plt, formats: tuple[str, ...] = ("png",)) -> list[Path]:
     """A real run and a simulated one on one axes (the thesis's Figs 7.12–7.13 style): supply,
     in use and demand, real solid, simulated dashed. A real run compressed k times (policy
     ``NAME@k``) is drawn in the experiment's time, t × k."""
@@ -222,7 +251,6 @@ def overlay(real: LoadedRun, sim: LoadedRun, out_dir: Path, plt) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(loc="upper right", fontsize=7, ncol=2)
     fig.tight_layout()
-    p = out_dir / "real-vs-simulated.png"
-    fig.savefig(p, dpi=110)
+    out = _save(fig, out_dir / "real-vs-simulated", formats)
     plt.close(fig)
-    return p
+    return out

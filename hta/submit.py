@@ -144,9 +144,33 @@ class _NoMaster(Exception):
 
 
 def paths_for(workflow: Path) -> tuple[Path, Path]:
-    """(run directory, scaling log) next to the makeflow logs of ``workflow``."""
+    """(run directory, latest scaling log) next to the makeflow logs of ``workflow``; the
+    latest log is a link to the newest of the run directory's ``runs/run-NNN.scaling.jsonl``."""
     wf = workflow.resolve()
     return wf.parent / f"{wf.name}.hta", wf.parent / f"{wf.name}.scaling.jsonl"
+
+
+def new_run_log(run_dir: Path, latest: Path) -> Path:
+    """A fresh, numbered scaling log for this run (a second run never overwrites the first's),
+    with ``latest`` pointing at it. Called under the run's lock."""
+    runs = run_dir / "runs"
+    try:
+        runs.mkdir(parents=True, exist_ok=True)
+        if latest.is_file() and not latest.is_symlink():  # a log from before runs were numbered: keep it
+            latest.rename(runs / "run-000.scaling.jsonl")
+    except OSError as exc:
+        raise UsageError(f"cannot keep the run's logs in {runs} ({exc.strerror or exc}): run the workflow from a "
+                         f"folder you can write to, or give --log FILE") from None
+    numbers = [int(p.name[4:7]) for p in runs.glob("run-[0-9][0-9][0-9]*.scaling.jsonl") if p.name[4:7].isdigit()]
+    path = runs / f"run-{max(numbers, default=0) + 1:03d}.scaling.jsonl"
+    try:
+        tmp = latest.with_name(latest.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(os.path.relpath(path, latest.parent))
+        tmp.replace(latest)
+    except OSError:
+        pass  # the numbered log is what matters; the link is a convenience
+    return path
 
 
 async def submit(
@@ -186,7 +210,7 @@ async def submit(
         run_dir, default_log = paths_for(workflow)
         lock = RunLock(run_dir, workflow)
         try:
-            return await _submit(args, run_dir, scaling_log_path or default_log, policy=policy,
+            return await _submit(args, run_dir, scaling_log_path or new_run_log(run_dir, default_log), policy=policy,
                                  backend=backend, config=config, lookahead=lookahead,
                                  port=port, epoch=epoch or time.time(), record=record,
                                  stall_timeout_s=stall_timeout_s, stop=stop, signalled=signalled)

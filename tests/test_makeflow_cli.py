@@ -63,6 +63,11 @@ def test_makeflow_ending_without_a_master_is_a_success(tmp_path: Path):
     ok(r)
     assert not (tmp_path / "out2.txt").exists()
     assert end_of(tmp_path / "W.scaling.jsonl")["exit_code"] == 0
+    # each run keeps its own scaling log; the workflow's points at the latest
+    runs = sorted(p.name for p in (tmp_path / "W.hta/runs").iterdir())
+    assert runs == ["run-001.scaling.jsonl", "run-002.scaling.jsonl"]
+    assert (tmp_path / "W.scaling.jsonl").resolve() == (tmp_path / "W.hta/runs/run-002.scaling.jsonl")
+    assert end_of(tmp_path / "W.hta/runs/run-001.scaling.jsonl")["tasks_done"] == 2
 
 
 def test_shared_fs_runs_without_the_monitor_and_still_learns_runtimes(tmp_path: Path):

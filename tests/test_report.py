@@ -117,3 +117,33 @@ def test_tables_and_plots(tmp_path):
     assert (tmp_path / "fig" / "run1-hta.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = run_hta("report", "--format", "markdown", str(a))
     assert md.returncode == 0 and "| waste core·s | 10 |" in md.stdout
+
+
+def test_figures_in_every_asked_format_and_runs_labelled(tmp_path):
+    a = hand_log(tmp_path, "a.jsonl")
+    rec = json.loads(a.read_text().splitlines()[0])
+    rec["workflow"] = "/data/runs/Makeflow"
+    lines = a.read_text().splitlines()
+    a.write_text("\n".join([json.dumps(rec), *lines[1:]]) + "\n")
+    r = run_hta("report", str(a), "--plot", str(tmp_path / "fig"), "--plot-format", "png,svg,pdf")
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "fig").iterdir())
+    assert names == ["run1-hta.pdf", "run1-hta.png", "run1-hta.svg"]
+    assert (tmp_path / "fig/run1-hta.pdf").read_bytes()[:5] == b"%PDF-"
+    svg = (tmp_path / "fig/run1-hta.svg").read_text()
+    assert "hta · runs/Makeflow" in svg and "waste (idle cores paid)" in svg
+    bad = run_hta("report", str(a), "--plot", str(tmp_path / "fig"), "--plot-format", "gif")
+    assert bad.returncode == 2 and "choose among png, svg, pdf" in bad.stderr
+
+
+def test_report_on_a_workflow_reads_its_latest_run(tmp_path):
+    runs = tmp_path / "Makeflow.hta" / "runs"
+    runs.mkdir(parents=True)
+    (tmp_path / "Makeflow").write_text("x:\n\ttouch x\n")
+    hand_log(runs, "run-001.scaling.jsonl")
+    second = hand_log(runs, "run-002.scaling.jsonl", end=False)
+    (tmp_path / "Makeflow.scaling.jsonl").symlink_to("Makeflow.hta/runs/run-002.scaling.jsonl")
+    r = run_hta("report", "--format", "json", str(tmp_path / "Makeflow"))
+    assert r.returncode == 0, r.stderr
+    (run,) = json.loads(r.stdout)["runs"]
+    assert run["source"] == str(second) and run["complete"] is False
