@@ -157,7 +157,7 @@ async def test_live_page_draws_the_run_without_console_errors(chromium: str):
                 await cdp.evaluate("new Promise(ok => { const f = () => (window.htaPage && htaPage.updates >= 2) "
                                    "? ok(true) : setTimeout(f, 50); f(); })", timeout=30)
             except asyncio.TimeoutError:
-                pytest.fail(f"the page never showed a status; console: {cdp.problems()}")
+                pytest.fail(f"the page never showed a status; console: {cdp.problems()[:3]}")
             page = await cdp.evaluate("""(() => {
                 const paths = [...document.querySelectorAll('#chart path.series')];
                 return {

@@ -205,19 +205,23 @@ function render(s) {
   drawDecisions(s);
 }
 async function poll() {
+  let s;
   try {
     const res = await fetch("status", { cache: "no-store" });
     if (!res.ok) throw new Error("HTTP " + res.status);
-    render(await res.json());
-    window.htaPage.updates++;
-    $("dot").className = "dot ok";
-    $("live").textContent = "live · updated " + new Date().toLocaleTimeString();
-  } catch (e) {
+    s = await res.json();
+  } catch (e) {  // HTA went away (the run ended) or answered badly: say so, keep trying
     window.htaPage.failures++;
     $("dot").className = "dot bad";
     $("live").textContent = "HTA is not answering (the run may have ended)";
+    setTimeout(poll, 1000);
+    return;
   }
   setTimeout(poll, 1000);
+  render(s);  // a bug here must reach the console, not pass for a lost connection
+  window.htaPage.updates++;
+  $("dot").className = "dot ok";
+  $("live").textContent = "live · updated " + new Date().toLocaleTimeString();
 }
 drawChart([]);
 poll();
