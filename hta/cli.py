@@ -186,6 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="figure formats, any of png, svg, pdf (default: png)")
     r.set_defaults(func=cmd_report)
 
+    sc = sub.add_parser("completion", help="print a shell completion script",
+                        description="Print the bash completion script of hta: "
+                                    "`hta completion bash > ~/.local/share/bash-completion/completions/hta`, "
+                                    "or `source <(hta completion bash)` in ~/.bashrc.")
+    sc.add_argument("shell", choices=["bash", "zsh"], help="the shell")
+    sc.set_defaults(func=cmd_completion)
+
     w = sub.add_parser("worker", help="run a Work Queue worker with its effective capacity, and CSS",
                        description="Start work_queue_worker with the capacity this process really has (cgroup "
                                    "limits, cpuset, shares; flags override) and the CSS classifier on its tasks.")
@@ -227,6 +234,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after this long (default: until the watched processes are gone, or SIGTERM)")
     c.set_defaults(func=cmd_css)
     return p
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell), end="")
+    return 0
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

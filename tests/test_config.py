@@ -91,3 +91,15 @@ def test_makeflow_dash_T_hta_runs_hta_and_other_types_pass_through(tmp_path: Pat
     r = subprocess.run(["makeflow", "-T", "local", "V"], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and (tmp_path / "v.txt").is_file() and not (tmp_path / "V.scaling.jsonl").exists()
+
+
+def test_bash_completion_completes_commands_and_options(tmp_path: Path):
+    r = run_hta("completion", "bash", timeout=60)
+    assert r.returncode == 0
+    script = tmp_path / "hta.bash"
+    script.write_text(r.stdout)
+    probe = (f'source {script}; COMP_WORDS=(hta makeflow --max-w); COMP_CWORD=2; COMP_LINE="hta makeflow --max-w"; '
+             f'COMP_POINT=${{#COMP_LINE}}; _shtab_hta; echo "${{COMPREPLY[@]}}"; '
+             f'COMP_WORDS=(hta rep); COMP_CWORD=1; COMP_LINE="hta rep"; COMP_POINT=7; _shtab_hta; echo "${{COMPREPLY[@]}}"')
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
+    assert out.stdout.split("\n")[:2] == ["--max-workers", "report"], out.stdout + out.stderr
