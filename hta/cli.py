@@ -186,6 +186,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="figure formats, any of png, svg, pdf (default: png)")
     r.set_defaults(func=cmd_report)
 
+    st = sub.add_parser("status", help="show a running hta makeflow (the URL it printed at start)",
+                        description="Print the live panel of a running `hta makeflow` from its status server "
+                                    "(the URL it printed at start, or HOST:PORT).")
+    st.add_argument("url", help="http://HOST:PORT/ as hta makeflow printed it, or HOST:PORT")
+    st.add_argument("--watch", action="store_true", help="keep redrawing until the run ends or Ctrl-C")
+    st.add_argument("--interval", type=_seconds("--interval", 0.2), default=1.0, metavar="S",
+                    help="with --watch: seconds between redraws (default 1)")
+    st.add_argument("--format", choices=["panel", "json"], default="panel")
+    st.set_defaults(func=cmd_status)
+
     sc = sub.add_parser("completion", help="print a shell completion script",
                         description="Print the bash completion script of hta: "
                                     "`hta completion bash > ~/.local/share/bash-completion/completions/hta`, "
@@ -234,6 +244,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after this long (default: until the watched processes are gone, or SIGTERM)")
     c.set_defaults(func=cmd_css)
     return p
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rich.console import Console
+
+    from hta.status.panel import StatusError, fetch_status, render, watch
+
+    try:
+        if args.watch:
+            asyncio.run(watch(args.url, Console(), interval_s=args.interval))
+        else:
+            snapshot = asyncio.run(fetch_status(args.url))
+            if args.format == "json":
+                print(snapshot.model_dump_json(indent=1))
+            else:
+                Console().print(render(snapshot))
+    except StatusError as exc:
+        print(f"hta: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
@@ -407,7 +439,9 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
         from hta.summary_view import print_summary
 
         options = effective_options(args)
-        result = run_makeflow(options)
+        from hta.status.panel import verbosity_from_flags
+
+        result = run_makeflow(options, verbosity=verbosity_from_flags(args.verbose, args.quiet))
         print_summary(result.summary, result.scaling_log)
         for w in result.warnings:
             print(f"hta: warning: {w}", file=sys.stderr)

@@ -112,6 +112,8 @@ class Controller:
         self.last_observation: Observation | None = None
         #: the last error of a dependency, while it lasts (None once a step succeeds)
         self.last_error: str | None = None
+        #: steps that failed since the run started (the status server's API-error count)
+        self.step_failures = 0
         self._last_record: tuple | None = None
 
     def now(self) -> float:
@@ -226,6 +228,7 @@ class Controller:
                 raise
             except Exception as exc:  # noqa: BLE001 — a controller outlives its dependencies' errors
                 failures += 1
+                self.step_failures += 1
                 message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 if message != self.last_error or failures % 60 == 0:
                     log.warning("step failed (%s); retrying every %gs", message, self.config.poll_interval_s)

@@ -32,6 +32,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,6 +186,7 @@ async def submit(
     epoch: float | None = None,
     record: Path | None = None,
     stall_timeout_s: float | None = STALL_TIMEOUT_S,
+    view: ViewOptions | None = None,
 ) -> SubmitResult:
     """Run the workflow of makeflow's command line ``args`` to its end; ``record`` writes every answer the controller reads to
     that file, for :func:`hta.replay.replay`. ``stall_timeout_s``: a worker that does not
@@ -213,7 +215,8 @@ async def submit(
             return await _submit(args, run_dir, scaling_log_path or new_run_log(run_dir, default_log), policy=policy,
                                  backend=backend, config=config, lookahead=lookahead,
                                  port=port, epoch=epoch or time.time(), record=record,
-                                 stall_timeout_s=stall_timeout_s, stop=stop, signalled=signalled)
+                                 stall_timeout_s=stall_timeout_s, stop=stop, signalled=signalled,
+                                 view=view or ViewOptions(status=False, verbosity="quiet"))
         finally:
             lock.release()
     finally:
@@ -226,7 +229,7 @@ async def submit(
 async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: Policy, backend: WorkerBackend,
                   config: ControllerConfig, lookahead: bool, port: int,
                   epoch: float, record: Path | None, stall_timeout_s: float | None, stop: asyncio.Event,
-                  signalled: list[int]) -> SubmitResult:
+                  signalled: list[int], view: ViewOptions) -> SubmitResult:
     writer = open_scaling_log(log_path)
     mf = MakeflowRun(args, run_dir, port=port, stall_timeout_s=stall_timeout_s)
     workflow = mf.workflow
@@ -276,6 +279,7 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
                                     epoch=epoch, **deps)
             finished = asyncio.Event()
             ctl = asyncio.create_task(controller.run(finished))
+            viewing = asyncio.create_task(_show(controller, view, policy, backend, workflow, epoch, finished))
             waiter = asyncio.create_task(mf.wait())
             stopper = asyncio.create_task(stop.wait())
             watcher = asyncio.create_task(watch.run())
@@ -292,6 +296,7 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
             exit_code = await waiter
             finished.set()
             await ctl
+            await viewing
             if signalled:
                 exit_code = 128 + signalled[0]
             elif error is not None:
@@ -348,6 +353,55 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
     warnings = [writer.trouble] if writer.trouble else []
     return SubmitResult(exit_code, summarize(writer.records, str(log_path)), log_path, mf.output_tail(), error,
                         warnings)
+
+
+@dataclass
+class ViewOptions:
+    """What a person sees while the run goes: the status server and the terminal view."""
+
+    status: bool = True
+    status_port: int = 0
+    #: quiet | normal | verbose
+    verbosity: str = "normal"
+    #: panel | lines (None: a panel on a terminal, lines elsewhere)
+    mode: str | None = None
+
+
+async def _show(controller: Controller, view: ViewOptions, policy: Policy, backend: WorkerBackend, workflow: Path,
+                epoch: float, finished: asyncio.Event) -> None:
+    """The status server and the live view, until ``finished``; neither can end the run."""
+    from hta.status.panel import LiveView
+    from hta.status.server import StatusServer
+    from hta.status.snapshot import RunInfo
+
+    info = RunInfo(workflow=str(workflow), policy=policy.name, backend=backend.name, started_at=epoch)
+    server = None
+    if view.status:
+        server = StatusServer.for_controller(controller, info, port=view.status_port)
+        try:
+            url = await server.start()
+        except OSError as exc:
+            log.warning("no status server: cannot listen on port %d (%s); the run goes on (choose another "
+                        "--status-port, or --no-status)", view.status_port, exc.strerror or exc)
+            server = None
+        else:
+            if view.verbosity != "quiet":
+                print(f"hta: status at {url} (live page; {url}status, {url}metrics; hta status {url})",
+                      file=sys.stderr, flush=True)
+    # the view says decisions and step failures itself: the controller's own log lines would repeat them
+    quiet = logging.getLogger("hta.controller")
+    level = quiet.level
+    if view.verbosity != "quiet":
+        quiet.setLevel(logging.ERROR)
+    try:
+        await LiveView(controller, info, mode=view.mode, verbosity=view.verbosity).run(finished)  # type: ignore[arg-type]
+    except Exception as exc:  # noqa: BLE001 — a broken view must not end the run
+        log.warning("the live view stopped: %s", exc)
+        await finished.wait()
+    finally:
+        quiet.setLevel(level)
+        if server is not None:
+            await server.stop()
 
 
 class _Watch:
@@ -555,7 +609,7 @@ class MakeflowOptions(BaseModel):
         )
 
 
-def run_makeflow(options: MakeflowOptions) -> SubmitResult:
+def run_makeflow(options: MakeflowOptions, verbosity: str = "normal", mode: str | None = None) -> SubmitResult:
     """``hta makeflow`` as a function: check, build the policy and backend, run, return the result.
 
     Raises :class:`UsageError` (one line) for anything the user must fix before a run starts."""
@@ -583,7 +637,8 @@ def run_makeflow(options: MakeflowOptions) -> SubmitResult:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     port = getattr(backend, "default_port", 0) if options.port is None else options.port
-    return asyncio.run(submit(args, policy=policy, backend=backend, config=options.controller_config(),
+    view = ViewOptions(status=options.status, status_port=options.status_port, verbosity=verbosity, mode=mode)
+    return asyncio.run(submit(args, policy=policy, backend=backend, config=options.controller_config(), view=view,
                               scaling_log_path=options.log, lookahead=options.lookahead, port=port, epoch=epoch,
                               record=options.record, stall_timeout_s=options.stall_timeout_s))
 

@@ -23,7 +23,7 @@ from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload
 from hta.sim.world import ClusterModel
 from hta.status.metrics import METRICS, latency_buckets
-from hta.status.panel import (LiveView, StatusError, decision_line, fetch_status, render, status_url,
+from hta.status.panel import (LiveView, short_name, StatusError, decision_line, fetch_status, render, status_url,
                               verbosity_from_flags, worker_line)
 from hta.status.server import StatusServer
 from hta.status.snapshot import RunInfo, build_snapshot, thin_series
@@ -294,7 +294,7 @@ def test_panel_shows_the_run():
     console = Console(record=True, width=120, file=io.StringIO())
     console.print(render(s))
     text = console.export_text()
-    assert INFO.workflow in text and "policy hta" in text and "elapsed 1 min 40 s" in text
+    assert short_name(INFO.workflow) in text and "policy hta" in text and "elapsed 1 min 40 s" in text
     assert re.search(r"split\s+\d+\s+\d+", text) and re.search(r"all\s+\d+\s+\d+\s+\d+", text)
     assert f"{s.connected} connected" in text and f"{s.pending} on their way" in text
     assert re.search(rf"latency L +{s.latency.estimate_s:.1f} s \(median of", text)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
 import aiohttp
@@ -113,9 +114,17 @@ def error_line(t: float, message: str) -> str:
 
 # -- the panel -----------------------------------------------------------------------------------
 
+def short_name(workflow: str | None) -> str:
+    """``folder/Makeflow``: enough to tell runs apart, short enough for a title."""
+    if not workflow:
+        return "—"
+    p = Path(workflow)
+    return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
+
+
 def render(s: StatusSnapshot) -> RenderableType:
     """The panel: one picture of a run, for the live view and for ``hta status``."""
-    title = Text.assemble(("HTA ", "bold"), (s.run.workflow or "—", "bold cyan"),
+    title = Text.assemble(("HTA ", "bold"), (short_name(s.run.workflow), "bold cyan"),
                           f" · policy {s.run.policy} · backend {s.run.backend} · ",
                           (f"elapsed {duration(s.elapsed_s)}", "bold"), " ")
 
