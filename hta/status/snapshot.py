@@ -154,6 +154,18 @@ def decision_kind(d: DecisionRecord) -> DecisionKind:
     return "none"
 
 
+def recent_decisions(decisions: list[DecisionRecord], last: int) -> list[DecisionRecord]:
+    """The last ``last`` decisions that scaled, and the newest decision whatever it was (a
+    long run holds far more often than it acts; the actions are what a person looks for)."""
+    if not last or not decisions:
+        return []
+    acted = [d for d in decisions if decision_kind(d) != "none"][-last:]
+    if not acted or acted[-1] is not decisions[-1]:
+        acted = acted[-(last - 1):] if last > 1 else []
+        acted.append(decisions[-1])
+    return acted
+
+
 def decision_view(d: DecisionRecord) -> DecisionView:
     return DecisionView(t=d.t, kind=decision_kind(d), add=d.add, drain=list(d.drain), remove=list(d.remove),
                         target=d.target, latency_s=d.latency_s, next_decision_s=d.next_decision_s, reason=d.reason)
@@ -231,7 +243,7 @@ def build_snapshot(controller: "Controller", info: RunInfo, *, last: int = 20, n
         tasks=_tasks(controller), workers=_workers(controller), cores=cores,
         latency=Latency(estimate_s=lat.estimate(), prior_s=lat.prior_s, count=len(lat.samples),
                         samples_s=list(lat.samples)),
-        decisions=[decision_view(d) for d in controller.decisions[-last:]] if last else [],
+        decisions=[decision_view(d) for d in recent_decisions(controller.decisions, last)],
         decision_counts=counts,
         worker_events=[e.model_copy() for e in controller.worker_events[-last:]] if last else [],
         worker_event_counts=events,
