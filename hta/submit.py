@@ -386,7 +386,7 @@ async def _show(controller: Controller, view: ViewOptions, policy: Policy, backe
             server = None
         else:
             if view.verbosity != "quiet":
-                print(f"hta: status at {url} (live page; {url}status, {url}metrics; hta status {url})",
+                print(f"hta: live status at {url} (also /status, /metrics; or: hta status {url})",
                       file=sys.stderr, flush=True)
     # the view says decisions and step failures itself: the controller's own log lines would repeat them
     quiet = logging.getLogger("hta.controller")

@@ -52,7 +52,7 @@ def test_a_running_workflow_can_be_watched(tmp_path: Path):
             proc.wait()
     assert proc.returncode == 0, err
     lines = err.strip().splitlines()
-    assert lines[0] == f"hta: status at {url} (live page; {url}status, {url}metrics; hta status {url})"
+    assert lines[0] == f"hta: live status at {url} (also /status, /metrics; or: hta status {url})"
     assert any(line.startswith("hta: t=") and "add 2 workers" in line for line in lines), err
     assert any("worker w1 connected" in line for line in lines), err
     assert get(url + "status") is None, "the server stops with the run"
