@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
-from workqueue_bridge.makeflow import real_makeflow
-from workqueue_bridge.makeflow_args import ArgsError, MakeflowArgs
+# light imports only: every makeflow command passes through here
+from workqueue_bridge.makeflow_args import ArgsError, MakeflowArgs, real_makeflow
 
 
 def wants_hta(args: MakeflowArgs) -> bool:

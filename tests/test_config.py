@@ -16,8 +16,7 @@ from conftest import ROOT, run_hta
 from hta import config
 from hta.errors import UsageError
 from hta.makeflow_shim import hta_argv, wants_hta
-from workqueue_bridge.makeflow import real_makeflow
-from workqueue_bridge.makeflow_args import MakeflowArgs
+from workqueue_bridge.makeflow_args import MakeflowArgs, real_makeflow
 
 
 def effective(*args: str, env: dict | None = None, cwd: Path | None = None) -> dict:

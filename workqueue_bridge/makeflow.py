@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hta.processes import die_with_parent, stop
-from workqueue_bridge.makeflow_args import MakeflowArgs
+from workqueue_bridge.makeflow_args import MakeflowArgs, real_makeflow
 from workqueue_bridge.monitor_summaries import TaskSummary, parse_summary
 
 class MakeflowError(RuntimeError):
@@ -80,22 +80,6 @@ def _listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def real_makeflow() -> str | None:
-    """The CCTools makeflow on PATH, past HTA's own ``makeflow`` (``hta.makeflow_shim``)."""
-    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        candidate = os.path.join(d or ".", "makeflow")
-        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
-            continue
-        try:
-            with open(candidate, "rb") as fh:
-                head = fh.read(2048)
-        except OSError:
-            continue
-        if b"hta.makeflow_shim" not in head:
-            return candidate
-    return None
 
 
 def check_installed() -> None:

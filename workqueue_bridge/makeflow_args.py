@@ -17,6 +17,7 @@ The option table follows ``makeflow/src/makeflow.c`` (cctools 8.0:
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +72,8 @@ OWNED = {
     "port-file": "HTA picks the master's port and reads it itself: leave it out",
     "project-name": "HTA names the Work Queue project to find its own master: leave it out",
     "catalog-server": "HTA runs its master without a public catalog: leave it out",
+    "password": "HTA cannot yet hand the password to the workers it starts and to its status reader, so no "
+                "worker could connect: leave it out",
 }
 #: options under which makeflow 8.0 cannot run with --monitor (a segfault with the storage
 #: hooks; ./cctools-monitor not found with --shared-fs): HTA then runs without it
@@ -259,3 +262,19 @@ def _long_name(body: str) -> str:
     if not matches:
         raise ArgsError(f"unknown makeflow option --{body}: see makeflow --help")
     raise ArgsError(f"makeflow option --{body} is ambiguous ({', '.join('--' + m for m in sorted(matches)[:4])})")
+
+
+def real_makeflow() -> str | None:
+    """The CCTools makeflow on PATH, past HTA's own ``makeflow`` (``hta.makeflow_shim``)."""
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(d or ".", "makeflow")
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue
+        try:
+            with open(candidate, "rb") as fh:
+                head = fh.read(2048)
+        except OSError:
+            continue
+        if b"hta.makeflow_shim" not in head:
+            return candidate
+    return None
