@@ -175,3 +175,24 @@ def test_idle_since_is_kept_across_reads_and_restarts_when_the_worker_works_agai
     assert read(30, 1) is None                       # busy
     assert read(40, 0) == pytest.approx(40)          # a new idle spell starts at this read
     assert read(50, 0) == pytest.approx(40)
+
+
+def test_rules_rebuilt_after_a_restart_are_not_re_runs(tmp_path):
+    """makeflow's recovery puts rules whose outputs were deleted back to WAITING before its
+    # STARTED line: rebuilding them is no re-run; a rule a killed run left RUNNING is."""
+    from workqueue_bridge.makeflow_log import MakeflowLog
+
+    t = 1_795_000_000_000_000
+    lines = ["# STARTED %d" % t,
+             "%d 0 1 1 2 1 0 0 0 3" % (t + 1), "%d 0 2 1 2 0 1 0 0 3" % (t + 2),  # 0 runs, completes
+             "%d 1 1 2 1 1 1 0 0 3" % (t + 3), "%d 1 2 2 1 0 2 0 0 3" % (t + 4),  # 1 runs, completes
+             "%d 2 1 3 0 1 2 0 0 3" % (t + 5),  # 2 runs ... and makeflow is killed
+             # the next makeflow: 1's output was deleted (COMPLETE → WAITING), 2 was left running
+             "%d 1 0 2 1 0 2 0 0 3" % (t + 10), "%d 2 0 3 2 0 1 0 0 3" % (t + 11),
+             "# STARTED %d" % (t + 12),
+             "%d 1 1 4 1 1 1 0 0 3" % (t + 13), "%d 1 2 4 1 0 2 0 0 3" % (t + 14),
+             "%d 2 1 5 0 1 2 0 0 3" % (t + 15), "%d 2 2 5 0 0 3 0 0 3" % (t + 16)]
+    (tmp_path / "W.makeflowlog").write_text("\n".join(lines) + "\n")
+    log = MakeflowLog(tmp_path / "W.makeflowlog")
+    log.poll()
+    assert log.retried == 1  # rule 2, not the rebuilt rule 1

@@ -93,6 +93,7 @@ def test_jx_workflow_gets_lookahead(tmp_path: Path):
     (["W", "--policy", "static", "-j", "3"], "hta makeflow has no option -j"),
     (["W", "--", "-Tlocal"], "makeflow option -Tlocal cannot be used under HTA"),
     (["empty"], "has no rules"),
+    (["W", "--", "--password", "W"], "makeflow option --password cannot be used under HTA"),
     (["W", "--log", "/nonexistent-dir/x.jsonl"], "does not exist"),
 ])
 def test_refused_before_anything_starts(tmp_path: Path, argv, needle):

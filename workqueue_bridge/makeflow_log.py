@@ -78,6 +78,9 @@ class MakeflowLog:
         #: node → its latest event (any run)
         self.states: dict[int, NodeEvent] = {}
         self._unfinished: set[int] = set()
+        #: node → the state a WAITING event put it back from (makeflow's recovery resets the
+        #: rules whose outputs are gone, and those a killed run left running)
+        self._reset_from: dict[int, NodeState] = {}
 
     def poll(self) -> list[NodeEvent]:
         if not self.path.exists():
@@ -93,10 +96,14 @@ class MakeflowLog:
         for raw in chunk[: end + 1].decode(errors="replace").splitlines():
             if raw.startswith("# STARTED"):
                 self.started_at = int(raw.split()[2]) / 1e6
-                # what the previous run started and did not complete, this one runs again
-                self._unfinished = {n for n in self.submissions
-                                    if n in self.states and self.states[n].state != NodeState.COMPLETE}
+                # what the previous run started and did not complete, this one runs again (a rule
+                # makeflow rebuilds because its outputs were deleted is not a re-run)
+                unfinished = (NodeState.RUNNING, NodeState.FAILED, NodeState.ABORTED)
+                self._unfinished = {n for n in self.submissions if n in self.states and (
+                    self.states[n].state in unfinished
+                    or (self.states[n].state == NodeState.WAITING and self._reset_from.get(n) in unfinished))}
                 self.submissions = {}
+                self._reset_from = {}
             elif raw.startswith("# COMPLETED"):
                 self.completed_at = int(raw.split()[2]) / 1e6
             elif raw.startswith(("# FAILED", "# ABORTED")):
@@ -106,6 +113,8 @@ class MakeflowLog:
                 continue
             if ev.state == NodeState.RUNNING:
                 self.submissions[ev.node_id] = self.submissions.get(ev.node_id, 0) + 1
+            elif ev.state == NodeState.WAITING and ev.node_id in self.states:
+                self._reset_from[ev.node_id] = self.states[ev.node_id].state
             self.states[ev.node_id] = ev
             new.append(ev)
         self.events.extend(new)
