@@ -15,7 +15,8 @@ for i in range(1, n + 1):
     out += [f"block{i}.md5:",
             f"\tdd if=/dev/zero of=blk bs=1M count={size} conv=fsync status=none && "
             f"dd if=blk of=/dev/null bs=1M status=none && "
-            f"echo $(stat -c %s blk) $(md5sum < blk | cut -c1-32) > block{i}.md5 && rm -f blk", ""]
+            # no $(...): makeflow reads it as one of its own variables
+            f"{{ stat -c %s blk; md5sum < blk | cut -c1-32; }} | paste -sd' ' > block{i}.md5 && rm -f blk", ""]
 out += ["CATEGORY=gather", "CORES=1", "MEMORY=100", "DISK=50", "",
         f"blocks.txt: {' '.join(f'block{i}.md5' for i in range(1, n + 1))}",
         f"\tcat {' '.join(f'block{i}.md5' for i in range(1, n + 1))} | sort | uniq -c > blocks.txt", ""]
