@@ -8,10 +8,11 @@ its inputs. Each rule's declared resources come from its category.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,7 +157,207 @@ class Lookahead:
         self.dag = dag
         self.log = log
         self.states: dict[int, tuple[NodeState, int]] = {}
+        self.index: UpcomingIndex | None = None
 
-    def __call__(self, waiting_group_of: dict[int, str], running_tasks: set[int]) -> list[UpcomingTasks]:
-        self.states.update(node_states(self.log.poll()))
-        return upcoming_tasks(self.dag, self.states, waiting_group_of, running_tasks)
+    def __call__(self, waiting_group_of: Mapping[int, str], running_tasks: set[int]) -> list[UpcomingTasks]:
+        """:func:`upcoming_tasks` on the states read so far, answered by an :class:`UpcomingIndex`
+        (the same answer, without a pass over every rule at each call)."""
+        new = node_states(self.log.poll())
+        self.states.update(new)
+        if self.index is None:
+            self.index = UpcomingIndex(self.dag)
+            new = self.states
+        self.index.update(new)
+        return self.index(waiting_group_of, running_tasks)
+
+
+_UNSUB, _SUB, _DONE, _BAD = 0, 1, 2, 3
+
+
+def _kind(state: NodeState) -> int:
+    """How :func:`upcoming_tasks` treats a rule in ``state``."""
+    if state == NodeState.RUNNING:
+        return _SUB
+    if state == NodeState.COMPLETE:
+        return _DONE
+    if state in (NodeState.FAILED, NodeState.ABORTED):
+        return _BAD
+    return _UNSUB
+
+
+@dataclass(eq=False)
+class _Bundle:
+    """Rules alike for the lookahead: same category, request and parents. Its
+    unsubmitted rules always land in one upcoming group (or are all skipped)."""
+
+    category: str
+    request: Resources
+    members: list[int] = field(default_factory=list)
+    #: parent bundles all of whose rules are parents, and parents taken one by one
+    parents_whole: list[int] = field(default_factory=list)
+    parents_single: list[int] = field(default_factory=list)
+    unsub: list[int] = field(default_factory=list)  # topological positions, sorted
+    sub_jobs: list[int] = field(default_factory=list)  # jobs of submitted rules, sorted
+    bad: int = 0
+
+
+class UpcomingIndex:
+    """:func:`upcoming_tasks`, kept up to date as node states change: the same
+    answer (``tests/test_dag_index.py`` compares them on random DAGs and states),
+    at a cost per call that grows with the number of *bundles* of alike rules
+    (same category, request and parents: a stage's thousand aligns are one)
+    rather than with the number of rules.
+
+    Feed it each change of a rule's (state, job) with :meth:`update`; call it
+    with the waiting group of each waiting task and the running task ids. A
+    ``waiting_group_of`` with a ``segments`` attribute (ranges of waiting task
+    ids, :class:`~workqueue_bridge.observation.SegmentMap`) is read by range.
+    """
+
+    def __init__(self, dag: Dag):
+        order = dag.topological()
+        self.pos = {r.node_id: i for i, r in enumerate(order)}
+        self.state: dict[int, tuple[NodeState, int]] = {}
+        self.bundle_of: dict[int, int] = {}
+        self.bundles: list[_Bundle] = []
+        by_key: dict[tuple, int] = {}
+        for r in order:
+            key = (r.category, r.request, tuple(sorted(set(r.parents))))
+            b = by_key.get(key)
+            if b is None:
+                b = by_key[key] = len(self.bundles)
+                self.bundles.append(_Bundle(r.category, r.request))
+            self.bundles[b].members.append(r.node_id)
+            self.bundles[b].unsub.append(self.pos[r.node_id])
+            self.bundle_of[r.node_id] = b
+        for key, b in by_key.items():
+            per: dict[int, list[int]] = {}
+            for p in key[2]:
+                per.setdefault(self.bundle_of[p], []).append(p)
+            bundle = self.bundles[b]
+            for pb, ps in per.items():
+                if len(ps) == len(self.bundles[pb].members):
+                    bundle.parents_whole.append(pb)
+                else:
+                    bundle.parents_single.extend(ps)
+        self._with_unsub: set[int] = set(range(len(self.bundles)))
+        self._with_sub: set[int] = set()
+        self._job_node: dict[int, int] = {}
+
+    def update(self, states: dict[int, tuple[NodeState, int]]) -> None:
+        """Take new (state, job) of rules (later entries win, as in :func:`node_states`)."""
+        for node, (state, job) in states.items():
+            b = self.bundle_of.get(node)
+            if b is None:
+                continue
+            old = self.state.get(node)
+            if old == (state, job):
+                continue
+            bundle = self.bundles[b]
+            if old is not None:
+                self._leave(bundle, b, node, *old)
+            else:
+                self._leave(bundle, b, node, NodeState.WAITING, 0)
+            self.state[node] = (state, job)
+            kind = _kind(state)
+            if kind == _UNSUB:
+                bisect.insort(bundle.unsub, self.pos[node])
+                self._with_unsub.add(b)
+            elif kind == _SUB:
+                bisect.insort(bundle.sub_jobs, job)
+                self._job_node[job] = node
+                self._with_sub.add(b)
+            elif kind == _BAD:
+                bundle.bad += 1
+
+    def _leave(self, bundle: _Bundle, b: int, node: int, state: NodeState, job: int) -> None:
+        kind = _kind(state)
+        if kind == _UNSUB:
+            del bundle.unsub[bisect.bisect_left(bundle.unsub, self.pos[node])]
+            if not bundle.unsub:
+                self._with_unsub.discard(b)
+        elif kind == _SUB:
+            del bundle.sub_jobs[bisect.bisect_left(bundle.sub_jobs, job)]
+            if self._job_node.get(job) == node:
+                del self._job_node[job]
+            if not bundle.sub_jobs:
+                self._with_sub.discard(b)
+        elif kind == _BAD:
+            bundle.bad -= 1
+
+    def _submitted_refs(self, waiting_group_of, running_tasks: set[int]) -> tuple[dict[int, set[str]], set[int]]:
+        """The refs of each bundle's submitted rules, and the bundles with a submitted
+        rule that has none (its task is neither waiting nor running)."""
+        refs: dict[int, set[str]] = {b: set() for b in self._with_sub}
+        found: dict[int, int] = dict.fromkeys(self._with_sub, 0)
+        segments = getattr(waiting_group_of, "segments", None)
+        if segments is None:
+            for b in self._with_sub:
+                for job in self.bundles[b].sub_jobs:
+                    g = waiting_group_of.get(job)
+                    if g is not None:
+                        refs[b].add(g)
+                        found[b] += 1
+        else:
+            for b in self._with_sub:
+                jobs = self.bundles[b].sub_jobs
+                for lo, hi, g in segments:
+                    n = bisect.bisect_right(jobs, hi) - bisect.bisect_left(jobs, lo)
+                    if n:
+                        refs[b].add(g)
+                        found[b] += n
+        for job in running_tasks:
+            node = self._job_node.get(job)
+            if node is None or job in waiting_group_of:
+                continue
+            b = self.bundle_of[node]
+            refs[b].add(f"task:{job}")
+            found[b] += 1
+        broken = {b for b in self._with_sub if found[b] < len(self.bundles[b].sub_jobs)}
+        return refs, broken
+
+    def __call__(self, waiting_group_of, running_tasks: set[int]) -> list[UpcomingTasks]:
+        refs, broken = self._submitted_refs(waiting_group_of, running_tasks)
+        group_id: dict[int, str] = {}  # bundle → its unsubmitted rules' group (absent: skipped)
+        groups: dict[tuple, UpcomingTasks] = {}
+        for b in sorted(self._with_unsub, key=lambda b: self.bundles[b].unsub[0]):
+            bundle = self.bundles[b]
+            after: set[str] = set()
+            ok = True
+            for pb in bundle.parents_whole:
+                parent = self.bundles[pb]
+                if parent.bad or pb in broken or (parent.unsub and pb not in group_id):
+                    ok = False
+                    break
+                if parent.sub_jobs:
+                    after |= refs[pb]
+                if parent.unsub:
+                    after.add(group_id[pb])
+            if ok:
+                for p in bundle.parents_single:
+                    state, job = self.state.get(p, (NodeState.WAITING, 0))
+                    kind = _kind(state)
+                    if kind == _DONE:
+                        continue
+                    if kind == _SUB:
+                        g = waiting_group_of.get(job)
+                        if g is None and job in running_tasks:
+                            g = f"task:{job}"
+                    elif kind == _UNSUB:
+                        g = group_id.get(self.bundle_of[p])
+                    else:
+                        g = None
+                    if g is None:
+                        ok = False
+                        break
+                    after.add(g)
+            if not ok:
+                continue
+            key = (bundle.category, tuple(sorted(after)), bundle.request)
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = UpcomingTasks(id=f"u{len(groups)}", category=bundle.category, count=0,
+                                                request=bundle.request, after=list(key[1]))
+            g.count += len(bundle.unsub)
+            group_id[b] = g.id
+        return list(groups.values())

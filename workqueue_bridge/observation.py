@@ -5,7 +5,8 @@ the simulator."""
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+import bisect
+from typing import Callable, Iterator, Mapping
 
 from hta.model import (
     CategoryModel,
@@ -53,8 +54,86 @@ def index_waiting(tasks: list[TaskStatus]) -> tuple[list[TaskGroup], dict[int, s
     return groups, group_of
 
 
+class SegmentMap(Mapping[int, str]):
+    """Which waiting group each waiting task id is in, kept as ranges: ``segments`` is
+    ``(first id, last id, group id)`` for runs of consecutive ids that all wait, in order.
+    Reads like the dict :func:`index_waiting` returns, without one entry per task."""
+
+    def __init__(self, segments: list[tuple[int, int, str]]):
+        self.segments = segments
+        self._los = [s[0] for s in segments]
+
+    def _find(self, task_id: object) -> str | None:
+        if not isinstance(task_id, int):
+            return None
+        i = bisect.bisect_right(self._los, task_id) - 1
+        if i >= 0 and task_id <= self.segments[i][1]:
+            return self.segments[i][2]
+        return None
+
+    def __getitem__(self, task_id: int) -> str:
+        g = self._find(task_id)
+        if g is None:
+            raise KeyError(task_id)
+        return g
+
+    def get(self, task_id, default=None):  # type: ignore[override]
+        g = self._find(task_id)
+        return default if g is None else g
+
+    def __contains__(self, task_id: object) -> bool:
+        return self._find(task_id) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        for lo, hi, _ in self.segments:
+            yield from range(lo, hi + 1)
+
+    def __len__(self) -> int:
+        return sum(hi - lo + 1 for lo, hi, _ in self.segments)
+
+
+#: a run of waiting tasks with consecutive ids: (first id, last id, category, what each asks)
+WaitingSegment = tuple[int, int, str, Resources]
+
+
+def waiting_segments(tasks: list[TaskStatus]) -> list[WaitingSegment]:
+    """The waiting tasks as runs of consecutive ids alike in category and request."""
+    out: list[WaitingSegment] = []
+    for t in sorted((t for t in tasks if t.state == "waiting"), key=lambda t: t.task_id):
+        req = task_request(t)
+        if out and out[-1][1] == t.task_id - 1 and out[-1][2] == t.category and out[-1][3] == req:
+            out[-1] = (out[-1][0], t.task_id, t.category, req)
+        else:
+            out.append((t.task_id, t.task_id, t.category, req))
+    return out
+
+
+def index_segments(segments: list[WaitingSegment]) -> tuple[list[TaskGroup], SegmentMap]:
+    """:func:`index_waiting` on waiting tasks given as runs of consecutive ids (in id
+    order): the same groups, and the group of each task id as a :class:`SegmentMap`."""
+    groups: list[TaskGroup] = []
+    spans: list[tuple[int, int, str]] = []
+    for lo, hi, category, req in segments:
+        if groups and groups[-1].category == category and groups[-1].request == req:
+            groups[-1].count += hi - lo + 1
+        else:
+            groups.append(TaskGroup(category=category, count=hi - lo + 1, request=req, id=f"g{len(groups)}"))
+        spans.append((lo, hi, groups[-1].id))
+    return groups, SegmentMap(spans)
+
+
+def snapshot_waiting(snap: MasterSnapshot) -> tuple[list[TaskGroup], Mapping[int, str]]:
+    """The waiting groups of a read of the master. A master that reports its waiting
+    tasks as runs of consecutive ids (``waiting_segments``, as the simulated one does
+    with a queue of 100k tasks) is read by run; otherwise task by task."""
+    segments = getattr(snap, "waiting_segments", None)
+    if segments is None:
+        return index_waiting(snap.tasks)
+    return index_segments(segments)
+
+
 #: builds the DAG lookahead from (waiting group of each task id, running task ids)
-UpcomingSource = Callable[[dict[int, str], set[int]], list[UpcomingTasks]]
+UpcomingSource = Callable[[Mapping[int, str], set[int]], list[UpcomingTasks]]
 
 
 class ObservationBuilder:
@@ -77,6 +156,11 @@ class ObservationBuilder:
         self.auto_allocation = auto_allocation
         self._idle_since: dict[str, float] = {}
         self._seen: set[str] = set()
+        # the last build's running tasks and workers, by everything they are made of: a
+        # read that shows the same task or worker again gets the same object back (the
+        # simulator reads its master thousands of times while most of it stays put)
+        self._running_made: dict[tuple, RunningTask] = {}
+        self._workers_made: dict[tuple, WorkerInfo] = {}
 
     def build(
         self,
@@ -98,7 +182,7 @@ class ObservationBuilder:
         live = [w for w in snap.workers if w.address not in gone]
         running = self._running(snap, {w.address: w for w in live}, worker_ids)
         workers = self._workers(live, worker_ids, cpu_utilization or {}, now)
-        waiting, group_of = index_waiting(snap.tasks)
+        waiting, group_of = snapshot_waiting(snap)
         ups: list[UpcomingTasks] = []
         if upcoming is not None:
             running_ids = {t.task_id for t in snap.tasks if t.state == "running"}
@@ -113,21 +197,31 @@ class ObservationBuilder:
     def _running(self, snap: MasterSnapshot, by_addr: Mapping[str, WorkerStatus],
                  worker_ids: Mapping[str, str]) -> list[RunningTask]:
         out = []
+        made: dict[tuple, RunningTask] = {}
         for t in snap.tasks:
             if t.state != "running":
                 continue
-            alloc = task_request(t)
-            if alloc == Resources() and t.worker in by_addr:
-                w = by_addr[t.worker]
-                alloc = Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb)
+            w = by_addr.get(t.worker) if t.worker is not None else None
             started = (t.started_at - self.epoch) if t.started_at else snap.taken_at - self.epoch
-            out.append(RunningTask(task_id=t.task_id, category=t.category, allocation=alloc, started_at=started,
-                                   worker=worker_ids.get(t.worker or "", t.worker)))
+            wid = worker_ids.get(t.worker or "", t.worker)
+            key = (t.task_id, t.category, t.cores, t.memory_mb, t.disk_mb, started, wid,
+                   None if w is None else (w.cores, w.memory_mb, w.disk_mb))
+            task = self._running_made.get(key)
+            if task is None:
+                alloc = task_request(t)
+                if alloc == Resources() and w is not None:
+                    alloc = Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb)
+                task = RunningTask(task_id=t.task_id, category=t.category, allocation=alloc, started_at=started,
+                                   worker=wid)
+            made[key] = task
+            out.append(task)
+        self._running_made = made
         return out
 
     def _workers(self, live: list[WorkerStatus], worker_ids: Mapping[str, str], cpu: Mapping[str, float],
                  now: float) -> list[WorkerInfo]:
         out = []
+        made: dict[tuple, WorkerInfo] = {}
         idle_since: dict[str, float] = {}
         for w in live:
             wid = worker_ids.get(w.address, w.address)
@@ -137,13 +231,20 @@ class ObservationBuilder:
                 # busy before, since this read
                 since = now if w.address in self._seen or connected is None else connected
                 idle_since[w.address] = self._idle_since.get(w.address, since)
-            out.append(WorkerInfo(
-                id=wid,
-                capacity=Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb),
-                in_use=Resources(cores=w.cores_in_use, memory_mb=w.memory_in_use_mb, disk_mb=w.disk_in_use_mb),
-                running=w.tasks_running, connected_at=connected, idle_since=idle_since.get(w.address),
-                cpu_utilization=cpu.get(wid),
-            ))
+            key = (wid, w.cores, w.memory_mb, w.disk_mb, w.cores_in_use, w.memory_in_use_mb, w.disk_in_use_mb,
+                   w.tasks_running, connected, idle_since.get(w.address), cpu.get(wid))
+            info = self._workers_made.get(key)
+            if info is None:
+                info = WorkerInfo(
+                    id=wid,
+                    capacity=Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb),
+                    in_use=Resources(cores=w.cores_in_use, memory_mb=w.memory_in_use_mb, disk_mb=w.disk_in_use_mb),
+                    running=w.tasks_running, connected_at=connected, idle_since=idle_since.get(w.address),
+                    cpu_utilization=cpu.get(wid),
+                )
+            made[key] = info
+            out.append(info)
+        self._workers_made = made
         self._idle_since = idle_since
         self._seen = {w.address for w in live}
         return out

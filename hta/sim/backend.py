@@ -58,8 +58,10 @@ class SimBackend:
         return ids
 
     async def refresh(self, snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
-        for node in self.world.nodes.values():
-            if node.connected_at is None or node.id in self._reported or node.gone:
+        new, self.world.newly_connected = self.world.newly_connected, []
+        new.sort(key=lambda n: int(n.id[1:]))  # request order, as the nodes were asked for
+        for node in new:
+            if node.id in self._reported or node.gone:
                 continue
             self._reported.add(node.id)
             if node.id in self._initial:
@@ -75,11 +77,11 @@ class SimBackend:
         return {self.world.nodes[i].address: i for i in self.world.order}
 
     def retired(self) -> set[str]:
-        return {n.address for n in self.world.nodes.values() if n.gone and n.connected_at is not None}
+        return self.world.retired_addresses
 
     def pending(self) -> list[PendingWorker]:
         return [PendingWorker(id=n.id, requested_at=n.requested_at, shape=n.capacity)
-                for n in self.world.nodes.values() if n.connected_at is None and not n.gone]
+                for n in self.world.pending_nodes.values()]
 
     async def cpu_utilization(self) -> dict[str, float] | None:
         return {i: self.world.cpu_busy(self.world.nodes[i]) for i in self.world.order}
@@ -109,4 +111,4 @@ class SimBackend:
 
     def live(self) -> int:
         """Nodes asked for and not gone (connected or on their way)."""
-        return sum(1 for n in self.world.nodes.values() if not n.gone)
+        return len(self.world.pending_nodes) + len(self.world.order)

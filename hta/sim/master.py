@@ -15,11 +15,14 @@ runtime and peak reach the controller only through a completed task's summary.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from hta.model import Resources, UpcomingTasks
 from hta.sim.world import World
-from workqueue_bridge.dag import Dag, Rule, upcoming_tasks
-from workqueue_bridge.dispatch import is_whole_worker
+from workqueue_bridge.dag import Dag, Rule, UpcomingIndex
+from workqueue_bridge.dispatch import allocation_request, is_whole_worker
 from workqueue_bridge.monitor_summaries import TaskSummary
+from workqueue_bridge.observation import WaitingSegment, task_request
 from workqueue_bridge.status import CategoryStatus, MasterSnapshot, QueueStatus, TaskStatus, WorkerStatus
 
 
@@ -31,42 +34,75 @@ def _declared(request: Resources) -> dict[str, float | None]:
             "disk_mb": request.disk_mb or None}
 
 
+class SimSnapshot(MasterSnapshot):
+    """A read of the simulated master: ``tasks`` lists the running tasks; the waiting ones
+    come as runs of consecutive task ids (what ``/task_status`` would list one by one),
+    which the observation builder reads by run (:func:`~workqueue_bridge.observation.snapshot_waiting`)."""
+
+    waiting_segments: list[WaitingSegment] = []
+
+
 class SimMaster:
     """The simulated Work Queue master's status endpoints."""
 
     def __init__(self, world: World):
         self.world = world
+        self._workers: dict[str, tuple[tuple, WorkerStatus]] = {}
+
+    def _waiting_segments(self) -> list[WaitingSegment]:
+        """The waiting tasks by run of consecutive ids, each run with what the master reports of
+        its tasks' allocation, read back as production reads a task's status (:func:`task_request`)."""
+        w = self.world
+        requests: dict[tuple, Resources] = {}
+        out: list[WaitingSegment] = []
+        for lo, hi, kind in w.waiting_ids.segs:
+            req = requests.get(kind)
+            if req is None:
+                category, whole, declared = kind
+                asked = allocation_request(
+                    Resources(cores=declared[0], memory_mb=declared[1]) if declared else None,
+                    w.master_learner.model(category), auto=True, exceeded=whole)
+                req = requests[kind] = task_request(TaskStatus.model_construct(
+                    task_id=lo, state="waiting", category=category, worker=None, started_at=None,
+                    **_declared(asked)))
+            out.append((lo, hi, kind[0], req))
+        return out
 
     async def snapshot(self, now: float) -> MasterSnapshot:
         w = self.world
         tasks: list[TaskStatus] = []
-        counts: dict[str, list[int]] = {}
-        for tid in w.waiting:
-            t = w.tasks[tid]
-            counts.setdefault(t.category, [0, 0])[0] += 1
-            tasks.append(TaskStatus.model_construct(task_id=w.task_id[tid], state="waiting", category=t.category,
-                                                    worker=None, started_at=None, **_declared(w.request_of(tid))))
+        counts: dict[str, list[int]] = {c: [n, 0] for c, n in w.waiting_by_category.items() if n}
         for tid, r in w.runs.items():
             counts.setdefault(r.task.category, [0, 0])[1] += 1
-            whole = r.alloc is r.node.capacity
-            tasks.append(TaskStatus.model_construct(
-                task_id=w.task_id[tid], state="running", category=r.task.category, worker=r.node.address,
-                started_at=r.start, **_declared(Resources() if whole else r.alloc)))
+            if r.status is None:
+                whole = r.alloc is r.node.capacity
+                r.status = TaskStatus.model_construct(
+                    task_id=w.task_id[tid], state="running", category=r.task.category, worker=r.node.address,
+                    started_at=r.start, **_declared(Resources() if whole else r.alloc))
+            tasks.append(r.status)
         tasks.sort(key=lambda t: t.task_id)
         workers = [self._worker(w.nodes[i]) for i in w.order]
         queue = QueueStatus(tasks_waiting=len(w.waiting), tasks_running=len(w.runs), tasks_done=len(w.done),
                             workers_connected=len(workers),
                             categories=[CategoryStatus(name=c, waiting=n[0], running=n[1])
                                         for c, n in sorted(counts.items())])
-        return MasterSnapshot.model_construct(taken_at=now, queue=queue, tasks=tasks, workers=workers)
+        return SimSnapshot.model_construct(taken_at=now, queue=queue, tasks=tasks, workers=workers,
+                                           waiting_segments=self._waiting_segments())
 
     def _worker(self, n) -> WorkerStatus:
+        """A worker's status, built again only when what it runs changed."""
+        key = (n.free_c, n.free_m, tuple(n.running))
+        cached = self._workers.get(n.id)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         runs = [self.world.runs[t] for t in n.running]
-        return WorkerStatus.model_construct(
+        status = WorkerStatus.model_construct(
             address=n.address, hostname=n.id, cores=n.capacity.cores, memory_mb=n.capacity.memory_mb,
             disk_mb=n.capacity.disk_mb, cores_in_use=n.capacity.cores - n.free_c,
             memory_in_use_mb=n.capacity.memory_mb - n.free_m, disk_in_use_mb=0.0, tasks_running=len(runs),
             task_ids=sorted(self.world.task_id[r.task.id] for r in runs), started_at=n.connected_at)
+        self._workers[n.id] = (key, status)
+        return status
 
 
 class SimMonitor:
@@ -83,14 +119,22 @@ class SimMonitor:
 
 
 class SimLookahead:
-    """Production's lookahead on the workload's DAG, each rule with what its task declares
-    (``Resources()``: nothing; the observation builder then sizes it by the master's rule)."""
+    """Production's lookahead (:class:`~workqueue_bridge.dag.UpcomingIndex`, what
+    ``hta makeflow``'s :class:`~workqueue_bridge.dag.Lookahead` runs) on the workload's DAG,
+    each rule with what its task declares (``Resources()``: nothing; the observation builder
+    then sizes it by the master's rule), fed the node states makeflow's log would show."""
 
     def __init__(self, world: World):
         self.world = world
         num = {t.id: i for i, t in enumerate(world.workload.tasks)}
         self.dag = Dag([Rule(i, t.category, world.declared(t) or Resources(), sorted(num[p] for p in t.parents))
                         for i, t in enumerate(world.workload.tasks)])
+        self.index = UpcomingIndex(self.dag)
+        self._seen = 0
 
-    def __call__(self, waiting_group_of: dict[int, str], running_tasks: set[int]) -> list[UpcomingTasks]:
-        return upcoming_tasks(self.dag, self.world.node_states(), waiting_group_of, running_tasks)
+    def __call__(self, waiting_group_of: Mapping[int, str], running_tasks: set[int]) -> list[UpcomingTasks]:
+        log = self.world.state_log
+        if self._seen < len(log):
+            self.index.update({node: (state, job) for node, state, job in log[self._seen:]})
+            self._seen = len(log)
+        return self.index(waiting_group_of, running_tasks)

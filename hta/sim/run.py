@@ -24,11 +24,11 @@ from hta.controller import Controller, ControllerConfig
 from hta.policies.base import Policy
 from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter
 from hta.sim.backend import SimBackend
+from hta.sim.learner import IncrementalCategoryLearner
 from hta.sim.master import SimLookahead, SimMaster, SimMonitor
 from hta.sim.workload import Workload
 from hta.sim.world import ClusterModel, World
 from hta.summary import RunSummary, summarize
-from resource_monitor.categories import CategoryLearner
 
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ class Simulation:
         self.world = World(workload, self.cluster, seed)
         self.backend = SimBackend(self.world)
         self.controller = Controller(
-            master=SimMaster(self.world), backend=self.backend, policy=policy, learner=CategoryLearner(),
+            master=SimMaster(self.world), backend=self.backend, policy=policy, learner=IncrementalCategoryLearner(),
             summaries=SimMonitor(self.world), scaling_log=self.log, config=self.config(), epoch=0.0,
             upcoming=SimLookahead(self.world), clock=lambda: self.world.env.now,
         )

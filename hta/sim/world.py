@@ -28,19 +28,121 @@ watches the world (the controller's driver) can look at once.
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Iterator, NamedTuple
 
 import simpy
 from pydantic import BaseModel
 
 from hta.model import Resources
+from hta.sim.learner import IncrementalCategoryLearner
 from hta.sim.workload import SimTask, Workload
-from resource_monitor.categories import CategoryLearner
 from workqueue_bridge.dispatch import allocated, allocation_request, fit_count
 from workqueue_bridge.makeflow_log import NodeState
 from workqueue_bridge.monitor_summaries import TaskSummary
+
+class _Room(NamedTuple):
+    """A node's free resources as :func:`fit_count` reads them (no validated model per look)."""
+
+    cores: float
+    memory_mb: float
+    disk_mb: float
+
+
+class WaitQueue:
+    """The master's waiting tasks in dispatch order, kept as runs of alike tasks (same
+    ``kind``: category, retried-on-a-whole-worker, what it declares). Alike tasks are
+    given the same allocation, so when one does not fit anywhere none of its run does:
+    a dispatch skips the rest of the run at once instead of trying 100k tasks one by one."""
+
+    def __init__(self) -> None:
+        self.runs: deque[list] = deque()  # [kind, deque of task ids]
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def __iter__(self) -> Iterator[str]:
+        for _, tids in self.runs:
+            yield from tids
+
+    def append(self, tid: str, kind: tuple) -> None:
+        if self.runs and self.runs[-1][0] == kind:
+            self.runs[-1][1].append(tid)
+        else:
+            self.runs.append([kind, deque([tid])])
+        self._len += 1
+
+    def appendleft(self, tid: str, kind: tuple) -> None:
+        if self.runs and self.runs[0][0] == kind:
+            self.runs[0][1].appendleft(tid)
+        else:
+            self.runs.appendleft([kind, deque([tid])])
+        self._len += 1
+
+    def taken(self, n: int) -> None:
+        """``n`` tasks were taken out of runs; drop the runs left empty, merge alike neighbours."""
+        self._len -= n
+        merged: deque[list] = deque()
+        for run in self.runs:
+            if not run[1]:
+                continue
+            if merged and merged[-1][0] == run[0]:
+                merged[-1][1].extend(run[1])
+            else:
+                merged.append(run)
+        self.runs = merged
+
+
+class WaitingIds:
+    """The waiting tasks' Work Queue ids as runs of consecutive ids of one kind, in id
+    order: what the master's task list says of its queue, without one entry per task."""
+
+    def __init__(self) -> None:
+        self.segs: list[list] = []  # [first id, last id, kind]
+        self._los: list[int] = []
+
+    def add(self, x: int, kind: tuple) -> None:
+        segs, los = self.segs, self._los
+        i = bisect.bisect_right(los, x) - 1
+        left = segs[i] if i >= 0 else None
+        right = segs[i + 1] if i + 1 < len(segs) else None
+        join_left = left is not None and left[1] == x - 1 and left[2] == kind
+        join_right = right is not None and right[0] == x + 1 and right[2] == kind
+        if join_left and join_right:
+            left[1] = right[1]
+            del segs[i + 1], los[i + 1]
+        elif join_left:
+            left[1] = x
+        elif join_right:
+            right[0] = x
+            los[i + 1] = x
+        else:
+            segs.insert(i + 1, [x, x, kind])
+            los.insert(i + 1, x)
+
+    def remove(self, x: int) -> None:
+        segs, los = self.segs, self._los
+        i = bisect.bisect_right(los, x) - 1
+        seg = segs[i]
+        lo, hi, kind = seg
+        if lo == hi:
+            del segs[i], los[i]
+        elif x == lo:
+            seg[0] = los[i] = x + 1
+        elif x == hi:
+            seg[1] = x - 1
+        else:
+            seg[1] = x - 1
+            segs.insert(i + 1, [x + 1, hi, kind])
+            los.insert(i + 1, x + 1)
+
 
 class ClusterModel(BaseModel):
     """The simulated cluster (defaults: the thesis's GKE measurement)."""
@@ -114,6 +216,8 @@ class SimRun:
     start: float
     alloc: Resources
     token: int
+    #: what the master reports of it (built once: it does not change while it runs)
+    status: object | None = None
 
 
 class World:
@@ -134,15 +238,27 @@ class World:
         #: Work Queue task id of each task (its position in the workflow, from 1)
         self.task_id = {t.id: i + 1 for i, t in enumerate(workload.tasks)}
         self.check_acyclic()
-        self.waiting: deque[str] = deque()
+        self.waiting = WaitQueue()
+        self.waiting_ids = WaitingIds()
+        #: waiting tasks per category (the master's queue_status counts)
+        self.waiting_by_category: dict[str, int] = {}
+        #: what makeflow's log says of each released rule (node → (state, job)), and every
+        #: change of it in order (the lookahead reads them incrementally)
+        self.states: dict[int, tuple[NodeState, int]] = {}
+        self.state_log: list[tuple[int, NodeState, int]] = []
         self.whole_worker: set[str] = set()  # tasks to retry on a whole worker
         self.runs: dict[str, SimRun] = {}
         self.done: set[str] = set()
         self.released: set[str] = set()
         self.nodes: dict[str, SimNode] = {}
         self.order: list[str] = []  # connected nodes, in connection order
+        #: nodes asked for and not connected yet (not gone), in request order
+        self.pending_nodes: dict[str, SimNode] = {}
+        #: nodes connected since the backend last looked, and addresses of nodes gone after connecting
+        self.newly_connected: list[SimNode] = []
+        self.retired_addresses: set[str] = set()
         #: what the master itself has measured of each category (for its allocations)
-        self.master_learner = CategoryLearner()
+        self.master_learner = IncrementalCategoryLearner()
         #: summaries of completed tasks, in completion order (the resource monitor's files)
         self.summaries: list[TaskSummary] = []
         self.retries = 0
@@ -190,11 +306,12 @@ class World:
     # -- Makeflow's view ---------------------------------------------------------------
     def node_states(self) -> dict[int, tuple[NodeState, int]]:
         """What makeflow's log would say of each rule: (state, Work Queue task id)."""
-        out: dict[int, tuple[NodeState, int]] = {}
-        for tid in self.released:
-            n = self.task_id[tid]
-            out[n - 1] = (NodeState.COMPLETE if tid in self.done else NodeState.RUNNING, n)
-        return out
+        return dict(self.states)
+
+    def _set_state(self, tid: str, state: NodeState) -> None:
+        n = self.task_id[tid]
+        self.states[n - 1] = (state, n)
+        self.state_log.append((n - 1, state, n))
 
     # -- cluster --------------------------------------------------------------------------
     def add_empty_nodes(self, n: int) -> None:
@@ -210,6 +327,7 @@ class World:
         self._seq += 1
         node = SimNode(f"n{self._seq}", self.cluster.node_shape, requested_at=now)
         self.nodes[node.id] = node
+        self.pending_nodes[node.id] = node
         if not provision:
             self._host_seq += 1
             node.host = self._host_seq
@@ -251,6 +369,8 @@ class World:
         node.connected_at = self.env.now
         node.free_c, node.free_m = node.capacity.cores, node.capacity.memory_mb
         self.order.append(node.id)
+        del self.pending_nodes[node.id]
+        self.newly_connected.append(node)
         self._changed()
         self._dispatch()
 
@@ -263,15 +383,17 @@ class World:
         node.gone = True
         self._release_host(node, self.env.now)
         if node.connected_at is None:  # still on its way: the request is cancelled
+            del self.pending_nodes[node.id]
             self._changed()
             return 0
+        self.retired_addresses.add(node.address)
         now = self.env.now
         lost = 0
         for tid in reversed(list(node.running)):  # back to the queue in their start order
             r = self.runs.pop(tid)
             self.lost_work += (now - r.start) * r.alloc.cores
             lost += 1
-            self.waiting.appendleft(tid)
+            self._wait(tid, front=True)
         node.running.clear()
         self.order.remove(node.id)
         self._changed()
@@ -289,29 +411,62 @@ class World:
         return allocation_request(self.declared(t), self.master_learner.model(t.category), auto=True,
                                   exceeded=tid in self.whole_worker)
 
+    def kind(self, tid: str) -> tuple:
+        """What decides the master's allocation of a task besides its category's measurements:
+        alike tasks (equal kinds) are given alike allocations."""
+        t = self.tasks[tid]
+        return t.category, tid in self.whole_worker, (t.cores, t.memory_mb) if self.workload.declared else None
+
+    def _wait(self, tid: str, front: bool = False) -> None:
+        kind = self.kind(tid)
+        if front:
+            self.waiting.appendleft(tid, kind)
+        else:
+            self.waiting.append(tid, kind)
+        self.waiting_ids.add(self.task_id[tid], kind)
+        cat = kind[0]
+        self.waiting_by_category[cat] = self.waiting_by_category.get(cat, 0) + 1
+
     def _release(self, tid: str) -> None:
         self.released.add(tid)
-        self.waiting.append(tid)
+        self._set_state(tid, NodeState.RUNNING)
+        self._wait(tid)
         self._changed()
 
     def _dispatch(self) -> None:
+        """Work Queue's rule: waiting tasks in order, each to the first worker with room.
+        A task that fits nowhere is passed over, and with it the rest of its run (alike
+        tasks, the same allocation: nothing has been freed meanwhile)."""
         live = [self.nodes[i] for i in self.order]
         if not live or not self.waiting:
             return
-        keep: deque[str] = deque()
-        while self.waiting:
-            if all(n.free_c <= 1e-9 for n in live):
-                keep.extend(self.waiting)
-                self.waiting.clear()
-                break
-            tid = self.waiting.popleft()
-            request = self.request_of(tid)
-            node = next((n for n in live if fit_count(request, n.free, n.capacity, 1)), None)
-            if node is None:
-                keep.append(tid)
-            else:
+        started = 0
+        for run in self.waiting.runs:
+            tids = run[1]
+            request = self.request_of(tids[0])
+            while tids:
+                if all(n.free_c <= 1e-9 for n in live):
+                    break
+                disk = None
+                node = None
+                for n in live:
+                    disk = n.capacity.disk_mb
+                    if fit_count(request, _Room(n.free_c, n.free_m, disk), n.capacity, 1):
+                        node = n
+                        break
+                if node is None:
+                    break
+                tid = tids.popleft()
+                started += 1
+                self.waiting_ids.remove(self.task_id[tid])
+                self.waiting_by_category[run[0][0]] -= 1
                 self._start(self.tasks[tid], node, allocated(request, node.capacity))
-        self.waiting = keep
+            else:
+                continue
+            if all(n.free_c <= 1e-9 for n in live):
+                break
+        if started:
+            self.waiting.taken(started)
 
     def _start(self, t: SimTask, node: SimNode, alloc: Resources) -> None:
         now = self.env.now
@@ -343,11 +498,12 @@ class World:
             self.retries += 1
             self.lost_work += (now - r.start) * r.alloc.cores
             self.whole_worker.add(tid)
-            self.waiting.appendleft(tid)
+            self._wait(tid, front=True)
             self._dispatch()
             return
         self._summarize(r.task, r.start, now)
         self.done.add(tid)
+        self._set_state(tid, NodeState.COMPLETE)
         for c in self.children[tid]:
             self.parents_left[c] -= 1
             if self.parents_left[c] == 0:
