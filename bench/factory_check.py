@@ -256,7 +256,7 @@ def run_real(args: argparse.Namespace, workload: Workload, out: Path) -> Result:
     scratch = res.dir / "factory-scratch"
     scratch.mkdir()
     hta_out = open(res.dir / "hta.out", "w")
-    hta = subprocess.Popen(hta_command(args, "observe", wf, port), cwd=ROOT, stdout=hta_out,
+    hta = subprocess.Popen(hta_command(args, "observe", wf, port), cwd=Path(wf).parent, stdout=hta_out,
                            stderr=subprocess.STDOUT, start_new_session=True)
     factory = sampler = None
     try:
@@ -348,7 +348,7 @@ def run_emulation(args: argparse.Namespace, workload: Workload, out: Path) -> Re
     wf = write_makeflow(workload, 1.0, res.dir)
     policy = emulation_spec(args)
     hta_out = open(res.dir / "hta.out", "w")
-    hta = subprocess.Popen(hta_command(args, policy, wf, None), cwd=ROOT, stdout=hta_out,
+    hta = subprocess.Popen(hta_command(args, policy, wf, None), cwd=Path(wf).parent, stdout=hta_out,
                            stderr=subprocess.STDOUT, start_new_session=True)
     sampler = WorkerSampler(hta.pid)
     sampler.start()

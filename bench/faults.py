@@ -83,7 +83,9 @@ class Run:
         self.err = self.dir.parent / f"{name}.stderr"
         self.t0 = time.time()
         with open(self.out, "w") as o, open(self.err, "w") as e:
-            self.p = subprocess.Popen([HTA, "makeflow", *BASE_ARGS, *args, str(workflow)], stdout=o, stderr=e)
+            # from the workflow's folder, as a user runs it (makeflow runs where it is started)
+            self.p = subprocess.Popen([HTA, "makeflow", *BASE_ARGS, *args, str(workflow)], cwd=Path(workflow).parent,
+                                      stdout=o, stderr=e)
         self.log = Path(str(workflow) + ".scaling.jsonl")
         for i, a in enumerate(args):
             if a == "--log":

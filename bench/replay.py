@@ -146,7 +146,7 @@ def run_real(run: Run, k: float, nodes: int, seed: int, out: Path, timeout_s: fl
                "--min-interval", str(MIN_INTERVAL_S), "--max-interval", f"{600 / k:.1f}",
                "--latency-prior", f"{THESIS_LATENCY_S / k:.2f}", str(wf)]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            r = subprocess.run(cmd, cwd=Path(wf).parent, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             run.problems.append(f"no end within {timeout_s:.0f} s")
             r = None

@@ -14,13 +14,22 @@ def _s(v: float | None, unit: str = "s", digits: int = 1) -> str:
     return "—" if v is None else f"{v:,.{digits}f} {unit}".strip()
 
 
+def _shown_path(path: str | Path) -> str:
+    """A path as a person typed it: relative to the current folder when it is inside it."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(p)
+
+
 def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
     lat = "none measured"
     if s.latency_count:
         lat = f"median {_s(s.latency_median_s)}, p90 {_s(s.latency_p90_s)} ({s.latency_count} workers)"
     util = "—" if s.utilization is None else f"{100 * s.utilization:.0f} %"
     rows = [
-        ("workflow", s.workflow or s.workload or "—"),
+        ("workflow", _shown_path(s.workflow) if s.workflow else (s.workload or "—")),
         ("result", "complete" if s.exit_code == 0 else f"exit code {s.exit_code}"),
         ("runtime", _s(s.runtime_s)),
         ("tasks", f"{s.tasks_done} done, {s.tasks_failed} failed, {s.tasks_retried} re-run"),
@@ -45,9 +54,9 @@ def print_summary(s: RunSummary, log_path: Path | str | None = None, console: Co
     t = Table(title=f"HTA run summary — policy {s.policy}, backend {s.backend}", show_header=False,
               title_justify="left")
     t.add_column(style="bold")
-    t.add_column()
+    t.add_column(overflow="fold")
     for k, v in summary_rows(s):
         t.add_row(k, v)
     console.print(t)
     if log_path:
-        console.print(f"scaling log: {log_path}")
+        console.print(f"scaling log: {_shown_path(log_path)}", soft_wrap=True, highlight=False)

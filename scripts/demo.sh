@@ -6,11 +6,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
 cd "$root"
-wf=workflows/blast/Makeflow
-# start from a clean slate so makeflow runs every rule again
-(cd workflows/blast && makeflow -c Makeflow >/dev/null 2>&1 || true)
+# from the workflow's folder, as makeflow runs it; a clean slate so makeflow runs every rule again
+cd workflows/blast
+/usr/bin/env makeflow -c Makeflow >/dev/null 2>&1 || true
 rc=0
-.venv/bin/hta makeflow --max-workers 4 --worker-cores 1 --provision-delay 4 "$wf" "$@" || rc=$?
+../../.venv/bin/hta makeflow --max-workers 4 --worker-cores 1 --provision-delay 4 Makeflow "$@" || rc=$?
 echo
-.venv/bin/hta report workflows/blast/Makeflow.scaling.jsonl --plot report/demo
+../../.venv/bin/hta report Makeflow --plot ../../report/demo
 exit "$rc"

@@ -47,8 +47,19 @@ def blast_copy(tmp_path: Path) -> Path:
 
 
 def run_hta(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None):
+    """``hta ARGS``; ``hta makeflow`` runs, as makeflow does, in the current folder, so by
+    default it is run from the workflow's folder, as a user would."""
+    if cwd is None and args and args[0] == "makeflow":
+        cwd = workflow_dir(list(args))
     return subprocess.run([*HTA, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
+
+
+def workflow_dir(args: list[str]) -> Path | None:
+    """The folder of the workflow file named in an ``hta makeflow`` command line."""
+    before = args[:args.index("--")] if "--" in args else args
+    files = [Path(a) for a in before[1:] if not a.startswith("-") and Path(a).is_file()]
+    return files[-1].resolve().parent if files else None
 
 
 def wait(cond, timeout: float = 60.0, every: float = 0.5):

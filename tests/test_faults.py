@@ -158,7 +158,7 @@ def test_an_unwritable_scaling_log_is_one_line_before_anything_starts(tmp_path: 
 def test_a_worker_killed_mid_task_is_reported_as_lost_and_rerun_work(tmp_path: Path):
     wf = sleepy(tmp_path, n=2, seconds=8)
     log = wf / "Makeflow.scaling.jsonl"
-    p = subprocess.Popen([*HTA, "makeflow", "--max-workers", "1", str(wf / "Makeflow")],
+    p = subprocess.Popen([*HTA, "makeflow", "--max-workers", "1", str(wf / "Makeflow")], cwd=wf,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait(lambda: running_tasks(log) >= 1, 60, every=0.3), "no task ran"
@@ -186,7 +186,7 @@ def test_a_worker_killed_mid_task_is_reported_as_lost_and_rerun_work(tmp_path: P
 def test_a_second_run_in_the_same_folder_is_refused_and_the_first_is_untouched(tmp_path: Path):
     wf = sleepy(tmp_path, n=2, seconds=4)
     log = wf / "Makeflow.scaling.jsonl"
-    first = subprocess.Popen([*HTA, "makeflow", "--max-workers", "2", str(wf / "Makeflow")],
+    first = subprocess.Popen([*HTA, "makeflow", "--max-workers", "2", str(wf / "Makeflow")], cwd=wf,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait(lambda: running_tasks(log) >= 1, 60, every=0.3), "the first run did not start"
@@ -213,7 +213,7 @@ def test_a_stopped_worker_is_replaced_after_the_stall_timeout(tmp_path: Path):
     wf = sleepy(tmp_path, n=2, seconds=8)
     log = wf / "Makeflow.scaling.jsonl"
     p = subprocess.Popen([*HTA, "makeflow", "--max-workers", "1", "--worker-stall-timeout", "6",
-                          str(wf / "Makeflow")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          str(wf / "Makeflow")], cwd=wf, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stopped: list[psutil.Process] = []
     try:
         assert wait(lambda: running_tasks(log) >= 1, 60, every=0.3), "no task ran"
@@ -259,7 +259,7 @@ def test_a_binary_workflow_is_refused_at_once(tmp_path: Path):
 @pytest.mark.parametrize("delay", [0.3, 0.6, 1.0, 2.0])
 def test_sigterm_in_the_first_seconds_exits_143_with_a_line(tmp_path: Path, delay: float):
     wf = sleepy(tmp_path, n=1, seconds=30)
-    p = subprocess.Popen([*HTA, "makeflow", str(wf / "Makeflow")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = subprocess.Popen([*HTA, "makeflow", str(wf / "Makeflow")], cwd=wf, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     time.sleep(delay)
     p.send_signal(signal.SIGTERM)
@@ -273,7 +273,7 @@ def test_sigterm_in_the_first_seconds_exits_143_with_a_line(tmp_path: Path, dela
 def test_makeflow_killed_is_named_by_its_signal(tmp_path: Path):
     wf = sleepy(tmp_path, n=1, seconds=30)
     log = wf / "Makeflow.scaling.jsonl"
-    p = subprocess.Popen([*HTA, "makeflow", str(wf / "Makeflow")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = subprocess.Popen([*HTA, "makeflow", str(wf / "Makeflow")], cwd=wf, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     try:
         assert wait(lambda: running_tasks(log) >= 1, 60, every=0.3), "no task ran"

@@ -110,14 +110,14 @@ def _sleepy(tmp_path: Path, n: int, seconds: int) -> Path:
 def test_killed_hta_restarts_and_adopts_its_pods(cluster, core, tmp_path):
     wf = _sleepy(tmp_path, 6, 20)
     args = [*HTA, *k8s_args(cluster, "--max-workers", "2"), "--port", "9311", str(wf / "Makeflow")]
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(args, cwd=wf, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = wf / "Makeflow.scaling.jsonl"
     assert wait(lambda: log.exists() and '"connected"' in log.read_text(), 120), "no worker connected"
     before = sorted(x.metadata.name for x in hta_pods(core))
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert before and sorted(x.metadata.name for x in hta_pods(core)) == before  # pods survive HTA
-    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(args, cwd=wf, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     recs = records(log)
     names = {x["worker"] for x in recs if x["kind"] == "worker" and x["event"] == "requested"}
@@ -132,7 +132,7 @@ def test_killed_hta_restarts_and_adopts_its_pods(cluster, core, tmp_path):
 
 def test_deleted_worker_pod_tasks_are_rerun(cluster, core, tmp_path):
     wf = _sleepy(tmp_path, 4, 15)
-    p = subprocess.Popen([*HTA, *k8s_args(cluster, "--max-workers", "2"), str(wf / "Makeflow")],
+    p = subprocess.Popen([*HTA, *k8s_args(cluster, "--max-workers", "2"), str(wf / "Makeflow")], cwd=wf,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = wf / "Makeflow.scaling.jsonl"
     assert wait(lambda: log.exists() and '"connected"' in log.read_text(), 120)

@@ -115,7 +115,7 @@ def _sleep_workflow(tmp_path: Path, n: int = 6, seconds: int = 60) -> Path:
 
 
 def _start_and_wait_for_workers(wf: Path) -> subprocess.Popen:
-    p = subprocess.Popen([*HTA, "makeflow", "--max-workers", "2", str(wf / "Makeflow")],
+    p = subprocess.Popen([*HTA, "makeflow", "--max-workers", "2", str(wf / "Makeflow")], cwd=wf,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = wf / "Makeflow.scaling.jsonl"
     if not wait(lambda: log.exists() and '"connected"' in log.read_text(), 60, every=0.3):
@@ -177,7 +177,7 @@ def test_invalid_options_are_one_line_exit_2(tmp_path: Path, args, needle):
 def test_reserved_makeflow_argument_is_refused(tmp_path: Path):
     wf = _sleep_workflow(tmp_path, n=1, seconds=1)
     r = run_hta("makeflow", str(wf / "Makeflow"), "--", "-T", "local")
-    assert r.returncode == 2 and "-T is set by hta" in r.stderr
+    assert r.returncode == 2 and "makeflow option -T cannot be used under HTA" in r.stderr
 
 
 def test_makeflow_syntax_error_surfaces_makeflows_message(tmp_path: Path):
