@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +91,47 @@ class WorkloadError(ValueError):
     pass
 
 
+def topological_order(w: Workload) -> list[SimTask]:
+    """Parents before children (Kahn's algorithm, iterative: a chain of 100k tasks is
+    fine); ties in the workload's order. A cycle is a :class:`WorkloadError` naming it."""
+    by_id = w.by_id()
+    left = {t.id: len(t.parents) for t in w.tasks}
+    children: dict[str, list[str]] = {t.id: [] for t in w.tasks}
+    for t in w.tasks:
+        for p in t.parents:
+            children[p].append(t.id)
+    ready = deque(t.id for t in w.tasks if left[t.id] == 0)
+    order: list[SimTask] = []
+    while ready:
+        tid = ready.popleft()
+        order.append(by_id[tid])
+        for c in children[tid]:
+            left[c] -= 1
+            if left[c] == 0:
+                ready.append(c)
+    if len(order) != len(w.tasks):
+        cycle = find_cycle(w, {tid for tid, n in left.items() if n > 0})
+        shown = " → ".join(cycle[:8] + (["…"] if len(cycle) > 9 else []) + [cycle[0]])
+        raise WorkloadError(f"workflow {w.name!r} has a dependency cycle ({len(cycle)} tasks): {shown}; "
+                            f"a task cannot wait for itself: remove one of these parent links")
+    return order
+
+
+def find_cycle(w: Workload, stuck: set[str]) -> list[str]:
+    """A cycle among ``stuck`` (tasks Kahn's algorithm could not order: each has a
+    stuck parent), as task ids, each the parent of the next."""
+    by_id = w.by_id()
+    start = next(t.id for t in w.tasks if t.id in stuck)
+    seen: dict[str, int] = {}
+    path: list[str] = []
+    tid = start
+    while tid not in seen:  # walk up stuck parents until a task repeats
+        seen[tid] = len(path)
+        path.append(tid)
+        tid = next(p for p in by_id[tid].parents if p in stuck)
+    return list(reversed(path[seen[tid]:]))
+
+
 def parse_wfformat(data: dict, name: str | None = None) -> Workload:
     wf = data.get("workflow")
     if not isinstance(wf, dict):
@@ -121,7 +163,9 @@ def parse_wfformat(data: dict, name: str | None = None) -> Workload:
         missing = [p for p in t.parents if p not in ids]
         if missing:
             raise WorkloadError(f"task {t.id!r} names unknown parent {missing[0]!r}")
-    return Workload(name or data.get("name", "workflow"), tasks)
+    wl = Workload(name or data.get("name", "workflow"), tasks)
+    topological_order(wl)  # refuses a cycle here, in one line, before anything runs
+    return wl
 
 
 def load_workload(spec: str, seed: int = 0) -> Workload:
