@@ -210,9 +210,11 @@ def test_wfformat_14_and_defaults(tmp_path: Path):
 
 
 def test_oracle_bound():
+    # 1200 core·s of independent work: 3 cores until the second node can connect (a fixed
+    # 50 s latency), 6 after: 150 core·s by t = 50, the other 1050 take 175 s more
     wl = Workload("w", [SimTask(f"t{i}", "a", 100) for i in range(12)])
-    c = ClusterModel(max_nodes=2, start_nodes=1, node_cores=3, latency_mean_s=50)
-    assert oracle_runtime_s(wl, c) == pytest.approx(max(100, 1200 / 6) + 50)
+    c = ClusterModel(max_nodes=2, start_nodes=1, node_cores=3, latency_mean_s=50, latency_sd_s=0)
+    assert oracle_runtime_s(wl, c) == pytest.approx(50 + 1050 / 6)
 
 
 # -- the rivals -----------------------------------------------------------------------------

@@ -1,50 +1,150 @@
-"""The oracle: a lower bound on any policy's runtime for a workload.
+"""The oracle: a lower bound on any policy's runtime for a workload on a cluster.
 
-No schedule finishes before the workflow's critical path (the longest chain
-of runtimes), nor before the total work spread over every core of the largest
-cluster. When the starting cluster cannot hold the widest stage at once, more
-nodes must be bought, and none arrives before one preparation latency.
+No policy, not even the largest cluster present from t = 0, finishes sooner:
+
+- **Phases between barriers.** A *barrier* is a task every other task either
+  precedes or follows (BLAST's split and reduce tasks): everything before it
+  must end before it starts, everything after it starts after it ends. The
+  workflow is cut at its barriers into phases that run one after the other;
+  each barrier is a phase of its own. A phase lasts at least its critical
+  path (the longest chain of runtimes inside it) and at least as long as the
+  cluster takes to supply its work (Σ runtime × cores, core·s).
+- **Capacity over time.** Until the first bought node can arrive only the
+  starting nodes work (``start_nodes`` × ``node_cores`` cores; none at all
+  when there are none); after that at most ``max_nodes`` × ``node_cores``.
+- **The smallest possible latency, not the mean.** A node connects after
+  max(1 s, a normal draw) + pull + pod start: with any spread the draw can
+  be as low as 1 s, so that is what the bound may assume; a fixed latency
+  (``latency_sd_s = 0``) is used as it is.
+
+Each task counts its runtime plus the per-task overhead the world adds. What
+the bound leaves out only makes real runs slower (a never-measured category's
+first tasks on whole workers, retries, memory, placement), so a simulated
+runtime below the bound is a bug (``tests/test_bound.py`` looks for one).
+
+Everything here walks the DAG iteratively in topological order: a chain of
+100k tasks is fine.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from dataclasses import dataclass
 
-from hta.sim.workload import Workload
+from hta.sim.workload import SimTask, Workload, topological_order
 from hta.sim.world import ClusterModel
 
 
-def critical_path_s(w: Workload) -> float:
-    tasks = w.by_id()
-
-    @lru_cache(maxsize=None)
-    def finish(tid: str) -> float:
-        t = tasks[tid]
-        return t.runtime_s + max((finish(p) for p in t.parents), default=0.0)
-
-    import sys
-    sys.setrecursionlimit(max(10000, 4 * len(tasks)))
-    return max(finish(t.id) for t in w.tasks)
+def _durations(w: Workload, cluster: ClusterModel | None) -> dict[str, float]:
+    if cluster is None:
+        return {t.id: t.runtime_s for t in w.tasks}
+    over = cluster.task_overhead_by_category_s
+    return {t.id: t.runtime_s + over.get(t.category, cluster.task_overhead_s) for t in w.tasks}
 
 
-def widest_stage_cores(w: Workload) -> float:
-    tasks = w.by_id()
-    depth: dict[str, int] = {}
+def critical_path_s(w: Workload, cluster: ClusterModel | None = None) -> float:
+    """The longest chain of runtimes (plus the cluster's per-task overhead, if given)."""
+    dur = _durations(w, cluster)
+    finish: dict[str, float] = {}
+    for t in topological_order(w):
+        finish[t.id] = dur[t.id] + max((finish[p] for p in t.parents), default=0.0)
+    return max(finish.values(), default=0.0)
 
-    def d(tid: str) -> int:
-        if tid not in depth:
-            depth[tid] = 1 + max((d(p) for p in tasks[tid].parents), default=-1)
-        return depth[tid]
 
-    width: dict[int, float] = {}
-    for t in w.tasks:
-        width[d(t.id)] = width.get(d(t.id), 0.0) + t.cores
-    return max(width.values())
+def barriers(order: list[SimTask]) -> list[bool]:
+    """For each task of a topological order: is it a barrier (every other task an
+    ancestor or a descendant of it)?
+
+    Task i is one iff it is the only task among positions ≤ i with no child there,
+    and the only one among positions ≥ i with no parent there (then every earlier
+    task reaches it, and it reaches every later one). Both counts come from one
+    sweep over the edges: O(tasks + edges)."""
+    n = len(order)
+    pos = {t.id: i for i, t in enumerate(order)}
+    last_child = list(range(n))  # largest position of a child (itself if none... set below)
+    first_parent = list(range(n))
+    has_child = [False] * n
+    for i, t in enumerate(order):
+        for p in t.parents:
+            j = pos[p]
+            has_child[j] = True
+            last_child[j] = max(last_child[j], i)
+            first_parent[i] = min(first_parent[i], j)
+    # sinks(i) = #{j ≤ i : last child of j > i, or j has none}; sources(i) = #{j ≥ i : first parent < i, or none}
+    sinks = [0] * (n + 1)
+    sources = [0] * (n + 1)
+    for j in range(n):
+        end = last_child[j] if has_child[j] else n  # j is a sink of prefixes [j, end)
+        sinks[j] += 1
+        sinks[end] -= 1
+        start = first_parent[j] + 1 if first_parent[j] < j else 0  # a source of suffixes starting in [start, j]
+        sources[start] += 1
+        sources[j + 1] -= 1
+    out = []
+    s = r = 0
+    for i in range(n):
+        s += sinks[i]
+        r += sources[i]
+        out.append(s == 1 and r == 1)
+    return out
+
+
+@dataclass
+class Phase:
+    tasks: int
+    critical_path_s: float
+    work_core_s: float
+
+
+def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
+    """The workflow cut at its barriers, in order (each barrier a phase of its own)."""
+    order = topological_order(w)
+    dur = _durations(w, cluster)
+    is_barrier = barriers(order)
+    out: list[Phase] = []
+    finish: dict[str, float] = {}  # within the current phase
+    count, cp, work = 0, 0.0, 0.0
+    for t, bar in zip(order, is_barrier):
+        if bar:
+            if count:
+                out.append(Phase(count, cp, work))
+            out.append(Phase(1, dur[t.id], dur[t.id] * t.cores))
+            finish, count, cp, work = {}, 0, 0.0, 0.0
+            continue
+        f = dur[t.id] + max((finish[p] for p in t.parents if p in finish), default=0.0)
+        finish[t.id] = f
+        count += 1
+        cp = max(cp, f)
+        work += dur[t.id] * t.cores
+    if count:
+        out.append(Phase(count, cp, work))
+    return out
+
+
+def min_latency_s(cluster: ClusterModel) -> float:
+    """The soonest a bought node can connect (see the module's note)."""
+    draw = max(1.0, cluster.latency_mean_s) if cluster.latency_sd_s <= 0 else 1.0
+    return draw + cluster.pull_s + cluster.pod_start_s
+
+
+def _work_done_by(start: float, work: float, c0: float, c: float, until: float) -> float:
+    """The earliest end of ``work`` core·s begun at ``start`` on ``c0`` cores until ``until``,
+    ``c`` after."""
+    if work <= 0:
+        return start
+    t = start
+    if t < until:
+        if c0 > 0 and work <= c0 * (until - t):
+            return t + work / c0
+        work -= c0 * (until - t)
+        t = until
+    return t + work / c if c > 0 else float("inf")
 
 
 def oracle_runtime_s(w: Workload, cluster: ClusterModel) -> float:
-    work = sum(t.runtime_s * t.cores for t in w.tasks)
-    bound = max(critical_path_s(w), work / (cluster.max_nodes * cluster.node_cores))
-    if cluster.start_nodes * cluster.node_cores < widest_stage_cores(w):
-        bound += cluster.latency_mean_s + cluster.pull_s
-    return bound
+    c0 = cluster.start_nodes * cluster.node_cores
+    c = max(cluster.max_nodes, cluster.start_nodes) * cluster.node_cores
+    until = min_latency_s(cluster) if cluster.max_nodes > cluster.start_nodes else float("inf")
+    t = 0.0 if c0 > 0 else until  # no worker at all before the first one arrives
+    for ph in phases(w, cluster):
+        t = max(t + ph.critical_path_s, _work_done_by(t, ph.work_core_s, c0, c, until))
+    return t

@@ -1,0 +1,133 @@
+"""The oracle is a lower bound: no policy, not even the largest cluster present from
+t = 0, finishes a workflow sooner (hta/sim/oracle.py). Random small DAGs on random
+clusters, every policy; and the bound's parts by hand."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hta.policies.base import make_policy
+from hta.scaling_log import ScalingLogWriter
+from hta.sim.oracle import barriers, critical_path_s, oracle_runtime_s, phases
+from hta.sim.run import Simulation
+from hta.sim.workload import SimTask, Workload, WorkloadError, parse_wfformat, topological_order
+from hta.sim.world import ClusterModel
+
+POLICIES = ["observe", "static", "max-then-drain", "hta", "factory", "hpa-20", "keda-2"]
+
+
+def random_workload(rng: random.Random) -> Workload:
+    """Stages of alike tasks; a stage hangs on all or some tasks of earlier stages, and
+    sometimes on a single join task (a barrier)."""
+    tasks: list[SimTask] = []
+    stages: list[list[str]] = []
+    for s in range(rng.randint(1, 4)):
+        width = rng.choice([1, 1, 2, 3, 5, 8])
+        cat = rng.choice(["a", "b", "c"])
+        parents: list[str] = []
+        if stages:
+            prev = stages[-1]
+            parents = prev if rng.random() < 0.7 else rng.sample(prev, k=rng.randint(1, len(prev)))
+            if rng.random() < 0.3 and len(stages) > 1:
+                parents = parents + rng.sample(stages[-2], k=1)
+        ids = []
+        for i in range(width):
+            tid = f"s{s}_{i}"
+            own = parents if rng.random() < 0.8 else parents[:1]
+            tasks.append(SimTask(tid, cat, runtime_s=round(rng.uniform(1, 120), 2), cores=rng.choice([1, 1, 2, 3]),
+                                 memory_mb=rng.choice([100, 512, 4000]), cpu_util=rng.uniform(0.1, 1.0),
+                                 parents=sorted(set(own))))
+            ids.append(tid)
+        stages.append(ids)
+    return Workload("random", tasks, declared=rng.random() < 0.3)
+
+
+def random_cluster(rng: random.Random) -> ClusterModel:
+    max_nodes = rng.randint(1, 5)
+    return ClusterModel(
+        max_nodes=max_nodes, start_nodes=rng.randint(0, max_nodes), node_cores=3.0, node_memory_mb=15000.0,
+        latency_mean_s=rng.choice([5.0, 30.0, 157.4]), latency_sd_s=rng.choice([0.0, 0.0, 4.2, 40.0]),
+        pull_s=rng.choice([0.0, 3.0]), pod_start_s=rng.choice([0.0, 2.0]),
+        task_overhead_s=rng.choice([0.0, 0.5]), teardown_s=0.0, horizon_s=20000.0)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_no_policy_beats_the_bound(seed):
+    rng = random.Random(seed)
+    wl = random_workload(rng)
+    cluster = random_cluster(rng)
+    bound = oracle_runtime_s(wl, cluster)
+    policy = POLICIES[seed % len(POLICIES)]
+    if policy == "observe":  # the largest cluster, there from t = 0, never scaled
+        cluster = cluster.model_copy(update={"start_nodes": cluster.max_nodes})
+        bound = oracle_runtime_s(wl, cluster)
+    s = Simulation(wl, make_policy(policy), cluster, seed=seed, log=ScalingLogWriter()).run()
+    assert s.exit_code == 0, (policy, cluster)
+    assert s.runtime_s >= bound - 1e-6, (policy, cluster, s.runtime_s, bound)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(300, 2300))
+def test_no_policy_beats_the_bound_many(seed):
+    test_no_policy_beats_the_bound(seed)
+
+
+def test_the_largest_cluster_from_the_start_meets_the_bound_on_a_chain():
+    # a chain: every task is a barrier, the bound is the critical path, and it is reached
+    wl = Workload("chain", [SimTask("a", "x", 10), SimTask("b", "x", 20, parents=["a"]),
+                            SimTask("c", "y", 5, parents=["b"])])
+    cluster = ClusterModel(max_nodes=2, start_nodes=2, teardown_s=0.0)
+    assert oracle_runtime_s(wl, cluster) == 35
+    s = Simulation(wl, make_policy("observe"), cluster, log=ScalingLogWriter()).run()
+    assert s.runtime_s == 35
+
+
+def test_barriers_cut_the_workflow_into_phases_that_add_up():
+    # split → 6 × 100 s → reduce → 6 × 100 s → reduce on 2 nodes of 3 cores from the start:
+    # each wide stage needs 600 core·s / 6 cores = 100 s; the old bound (max of the critical
+    # path, 250 s, and all the work over the cores, 1225/6 ≈ 204 s) missed that they cannot overlap
+    t = [SimTask("split", "s", 10)]
+    t += [SimTask(f"a{i}", "a", 100, parents=["split"]) for i in range(6)]
+    t += [SimTask("r1", "r", 10, parents=[f"a{i}" for i in range(6)])]
+    t += [SimTask(f"b{i}", "a", 100, parents=["r1"]) for i in range(6)]
+    t += [SimTask("r2", "r", 5, parents=[f"b{i}" for i in range(6)])]
+    wl = Workload("w", t)
+    assert [x.id for x, b in zip(topological_order(wl), barriers(topological_order(wl))) if b] == \
+        ["split", "r1", "r2"]
+    assert [p.tasks for p in phases(wl)] == [1, 6, 1, 6, 1]
+    assert oracle_runtime_s(wl, ClusterModel(max_nodes=2, start_nodes=2)) == 10 + 100 + 10 + 100 + 5
+    # one node at the start, the second no sooner than a fixed 50 s latency: the first wide
+    # stage has 3 cores for 40 s (120 core·s), then 6 cores for the other 480 (80 s)
+    c = ClusterModel(max_nodes=2, start_nodes=1, latency_mean_s=50, latency_sd_s=0)
+    assert oracle_runtime_s(wl, c) == 10 + (40 + 80) + 10 + 100 + 5
+    # with any spread a node can connect after as little as 1 s (max(1 s, a normal draw)): the
+    # bound may assume no more, so the second node is there before the split has ended
+    c = ClusterModel(max_nodes=2, start_nodes=1, latency_mean_s=50, latency_sd_s=4)
+    assert oracle_runtime_s(wl, c) == 10 + 100 + 10 + 100 + 5
+    # no node at the start: nothing runs before the first one can connect
+    c = ClusterModel(max_nodes=2, start_nodes=0, latency_mean_s=50, latency_sd_s=0, pull_s=5)
+    assert oracle_runtime_s(wl, c) == 55 + 10 + 100 + 10 + 100 + 5
+
+
+def test_a_cycle_is_refused_in_one_line_naming_its_tasks():
+    data = {"name": "loop", "workflow": {"tasks": [
+        {"id": "x", "runtime": 1, "parents": []},
+        {"id": "a", "runtime": 1, "parents": ["x", "c"]},
+        {"id": "b", "runtime": 1, "parents": ["a"]},
+        {"id": "c", "runtime": 1, "parents": ["b"]}]}}
+    with pytest.raises(WorkloadError) as e:
+        parse_wfformat(data)
+    msg = str(e.value)
+    assert "\n" not in msg and "cycle" in msg and "remove one of these parent links" in msg
+    assert all(t in msg for t in ("a", "b", "c")) and " x " not in msg
+
+
+def test_a_100k_task_chain_loads_and_is_bounded_without_recursion():
+    n = 100_000
+    tasks = [{"id": f"t{i}", "name": "step", "runtimeInSeconds": 1.0, "parents": [f"t{i - 1}"] if i else []}
+             for i in range(n)]
+    wl = parse_wfformat({"name": "chain", "workflow": {"tasks": tasks}})
+    assert critical_path_s(wl) == n
+    assert oracle_runtime_s(wl, ClusterModel()) == n
