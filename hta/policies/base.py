@@ -50,6 +50,7 @@ def _registry() -> dict[str, Callable[[str], Policy]]:
     from hta.policies.hpa import HPAPolicy
     from hta.policies.hta_policy import HTAPolicy
     from hta.policies.keda import KEDAPolicy
+    from hta.policies.max_then_drain import MaxThenDrainPolicy
     from hta.policies.observe import ObservePolicy
     from hta.policies.static import StaticPolicy
 
@@ -60,11 +61,12 @@ def _registry() -> dict[str, Callable[[str], Policy]]:
         "hpa": lambda spec: HPAPolicy(target_percent=_param(spec)),
         "keda": lambda spec: KEDAPolicy(tasks_per_pod=_param(spec)),
         "factory": lambda spec: FactoryPolicy(),
+        "max-then-drain": lambda spec: MaxThenDrainPolicy(),
     }
 
 
 def policy_names() -> list[str]:
-    return ["hta", "hpa-<cpu target %>", "keda-<tasks per pod>", "factory", "static", "observe",
+    return ["hta", "hpa-<cpu target %>", "keda-<tasks per pod>", "factory", "static", "max-then-drain", "observe",
             "<policy>:<setting>=<value>,...", "<policy>@<time scale k>"]
 
 
