@@ -14,6 +14,10 @@ workers can remove those; only fewer, fuller workers avoid them).
 
     idle waste = ∫ min(I, max(S − U, 0)) dt;   busy waste = waste − idle waste
 
+Teardown: the cluster a policy leaves behind after the workflow's last task ends is
+still paid for; :func:`split_totals` cuts waste (and the rest) at that moment, and
+:func:`node_seconds` with ``start`` counts the node time paid after it.
+
 Samples are step functions: a sample's values hold until the next sample (or
 the end of the run). The simulator, the controller's summary, the report and
 the tests all call :func:`integrate`.
@@ -75,7 +79,29 @@ def integrate(samples: Iterable[CoreSample], end: float | None = None) -> Totals
     return Totals(waste, shortage, supply, in_use, idle)
 
 
+def split_totals(samples: Iterable[CoreSample], at: float, end: float) -> tuple[Totals, Totals]:
+    """:func:`integrate` up to ``end`` cut in two at ``at``: before it (during the run) and
+    after it (teardown: what the cluster cost once the workflow had ended). The two add
+    up to the whole."""
+    before: list[CoreSample] = []
+    after: list[CoreSample] = []
+    for s in samples:
+        if s.t < at:
+            before.append(s)
+        else:
+            after.append(s)
+    if before and (not after or after[0].t > at):
+        h = before[-1]  # the value holding at the cut
+        after.insert(0, CoreSample(at, h.supply, h.in_use, h.demand, h.idle))
+    return integrate(before, min(at, end)), integrate(after, end)
+
+
 def node_seconds(intervals: Iterable[tuple[float, float | None]], end: float) -> float:
     """Worker-seconds paid: each worker from the moment it was asked for until
     it stopped (or ``end`` if it never did)."""
     return sum(max(0.0, (stop if stop is not None else end) - start) for start, stop in intervals)
+
+
+def node_seconds_after(intervals: Iterable[tuple[float, float | None]], at: float, end: float) -> float:
+    """The part of :func:`node_seconds` paid after ``at`` (each worker's time clipped to [at, end])."""
+    return sum(max(0.0, min(stop if stop is not None else end, end) - max(start, at)) for start, stop in intervals)

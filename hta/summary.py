@@ -11,7 +11,7 @@ import statistics
 
 from pydantic import BaseModel
 
-from hta.accounting import CoreSample, integrate, node_seconds
+from hta.accounting import CoreSample, integrate, node_seconds, node_seconds_after, split_totals
 from hta.model import CategoryModel
 from hta.scaling_log import (
     CategoriesRecord,
@@ -42,8 +42,15 @@ class RunSummary(BaseModel):
     #: the part of the waste on workers that ran nothing (drainable); the rest sat
     #: beside running tasks on busy workers
     idle_waste_core_s: float = 0.0
+    #: the waste split at the workflow's end: while it ran, and in the teardown after its
+    #: last task (workers the policy had not let go yet); the two add up to ``waste_core_s``
+    run_waste_core_s: float = 0.0
+    teardown_waste_core_s: float = 0.0
     shortage_core_s: float
+    #: worker-seconds paid (each worker from its request until it went), and the part of it
+    #: paid after the workflow ended
     node_s: float
+    teardown_node_s: float = 0.0
     lost_work_core_s: float = 0.0
     #: tasks running on workers that went away (the master ran them again)
     tasks_lost: int = 0
@@ -78,8 +85,11 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
 
     last_t = max([r.t for r in records if hasattr(r, "t")] or [0.0])
     t_end = end.t if end else last_t
-    totals = integrate((CoreSample(o.t, o.supply_cores, o.in_use_cores, o.demand_cores, o.idle_cores)
-                        for o in obs), t_end)
+    # the workflow's end: its runtime (since t = 0); an unfinished run has no teardown
+    ended = min(end.runtime_s, t_end) if end is not None and end.exit_code == 0 else t_end
+    samples = [CoreSample(o.t, o.supply_cores, o.in_use_cores, o.demand_cores, o.idle_cores) for o in obs]
+    totals = integrate(samples, t_end)
+    during, teardown = split_totals(samples, ended, t_end)
 
     asked: dict[str, float] = {}
     gone: dict[str, float] = {}
@@ -88,7 +98,8 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
             asked.setdefault(w.worker, w.t)
         elif w.event in ("drained", "removed", "stopped", "lost", "failed"):
             gone.setdefault(w.worker, w.t)
-    node_s = node_seconds(((t0, gone.get(wid)) for wid, t0 in asked.items()), t_end)
+    intervals = [(t0, gone.get(wid)) for wid, t0 in asked.items()]
+    node_s = node_seconds(intervals, t_end)
 
     connected = [w for w in workers if w.event == "connected"]
     lat = [w.latency_s for w in connected if w.latency_s is not None]
@@ -118,8 +129,11 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
         tasks_retried=end.tasks_retried if end else tasks_lost,
         waste_core_s=totals.waste_core_s,
         idle_waste_core_s=totals.idle_waste_core_s,
+        run_waste_core_s=during.waste_core_s,
+        teardown_waste_core_s=teardown.waste_core_s,
         shortage_core_s=totals.shortage_core_s,
         node_s=node_s,
+        teardown_node_s=node_seconds_after(intervals, ended, t_end),
         lost_work_core_s=end.lost_work_core_s if end and end.lost_work_core_s else lost_core_s,
         tasks_lost=tasks_lost,
         workers_lost=sum(1 for w in workers if w.event == "lost"),

@@ -19,3 +19,43 @@ def test_waste_splits_into_idle_workers_and_beside_running_tasks():
     # 3 workers of 2 cores: one idle, one with 1 of 2 cores in use, one full, for 10 s
     tot = integrate([CoreSample(0, 6, 3, 3, idle=2)], end=10)
     assert tot.waste_core_s == 30 and tot.idle_waste_core_s == 20 and tot.busy_waste_core_s == 10
+
+
+def test_waste_splits_at_the_workflows_end():
+    from hta.accounting import node_seconds_after, split_totals
+
+    # 4 cores supplied from 0; 2 in use until the workflow ends at 25, then 0 until 40
+    samples = [CoreSample(0, 4, 2, 2), CoreSample(25, 4, 0, 0, idle=4), CoreSample(30, 2, 0, 0, idle=2)]
+    during, after = split_totals(samples, 20, 40)  # cut between samples: the value at 20 holds on
+    assert during.waste_core_s == 2 * 20
+    assert after.waste_core_s == 2 * 5 + 4 * 5 + 2 * 10 and after.idle_waste_core_s == 4 * 5 + 2 * 10
+    assert during.waste_core_s + after.waste_core_s == integrate(samples, 40).waste_core_s
+    during, after = split_totals(samples, 25, 40)  # cut on a sample
+    assert (during.waste_core_s, after.waste_core_s) == (50, 40)
+    # a worker asked for at 5 and gone at 35, one never gone: paid after 25 until 40
+    assert node_seconds_after([(5, 35), (30, None), (0, 10)], at=25, end=40) == 10 + 10 + 0
+
+
+def test_run_summary_reports_teardown_waste_and_node_time():
+    from hta.scaling_log import EndRecord, ObservationRecord, RunRecord, WorkerRecord
+    from hta.summary import summarize
+
+    def obs(t, supply, in_use, idle):
+        return ObservationRecord(t=t, supply_cores=supply, in_use_cores=in_use, demand_cores=in_use,
+                                 idle_cores=idle, waiting=0, running=1 if in_use else 0, workers=supply // 3,
+                                 pending=0, tasks_done=0, tasks_failed=0)
+
+    from hta.model import Resources
+
+    records = [RunRecord(started_at=0.0, policy="p", backend="simulated", worker_shape=Resources(cores=3), max_workers=2),
+               WorkerRecord(t=0, worker="a", event="requested", cores=3),
+               WorkerRecord(t=0, worker="b", event="requested", cores=3),
+               obs(0, 6, 3, 3), obs(100, 6, 0, 6), obs(160, 3, 0, 3),
+               WorkerRecord(t=160, worker="b", event="drained", cores=3),
+               WorkerRecord(t=400, worker="a", event="stopped", cores=3),
+               EndRecord(t=400, exit_code=0, runtime_s=100, tasks_done=1, tasks_failed=0, tasks_retried=0)]
+    s = summarize(records)
+    assert s.run_waste_core_s == 3 * 100
+    assert s.teardown_waste_core_s == 6 * 60 + 3 * 240
+    assert s.waste_core_s == s.run_waste_core_s + s.teardown_waste_core_s
+    assert s.node_s == 400 + 160 and s.teardown_node_s == 300 + 60

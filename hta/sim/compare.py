@@ -21,8 +21,8 @@ from hta.sim.run import Simulation
 from hta.sim.world import ClusterModel
 from hta.summary import RunSummary
 
-METRICS = ("runtime_s", "waste_core_s", "idle_waste_core_s", "shortage_core_s", "node_s", "lost_work_core_s",
-           "scale_actions")
+METRICS = ("runtime_s", "waste_core_s", "idle_waste_core_s", "teardown_waste_core_s", "shortage_core_s", "node_s",
+           "teardown_node_s", "lost_work_core_s", "scale_actions")
 
 
 @dataclass
@@ -81,10 +81,12 @@ def _ms(values: list[float]) -> str:
 
 
 def comparison_table(c: Comparison) -> Table:
+    """One row per policy. Waste and node·s count through the teardown (the cluster left
+    after the workflow's last task, until the policy let it go); "after the end" is that part."""
     t = Table(title=f"{c.workload}: mean ± sd over {len(next(iter(c.by_policy().values())))} seeds",
               title_justify="left")
-    for col in ("policy", "runtime s", "waste core·s", "on idle workers", "shortage core·s", "node·s",
-                "lost core·s", "actions"):
+    for col in ("policy", "runtime s", "waste core·s", "on idle workers", "after the end", "shortage core·s",
+                "node·s", "node·s after the end", "lost core·s", "actions"):
         t.add_column(col, justify="left" if col == "policy" else "right")
     for policy, runs in c.by_policy().items():
         unfinished = sum(1 for r in runs if r.exit_code != 0)
@@ -95,4 +97,4 @@ def comparison_table(c: Comparison) -> Table:
 
 
 def print_comparison(c: Comparison, console: Console | None = None) -> None:
-    (console or Console(width=130)).print(comparison_table(c))
+    (console or Console(width=170)).print(comparison_table(c))
