@@ -82,3 +82,15 @@ def test_worker_that_never_reaches_its_master_fails():
     assert r.returncode == 1 and "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("hta: error: the worker could not reach its master (127.0.0.1:1)"), last
+
+
+def test_help_imports_nothing_heavy():
+    """`hta --help` must start fast: Kubernetes, matplotlib, simpy, aiohttp and pydantic are
+    imported only by the commands that use them."""
+    import sys as _sys
+
+    code = ("import sys, hta.cli; hta.cli.build_parser().format_help(); "
+            "print(sorted(m for m in ('kubernetes', 'matplotlib', 'simpy', 'aiohttp', 'pydantic', 'rich') "
+            "if m in sys.modules))")
+    r = subprocess.run([_sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
