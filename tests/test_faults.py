@@ -149,6 +149,10 @@ def test_an_unwritable_scaling_log_is_one_line_before_anything_starts(tmp_path: 
     r = run_hta("makeflow", "--log", str(tmp_path), str(wf / "Makeflow"), timeout=60)
     assert r.returncode == 2
     err = error_line(r.stderr)
+    assert r.stderr.strip() == err and "is a directory: give a file name" in err and "--log" in err, r.stderr
+    r = run_hta("makeflow", "--log", "/proc/hta-scaling.jsonl", str(wf / "Makeflow"), timeout=60)
+    assert r.returncode == 2
+    err = error_line(r.stderr)
     assert r.stderr.strip() == err and "cannot write the scaling log" in err and "--log" in err, r.stderr
     assert not (wf / "Makeflow.makeflowlog").exists(), "makeflow was started"
 
