@@ -177,12 +177,12 @@ def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png"
         supply = [o.supply_cores for o in obs]
         in_use = [o.in_use_cores for o in obs]
         demand = [o.demand_cores for o in obs]
-        ax.fill_between(t, in_use + in_use[-1:], supply + supply[-1:], step="post", color="tab:orange", alpha=0.18,
-                        lw=0, where=[s >= u for s, u in zip(supply + supply[-1:], in_use + in_use[-1:])],
-                        label="waste (idle cores paid)")
-        ax.fill_between(t, supply + supply[-1:], demand + demand[-1:], step="post", color="tab:red", alpha=0.12,
-                        lw=0, hatch="///", where=[d > s for d, s in zip(demand + demand[-1:], supply + supply[-1:])],
-                        label="shortage (cores wanted, not there)")
+        u, sp, d = in_use + in_use[-1:], supply + supply[-1:], demand + demand[-1:]
+        # zero-height where there is none: a step fill with `where` drops single steps
+        ax.fill_between(t, u, [max(a, b) for a, b in zip(sp, u)], step="post", color="tab:orange", alpha=0.22,
+                        lw=0, label="waste (idle cores paid)")
+        ax.fill_between(t, sp, [max(a, b) for a, b in zip(d, sp)], step="post", color="tab:red", alpha=0.12,
+                        lw=0, hatch="///", label="shortage (cores wanted, not there)")
         for key, label, color in (("demand_cores", "demand", "tab:red"), ("supply_cores", "supply", "tab:blue"),
                                   ("in_use_cores", "in use", "tab:green")):
             v = [getattr(o, key) for o in obs]
@@ -200,12 +200,12 @@ def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png"
         ax.grid(alpha=0.3)
 
     for i, r in enumerate(runs):
-        fig, ax = plt.subplots(figsize=(9, 3.6))
+        fig, ax = plt.subplots(figsize=(9, 4.2))
         draw(ax, r)
         ax.set_xlabel("time since submission (s)")
         ax.plot([], [], marker="^", ls="", color="tab:blue", label="scale up")
         ax.plot([], [], marker="v", ls="", color="tab:orange", label="scale down")
-        ax.legend(loc="upper right", fontsize=8)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize=8, frameon=False)
         fig.tight_layout()
         written += _save(fig, out_dir / f"run{i + 1}-{r.summary.policy}", formats)
         plt.close(fig)
@@ -219,7 +219,7 @@ def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png"
         for ax, r in zip(axes[:, 0], runs):
             draw(ax, r)
             ax.set_xlabel("time since submission (s)", fontsize=8)
-        axes[0, 0].legend(loc="upper right", fontsize=7)
+        axes[-1, 0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=5, fontsize=7, frameon=False)
         fig.tight_layout()
         written += _save(fig, out_dir / "comparison", formats)
         plt.close(fig)
