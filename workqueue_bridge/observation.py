@@ -132,6 +132,16 @@ def snapshot_waiting(snap: MasterSnapshot) -> tuple[list[TaskGroup], Mapping[int
     return index_segments(segments)
 
 
+def snapshot_running(snap: MasterSnapshot) -> list[TaskStatus]:
+    """The running tasks of a read of the master, in task id order. A read that carries them
+    already (``running_tasks``, as :class:`~workqueue_bridge.status.LiveSnapshot` does, worked
+    out once per read of ``/task_status``) is not searched again."""
+    running = getattr(snap, "running_tasks", None)
+    if running is None:
+        return [t for t in snap.tasks if t.state == "running"]
+    return running
+
+
 #: builds the DAG lookahead from (waiting group of each task id, running task ids)
 UpcomingSource = Callable[[Mapping[int, str], set[int]], list[UpcomingTasks]]
 
@@ -185,7 +195,7 @@ class ObservationBuilder:
         waiting, group_of = snapshot_waiting(snap)
         ups: list[UpcomingTasks] = []
         if upcoming is not None:
-            running_ids = {t.task_id for t in snap.tasks if t.state == "running"}
+            running_ids = {t.task_id for t in snapshot_running(snap)}
             ups = [self._sized(u, categories) for u in upcoming(group_of, running_ids)]
         return Observation(
             time=now, waiting=waiting, running=running, workers=workers, pending=pending,
@@ -198,9 +208,7 @@ class ObservationBuilder:
                  worker_ids: Mapping[str, str]) -> list[RunningTask]:
         out = []
         made: dict[tuple, RunningTask] = {}
-        for t in snap.tasks:
-            if t.state != "running":
-                continue
+        for t in snapshot_running(snap):
             w = by_addr.get(t.worker) if t.worker is not None else None
             started = (t.started_at - self.epoch) if t.started_at else snap.taken_at - self.epoch
             wid = worker_ids.get(t.worker or "", t.worker)
