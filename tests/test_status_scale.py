@@ -1,0 +1,159 @@
+"""The master's status read at scale: /task_status is read again only when /queue_status
+says the task table moved, parsed without per-task validation, and what policies observe
+is the same as with the old read path (every endpoint read and validated each time,
+waiting tasks grouped one by one). On a real Work Queue master with a few hundred tasks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from hta.model import LatencyStats, Resources
+from workqueue_bridge.observation import ObservationBuilder
+from workqueue_bridge.status import (
+    MasterSnapshot,
+    MasterStatusClient,
+    TaskStatus,
+    parse_task_status,
+    task_table_mark,
+)
+
+from conftest import DATA, ROOT
+
+SHAPE = Resources(cores=4, memory_mb=8000, disk_mb=16000)
+
+
+def validated(tasks: list[TaskStatus]) -> list[TaskStatus]:
+    return [TaskStatus(**t.model_dump()) for t in tasks]
+
+
+def test_tasks_parsed_without_validation_equal_validated_ones():
+    data = json.loads((DATA / "task_status_running.json").read_text())
+    data.append({"taskid": 9, "state": "WAITING", "category": "'x'", "cores": -1, "memory": 0, "disk": "12"})
+    fast = parse_task_status(data)
+    assert fast == validated(fast)
+    assert [(t.task_id, t.state, t.category, t.cores, t.disk_mb) for t in fast][-1] == (9, "waiting", "x", None, 12.0)
+    assert all(type(t.cores) in (float, type(None)) and type(t.task_id) is int for t in fast)
+
+
+def test_mark_needs_the_task_counters():
+    q = json.loads((DATA / "queue_status_running.json").read_text())
+    assert task_table_mark(q) is not None
+    assert task_table_mark([{k: v for k, v in q[0].items() if k != "tasks_dispatched"}]) is None
+    moved = [{**q[0], "tasks_dispatched": q[0]["tasks_dispatched"] + 1}]
+    assert task_table_mark(moved) != task_table_mark(q)
+
+
+class Reads:
+    """The new read path (one client, reusing its task table) beside the old one (every
+    endpoint read each time, each task validated, a plain MasterSnapshot: the observation
+    builder groups waiting tasks one by one and searches ``tasks`` for running ones)."""
+
+    def __init__(self, port: int):
+        self.new = MasterStatusClient("127.0.0.1", port)
+        self.old = MasterStatusClient("127.0.0.1", port, reuse_tasks=False)
+        self.builders = [ObservationBuilder(epoch=0.0, worker_shape=SHAPE, min_workers=0, max_workers=3)
+                         for _ in range(2)]
+
+    async def old_snapshot(self, now: float) -> MasterSnapshot:
+        q = await self.old.queue_status()
+        tasks = validated(await self.old.task_status())
+        workers = await self.old.worker_status()
+        return MasterSnapshot(taken_at=now, queue=q, tasks=tasks, workers=workers)
+
+    async def both(self, now: float, upcoming_seen: list):
+        def upcoming(group_of, running):
+            upcoming_seen.append(({i: group_of.get(i) for i in range(1, 700)}, running))
+            return []
+
+        snaps = [await self.new.snapshot(now), await self.old_snapshot(now)]
+        return [b.build(s, categories={}, worker_ids={}, pending=[], latency=LatencyStats(), upcoming=upcoming)
+                for b, s in zip(self.builders, snaps)]
+
+    async def close(self):
+        await self.new.close()
+        await self.old.close()
+
+
+#: a real master in its own process (in this one, pumped by wait(0), each status request
+#: waits about a second); it submits and cancels tasks when told on stdin, between waits
+MASTER = """
+import select, sys
+sys.path.insert(0, sys.argv[1])
+from workqueue_bridge.wq import load
+wq = load()
+q = wq.WorkQueue(port=0)
+print(q.port, flush=True)
+while True:
+    q.wait(1)  # an int: the SWIG module refuses 0.2
+    if select.select([sys.stdin], [], [], 0)[0]:
+        words = sys.stdin.readline().split()
+        if not words:
+            break
+        if words[0] == "submit":  # submit CATEGORY[,CATEGORY...] CORES MEMORY N: categories in turn
+            categories, cores, memory, n = words[1].split(","), int(words[2]), int(words[3]), int(words[4])
+            for i in range(n):
+                category = categories[i % len(categories)]
+                t = wq.Task("./%s.sh %d" % (category, i))
+                t.specify_category(category)
+                t.specify_cores(cores)
+                t.specify_memory(memory)
+                q.submit(t)
+        elif words[0] == "cancel":
+            for w in words[1:]:
+                q.cancel_by_taskid(int(w))
+        print("ok", flush=True)
+"""
+
+
+class ChildMaster:
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", MASTER, str(ROOT)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.port = int(self.proc.stdout.readline())
+
+    def tell(self, *words: object) -> None:
+        self.proc.stdin.write(" ".join(map(str, words)) + "\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "ok"
+
+    def submit(self, category: str, cores: int, memory: int, n: int) -> None:
+        self.tell("submit", category, cores, memory, n)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+async def test_observations_are_the_same_on_the_old_and_new_read_paths():
+    master = ChildMaster()
+    reads = Reads(master.port)
+    try:
+        master.submit("split", 1, 500, 150)
+        master.submit("align", 2, 2000, 100)
+        master.submit("split,reduce", 1, 1000, 60)  # interleaved: a group per task
+        seen: list = []
+        new, old = await reads.both(1.0, seen)
+        assert reads.new.task_reads == 1
+        assert new == old and new.waiting_count == 310 and len(new.waiting) == 62
+        assert seen[0] == seen[1]  # the lookahead is told the same groups
+
+        for t in (2.0, 3.0):  # nothing moved: the table is not read again, the observation is the same
+            bytes_before = reads.new.bytes_read
+            new, old = await reads.both(t, seen)
+            assert new == old and reads.new.task_reads == 1
+            assert reads.new.bytes_read - bytes_before < 10_000
+        assert seen[-2] == seen[-1]
+
+        master.submit("gather", 4, 100, 3)  # new tasks, a new category
+        new, old = await reads.both(4.0, seen)
+        assert reads.new.task_reads == 2 and new == old and new.waiting_count == 313
+
+        master.tell("cancel", 5, 200, 300)
+        new, old = await reads.both(5.0, seen)
+        assert reads.new.task_reads == 3 and new == old and new.waiting_count == 310
+        assert seen[-2] == seen[-1]
+    finally:
+        await reads.close()
+        master.close()
