@@ -53,6 +53,7 @@ from hta.node.worker import worker_command
 from hta.processes import die_with_parent, stop
 from hta.scaling_log import WorkerRecord
 from workqueue_bridge.makeflow import exit_description
+from workqueue_bridge.observation import snapshot_running
 from workqueue_bridge.status import MasterSnapshot
 
 log = logging.getLogger("hta.local")
@@ -287,8 +288,8 @@ class LocalBackend:
     async def refresh(self, snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
         listed = {w.address: w for w in snap.workers}
         running: dict[str, dict[int, tuple[float, float]]] = {}
-        for t in snap.tasks:
-            if t.state == "running" and t.worker in listed:
+        for t in snapshot_running(snap):  # not every task: a master may hold 100k waiting ones
+            if t.worker in listed:
                 cores = t.cores or listed[t.worker].cores
                 running.setdefault(t.worker, {})[t.task_id] = (t.started_at or snap.taken_at, cores)
         for w in self._workers.values():
