@@ -380,8 +380,8 @@ class KubernetesBackend:
                         self._gone(tr, now, tr.missing_since, "lost",
                                    "its worker left the master while its pod was still there (node gone or worker "
                                    "stalled): pod deleted and replaced")
-                        try:
-                            await self._delete(tr.name)
+                        try:  # its worker is gone already: no grace to give (its node may be gone too)
+                            await self._delete(tr.name, grace_s=0)
                         except K8sError as exc:
                             log.warning("could not delete pod %s: %s (deleted at the end)", tr.name, exc)
                         continue
@@ -411,7 +411,7 @@ class KubernetesBackend:
 
     def _gone(self, tr: Tracked, now: float, at: float, event: str, why: str) -> None:
         tr.state = "gone"
-        lost = len(tr.tasks) if event == "lost" else 0
+        lost = len(tr.tasks)  # a connected worker's last known tasks: the master runs them again
         core_s = sum(max(0.0, at - started) * cores for started, cores in tr.tasks.values()) if lost else 0.0
         self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event=event, cores=tr.shape.cores,
                                          tasks_lost=lost, lost_work_core_s=round(core_s, 3), reason=why))
@@ -441,7 +441,7 @@ class KubernetesBackend:
         youngest = max(live, key=lambda tr: tr.stuck_since)
         if time.time() - youngest.stuck_since >= self.start_timeout_s:
             self.fatal = self._fatal_line(*youngest.stuck)
-            log.warning("%s", self.fatal)
+            log.info("%s", self.fatal)  # the run ends with this line
 
     def _phases(self, tr: Tracked, st: PodState | None, now: float) -> dict[str, float]:
         if st is None:
