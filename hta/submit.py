@@ -48,6 +48,7 @@ from hta.policies.base import Policy, check_signals, make_policy
 from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter, WorkerRecord
 from hta.summary import RunSummary, summarize
 from resource_monitor.categories import CategoryLearner
+from resource_monitor.incremental import IncrementalCategoryLearner
 from workqueue_bridge.dag import Lookahead, load_dag
 from workqueue_bridge.makeflow import (
     FailedRule,
@@ -237,7 +238,7 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
         started_at=epoch, workflow=str(workflow), policy=policy.name, backend=backend.name,
         worker_shape=config.worker_shape, min_workers=config.min_workers, max_workers=config.max_workers,
     ))
-    learner = CategoryLearner()
+    learner = IncrementalCategoryLearner()
     watch = _Watch(workflow, mf, backend, learner, epoch)
     summaries: SummaryDirectory | LogSummaries
     if mf.monitor_dir is not None:

@@ -97,7 +97,7 @@ def test_waiting_by_runs_of_ids_is_waiting_task_by_task(seed):
 
 @pytest.mark.parametrize("seed", range(30))
 def test_incremental_learner_builds_the_same_models(seed):
-    from hta.sim.learner import IncrementalCategoryLearner
+    from resource_monitor.incremental import IncrementalCategoryLearner
     from resource_monitor.categories import CategoryLearner
     from workqueue_bridge.monitor_summaries import TaskSummary
 

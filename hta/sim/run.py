@@ -24,7 +24,7 @@ from hta.controller import Controller, ControllerConfig
 from hta.policies.base import Policy
 from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter
 from hta.sim.backend import SimBackend
-from hta.sim.learner import IncrementalCategoryLearner
+from resource_monitor.incremental import IncrementalCategoryLearner
 from hta.sim.master import SimLookahead, SimMaster, SimMonitor
 from hta.sim.workload import Workload
 from hta.sim.world import ClusterModel, World

@@ -38,7 +38,7 @@ import simpy
 from pydantic import BaseModel
 
 from hta.model import Resources
-from hta.sim.learner import IncrementalCategoryLearner
+from resource_monitor.incremental import IncrementalCategoryLearner
 from hta.sim.workload import SimTask, Workload
 from workqueue_bridge.dispatch import allocated, allocation_request, fit_count
 from workqueue_bridge.makeflow_log import NodeState

@@ -6,8 +6,8 @@ the p90): with 100k tasks of one category that is quadratic. This subclass keeps
 the runtimes sorted as they come and an exact running sum (Shewchuk's partials,
 what :func:`math.fsum` computes), so it answers the very same
 :class:`~hta.model.CategoryModel` (``tests/test_sim_speed.py`` compares them) in
-logarithmic time per summary. The simulator uses it for the master's learner and
-the controller's; production could take it as it is.
+logarithmic time per summary. Production (``hta makeflow``) and the simulator
+both learn with it.
 """
 
 from __future__ import annotations
