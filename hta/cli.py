@@ -161,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="built-in generator: blast-3stage (default) or io-bound")
     src.add_argument("--workflow", type=Path, metavar="FILE", help="a WfCommons WfFormat JSON instance")
     s.add_argument("--policies", default="hta,hpa-20,hpa-50,keda-3,factory",
-                   help="comma-separated: hta, hpa-<cpu %%>, keda-<tasks per pod>, factory")
+                   help="comma-separated: hta, hpa-<cpu %%>, keda-<tasks per pod>, factory, max-then-drain, "
+                        "static (settings as POLICY:key=value)")
     s.add_argument("--seeds", type=_positive_int("--seeds"), default=5)
     s.add_argument("--out", type=Path, metavar="DIR", help="write one scaling log per run here")
     s.add_argument("--format", choices=["table", "json"], default="table")
