@@ -147,3 +147,12 @@ def test_report_on_a_workflow_reads_its_latest_run(tmp_path):
     assert r.returncode == 0, r.stderr
     (run,) = json.loads(r.stdout)["runs"]
     assert run["source"] == str(second) and run["complete"] is False
+
+
+def test_every_row_label_is_distinct(tmp_path):
+    """Rows are keyed by their label: two alike labels would show one value twice."""
+    from hta.report import load_runs, rows
+
+    (run,), _ = load_runs([hand_log(tmp_path)])
+    labels = [k for k, _ in rows(run.summary)]
+    assert len(labels) == len(set(labels)), labels
