@@ -112,6 +112,8 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
                                      "(Work Queue's keepalive; default 120 s)")
     p.add_argument("--status-port", type=_positive_int("--status-port", 0), default=0, metavar="PORT",
                    help="port of the run's status server (/status, /metrics, a live page; 0: any free port)")
+    p.add_argument("--status-host", default="127.0.0.1", metavar="ADDR",
+                   help="address the status server listens on (0.0.0.0: reachable from other hosts, e.g. in a pod)")
     p.add_argument("--no-status", dest="status", action="store_false", default=True,
                    help="do not run the status server")
     p.add_argument("--config", type=Path, metavar="FILE",

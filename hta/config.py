@@ -38,6 +38,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "record": ("", "record"),
     "worker-stall-timeout": ("", "stall_timeout_s"),
     "status-port": ("", "status_port"),
+    "status-host": ("", "status_host"),
     "status": ("", "status"),
     "makeflow-args": ("", "makeflow_args"),
     "idle-timeout": ("backend", "idle_timeout_s"),

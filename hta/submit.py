@@ -362,6 +362,7 @@ class ViewOptions:
 
     status: bool = True
     status_port: int = 0
+    status_host: str = "127.0.0.1"
     #: quiet | normal | verbose
     verbosity: str = "normal"
     #: panel | lines (None: a panel on a terminal, lines elsewhere)
@@ -378,12 +379,12 @@ async def _show(controller: Controller, view: ViewOptions, policy: Policy, backe
     info = RunInfo(workflow=str(workflow), policy=policy.name, backend=backend.name, started_at=epoch)
     server = None
     if view.status:
-        server = StatusServer.for_controller(controller, info, port=view.status_port)
+        server = StatusServer.for_controller(controller, info, host=view.status_host, port=view.status_port)
         try:
             url = await server.start()
         except OSError as exc:
-            log.warning("no status server: cannot listen on port %d (%s); the run goes on (choose another "
-                        "--status-port, or --no-status)", view.status_port, exc.strerror or exc)
+            log.warning("no status server: cannot listen on %s port %d (%s); the run goes on (choose another "
+                        "--status-port, or --no-status)", view.status_host, view.status_port, exc.strerror or exc)
             server = None
         else:
             if view.verbosity != "quiet":
@@ -561,6 +562,8 @@ class MakeflowOptions(BaseModel):
     status: bool = True
     #: the status server's port (0: any free port)
     status_port: int = Field(0, ge=0, le=65535)
+    #: the address it listens on (0.0.0.0 to be reached from other hosts, e.g. in a pod)
+    status_host: str = "127.0.0.1"
 
     def invocation(self) -> MakeflowArgs:
         """makeflow's command line (options and workflow) as makeflow will read it."""
@@ -638,7 +641,8 @@ def run_makeflow(options: MakeflowOptions, verbosity: str = "normal", mode: str 
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     port = getattr(backend, "default_port", 0) if options.port is None else options.port
-    view = ViewOptions(status=options.status, status_port=options.status_port, verbosity=verbosity, mode=mode)
+    view = ViewOptions(status=options.status, status_port=options.status_port, status_host=options.status_host,
+                       verbosity=verbosity, mode=mode)
     return asyncio.run(submit(args, policy=policy, backend=backend, config=options.controller_config(), view=view,
                               scaling_log_path=options.log, lookahead=options.lookahead, port=port, epoch=epoch,
                               record=options.record, stall_timeout_s=options.stall_timeout_s))
