@@ -1,4 +1,9 @@
-"""KEDA ScaledObject on the master's waiting-task count — a rival.
+"""KEDA **ScaledObject** variant on the master's waiting-task count — a rival, flagged:
+it scales a Deployment and deletes pods busy or not. The KEDA shape users pick for
+batch work is the ScaledJob (one Job per worker, run to completion):
+:mod:`hta.policies.keda_job` (``keda-job``). This one is kept as ``keda-<tasks per pod>``
+so earlier comparisons stay reproducible; its livelock on BLAST, Epigenomics and
+Montage (busy pods deleted, their tasks restarted) is an artifact of the ScaledObject.
 
 KEDA feeds an external metric (here: tasks waiting in the Work Queue master)
 to an HPA with target type AverageValue, so
@@ -20,7 +25,7 @@ from hta.policies.hpa import TOLERANCE, ReplicaBehaviour, replica_change
 
 
 @dataclass
-class KEDAPolicy:
+class KEDAScaledObjectPolicy:
     tasks_per_pod: float = 3.0
     name: str = ""
     behaviour: ReplicaBehaviour = field(default_factory=lambda: ReplicaBehaviour(min_replicas=0))
@@ -36,3 +41,7 @@ class KEDAPolicy:
             desired = current
         desired = self.behaviour.bound(obs.time, current, desired, obs.max_workers)
         return replica_change(obs, current, desired, f"{waiting} waiting / {self.tasks_per_pod:g} per pod")
+
+
+#: the name earlier code and tests use
+KEDAPolicy = KEDAScaledObjectPolicy

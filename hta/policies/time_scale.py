@@ -13,6 +13,8 @@ time, unchanged.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hta.model import LatencyStats, Observation, ScaleDecision
 from hta.policies.base import Policy
 
@@ -56,6 +58,14 @@ class TimeScaled:
         #: the run record names the scale, so a report can put the run in the experiment's time
         self.name = f"{policy.name}@{k:g}"
         self.needs = getattr(policy, "needs", frozenset())
+
+    @property
+    def worker_lifetime(self):
+        """The wrapped policy's workers' own lifetime, its idle timeout in the run's time."""
+        lifetime = getattr(self.policy, "worker_lifetime", None)
+        if lifetime is None or lifetime.idle_timeout_s is None:
+            return lifetime
+        return dataclasses.replace(lifetime, idle_timeout_s=lifetime.idle_timeout_s / self.k)
 
     def decide(self, obs: Observation) -> ScaleDecision:
         d = self.policy.decide(dilate(obs, self.k))

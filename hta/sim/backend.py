@@ -1,7 +1,8 @@
 """The simulated cluster behind production's :class:`~hta.backends.base.WorkerBackend`.
 
 It does what the local and Kubernetes backends do — asks for workers,
-reports each one's life (requested → connected → drained/removed/stopped)
+reports each one's life (requested → connected → drained/removed/stopped;
+"drained" too for a worker that ran to completion and left by itself)
 with the preparation latency it measured, drains only workers the master
 shows idle — against the simulated world's nodes. Its CPU utilisation is the
 nodes' true busy fraction, as a metrics API would read it.
@@ -71,6 +72,10 @@ class SimBackend:
             pull = self.world.cluster.pull_s
             self._record(node, "connected", node.connected_at, latency_s=round(lat, 3),
                          phases={"node": round(lat - pull, 3), "pull": pull})
+        # workers that ran to completion and left by themselves (a job's worker, idle)
+        exited, self.world.exited = self.world.exited, []
+        for node in exited:
+            self._record(node, "drained", node.gone_at if node.gone_at is not None else now)
         return self._flush()
 
     def worker_ids(self) -> dict[str, str]:

@@ -53,6 +53,8 @@ class Simulation:
         self.seed = seed
         self.log = log or ScalingLogWriter()
         self.world = World(workload, self.cluster, seed)
+        # workers that run to completion (KEDA's ScaledJob) leave by themselves in the world
+        self.world.lifetime = getattr(policy, "worker_lifetime", None)
         self.backend = SimBackend(self.world)
         self.controller = Controller(
             master=SimMaster(self.world), backend=self.backend, policy=policy, learner=IncrementalCategoryLearner(),

@@ -20,6 +20,10 @@ Rules, as in the real systems:
   fails halfway and is retried on a whole worker; a worker removed while
   running tasks sends them back to the queue and the work they had done is
   counted as lost;
+- workers that run to completion (a policy's ``worker_lifetime``, e.g. KEDA's
+  ScaledJob: :class:`~hta.policies.base.WorkerLifetime`): each accepts at most
+  ``max_tasks`` tasks and leaves once the last has ended, or leaves after
+  ``idle_timeout_s`` without a task; never while it runs one;
 - Makeflow: a task is released when all its parents completed.
 
 Every change of state succeeds the :attr:`World.changed` event, so whoever
@@ -38,6 +42,7 @@ import simpy
 from pydantic import BaseModel
 
 from hta.model import Resources
+from hta.policies.base import WorkerLifetime
 from resource_monitor.incremental import IncrementalCategoryLearner
 from hta.sim.workload import SimTask, Workload
 from workqueue_bridge.dispatch import allocated, allocation_request, fit_count
@@ -198,6 +203,12 @@ class SimNode:
     gone: bool = False
     #: the node (host) the worker runs on
     host: int | None = None
+    #: tasks it may still accept (None: no limit; a worker that runs to completion)
+    tasks_left: int | None = None
+    #: when it left by itself (a worker that ran to completion)
+    gone_at: float | None = None
+    #: bumped whenever the worker starts a task: an idle-exit timer armed before is void
+    idle_token: int = 0
 
     @property
     def address(self) -> str:
@@ -271,6 +282,10 @@ class World:
         self._seq = 0
         self._host_seq = 0
         self._token = 0
+        #: what the workers do on their own (None: they stay until drained or removed)
+        self.lifetime: WorkerLifetime | None = None
+        #: workers that left on their own since the backend last looked
+        self.exited: list[SimNode] = []
 
     def check_acyclic(self) -> None:
         left = dict(self.parents_left)
@@ -326,6 +341,8 @@ class World:
         empty node still there after ``pod_start_s``; else after a preparation latency."""
         self._seq += 1
         node = SimNode(f"n{self._seq}", self.cluster.node_shape, requested_at=now)
+        if self.lifetime is not None and self.lifetime.max_tasks is not None:
+            node.tasks_left = max(1, self.lifetime.max_tasks)
         self.nodes[node.id] = node
         self.pending_nodes[node.id] = node
         if not provision:
@@ -373,6 +390,35 @@ class World:
         self.newly_connected.append(node)
         self._changed()
         self._dispatch()
+        if self.lifetime is not None and not node.running:
+            self._arm_idle_exit(node)
+
+    # -- workers that run to completion ---------------------------------------------------
+    def _arm_idle_exit(self, node: SimNode) -> None:
+        """The worker just fell idle: it leaves after ``idle_timeout_s`` unless a task starts."""
+        timeout = self.lifetime.idle_timeout_s if self.lifetime is not None else None
+        if timeout is None:
+            return
+        token = node.idle_token
+
+        def expire(_ev, node=node, token=token):
+            if node.idle_token == token and not node.gone and not node.running:
+                self._exit(node)
+        self.env.timeout(timeout).callbacks.append(expire)
+
+    def _exit(self, node: SimNode) -> None:
+        """The worker's job completed: it leaves by itself (idle: nothing is lost)."""
+        if self.retire(node.id, busy_ok=False) is not None:
+            node.gone_at = self.env.now
+            self.exited.append(node)
+
+    def _task_ended_on(self, node: SimNode) -> None:
+        if self.lifetime is None or node.gone or node.running:
+            return
+        if node.tasks_left == 0:
+            self._exit(node)
+        else:
+            self._arm_idle_exit(node)
 
     def retire(self, node_id: str, busy_ok: bool) -> int | None:
         """Take a node away: None if it is unknown, gone, or busy and not ``busy_ok``;
@@ -450,6 +496,8 @@ class World:
                 disk = None
                 node = None
                 for n in live:
+                    if n.tasks_left == 0:
+                        continue
                     disk = n.capacity.disk_mb
                     if fit_count(request, _Room(n.free_c, n.free_m, disk), n.capacity, 1):
                         node = n
@@ -474,6 +522,9 @@ class World:
         node.free_c -= alloc.cores
         node.free_m -= alloc.memory_mb
         node.running[t.id] = None
+        node.idle_token += 1
+        if node.tasks_left is not None:
+            node.tasks_left -= 1
         run = SimRun(t, node, now, alloc, self._token)
         self.runs[t.id] = run
         exceeds = t.cores > alloc.cores + 1e-9 or t.memory_mb > alloc.memory_mb + 1e-9
@@ -487,6 +538,10 @@ class World:
         r = self.runs.get(tid)
         if r is None or r.token != token:
             return  # the node was removed meanwhile; the task went back to the queue
+        self._complete(tid, r, failed)
+        self._task_ended_on(r.node)
+
+    def _complete(self, tid: str, r: SimRun, failed: bool) -> None:
         now = self.env.now
         del self.runs[tid]
         node = r.node
