@@ -1,0 +1,111 @@
+"""KEDA ScaledJob rival: KEDA's job-creation rule on hand-made observations, and in the
+simulator its workers run to completion (none is ever taken away while it runs a task)."""
+
+from __future__ import annotations
+
+from hta.model import LatencyStats, Observation, PendingWorker, Resources, RunningTask, TaskGroup, WorkerInfo
+from hta.policies import make_policy
+from hta.policies.keda_job import KEDAJobPolicy, jobs_to_create
+from hta.sim.run import Simulation
+from hta.sim.workload import load_workload
+from hta.sim.world import ClusterModel
+
+NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)
+
+
+def obs(t=0.0, workers=0, pending=0, waiting=0, running=0, max_workers=200):
+    ws = [WorkerInfo(id=f"w{i}", capacity=NODE, in_use=Resources(cores=1), running=1, connected_at=0.0)
+          for i in range(workers)]
+    ps = [PendingWorker(id=f"p{i}", requested_at=0.0, shape=NODE) for i in range(pending)]
+    run = [RunningTask(task_id=i, category="a", allocation=Resources(cores=1), started_at=0.0, worker="w0")
+           for i in range(running)]
+    return Observation(time=t, worker_shape=NODE, max_workers=max_workers, workers=ws, pending=ps,
+                       waiting=[TaskGroup(category="a", count=waiting, request=Resources(cores=1))] if waiting else [],
+                       running=run, latency=LatencyStats(samples=[100]))
+
+
+def test_the_docs_table_of_the_default_strategy():
+    # keda.sh/docs/latest/reference/scaledjob-spec, maxReplicaCount: queue length, max replica
+    # count, target average value, running jobs → jobs created
+    for queue, max_r, per, running, created in [(10, 3, 1, 0, 3), (10, 3, 2, 0, 3), (10, 3, 1, 1, 2),
+                                                 (10, 100, 1, 0, 10), (4, 3, 5, 0, 1)]:
+        assert jobs_to_create(queue, per, running, 0, max_r) == created
+
+
+def test_default_strategy_counts_waiting_and_running_tasks_and_deducts_running_jobs():
+    p = KEDAJobPolicy(tasks_per_job=3, max_replicas=20)
+    d = p.decide(obs(waiting=200))
+    assert d.add == 20 and d.next_decision_s == 30  # ceil(200/3) = 67, capped at maxReplicaCount
+    # 20 jobs on their way: 20 − 20 = 0 more
+    assert p.decide(obs(pending=20, waiting=200)).add == 0
+    # queue 10 waiting + 5 running = 15 → ceil(15/3) = 5 jobs, 2 running: 3 more
+    assert p.decide(obs(workers=2, waiting=10, running=5)).add == 3
+    # never negative, never a removal: jobs run to completion
+    d = p.decide(obs(workers=10, waiting=0, running=2))
+    assert d.add == 0 and not d.remove and not d.drain
+
+
+def test_no_job_while_the_scaler_is_inactive_and_min_replicas():
+    assert jobs_to_create(0, 1, 0, 0, 100, min_replicas=2) == 0  # queue empty: not active
+    assert jobs_to_create(5, 1, 1, 0, 100, min_replicas=3) == 2  # below minReplicaCount: min − running
+
+
+def test_accurate_strategy():
+    # maxScale + running > max: max − running; else maxScale − pending
+    assert jobs_to_create(10, 1, 5, 0, 12, strategy="accurate") == 7
+    assert jobs_to_create(4, 1, 3, 2, 100, strategy="accurate") == 2
+    p = KEDAJobPolicy(tasks_per_job=1, strategy="accurate")
+    assert p.decide(obs(workers=3, pending=2, waiting=4, running=3)).add == 2  # running tasks not in its queue
+
+
+def test_spec_settings_and_worker_lifetime():
+    p = make_policy("keda-job:tasks_per_job=3,polling_interval_s=10,max_replicas=20,idle_timeout_s=5")
+    assert isinstance(p, KEDAJobPolicy)
+    assert (p.tasks_per_job, p.polling_interval_s, p.max_replicas) == (3, 10.0, 20)
+    assert p.worker_lifetime.max_tasks == 3 and p.worker_lifetime.idle_timeout_s == 5
+    assert make_policy("keda-job-5").tasks_per_job == 5
+    assert make_policy("keda-3").name == "keda-3"  # the ScaledObject variant is still there
+
+
+class Watch:
+    """Wraps ``World.retire``: records, for each worker taken away, what it ran at that moment."""
+
+    def __init__(self, world):
+        self.world = world
+        self.busy_when_gone: list[tuple[str, int]] = []
+        self.gone: list[str] = []
+        original = world.retire
+
+        def retire(node_id, busy_ok):
+            node = world.nodes.get(node_id)
+            was_busy = node is not None and not node.gone and bool(node.running)
+            out = original(node_id, busy_ok)
+            if out is not None:
+                self.gone.append(node_id)
+                if was_busy:
+                    self.busy_when_gone.append((node_id, out))
+            return out
+        world.retire = retire
+
+
+def test_simulated_jobs_run_to_completion_and_none_is_deleted_busy():
+    cluster = ClusterModel(max_nodes=20)
+    sim = Simulation(load_workload("blast-3stage", 0), make_policy("keda-job:tasks_per_job=3,max_replicas=20"),
+                     cluster, seed=0)
+    watch = Watch(sim.world)
+    # each worker's tasks, counted as they start
+    started: dict[str, int] = {}
+    original_start = sim.world._start
+
+    def start(t, node, alloc):
+        started[node.id] = started.get(node.id, 0) + 1
+        original_start(t, node, alloc)
+    sim.world._start = start
+    summary = sim.run()
+    assert summary.exit_code == 0
+    assert summary.lost_work_core_s == 0 and summary.workers_removed == 0
+    assert watch.busy_when_gone == []  # no worker ever left (or was taken) while running a task
+    assert watch.gone, "the jobs' workers left by themselves during the run"
+    assert max(started.values()) <= 3  # a job's worker takes at most tasks_per_job tasks
+    # every worker that left by itself is in the scaling log as drained, once
+    assert summary.workers_drained == len(watch.gone)
