@@ -1,0 +1,339 @@
+"""Every rival setting against HTA's, on three axes, where sizing matters (issue 16 §2).
+
+For each workload × cluster it runs, over seeds, every setting a user would try:
+
+- HPA on CPU, targets 10, 20, 30, 50, 80 %;
+- KEDA ScaledJob (``keda-job``), 1, 2, 3, 5, 10 tasks per job, maxReplicaCount = the
+  cluster's cap; and the ScaledObject variant ``keda-3`` (flagged: it deletes busy pods);
+- work_queue_factory, 1–3 tasks per worker × idle timeout 60 / 300 / 900 s;
+- max-then-drain; static (the cap, asked for at the first decision);
+- HTA: its default and two presets, ``hta:stabilize=false`` (time: scale up at every
+  check, not once per preparation latency) and ``hta:check_s=1`` (cost: look for idle
+  workers to drain every second instead of every 5 s),
+
+and prints one table (mean over seeds: runtime, waste during the run and after its end,
+node-seconds, shortage) with the references: the lower bound (``hta.sim.oracle``), the
+maximum cluster from t = 0 and the best fixed size in hindsight (the static size, present
+from t = 0, with the fewest node-seconds among those within 10 % of the maximum cluster's
+runtime). Then the goals:
+
+1. every rival setting R is dominated by some HTA setting H: runtime(H) ≤ 1.02 ×
+   runtime(R), waste(H) ≤ waste(R), node-seconds(H) ≤ node-seconds(R) (waste = during +
+   after the end). A rival that left the workflow unfinished on some seed is listed apart,
+   as no competitor;
+2. HTA's default within 1.10 × the bound on runtime;
+3. HTA's default ≥ 25 % fewer node-seconds than max-then-drain, at ≤ 1.02 × its runtime.
+
+Each non-dominated rival is printed with, for each HTA setting, the axes on which it
+loses and the figures. Each front is drawn (node-seconds × runtime) into ``--out``. Exit
+1 if any goal misses anywhere.
+
+Workloads: ``blast-3stage``, ``io-bound`` and five WfCommons recipes (Montage,
+Epigenomics, 1000Genome, SoyKB, Cycles), generated per seed with the ``wfcommons``
+package (``pip install -e '.[bench]'``) at ``--tasks`` tasks (600; the recipes give
+a few fewer). WfCommons 1.6 instances carry runtimes and 1 core per task, no ``avgCPU``
+nor memory: the simulator's defaults apply (100 % CPU, 512 MB).
+
+    .venv/bin/python bench/pareto.py --quick             # 1 seed, 3 workloads (minutes)
+    .venv/bin/python bench/pareto.py --seeds 5 --out /tmp/pareto
+
+Each finished run is appended to ``OUT/runs.jsonl``; a second call with the same
+``--out`` reuses it (a long run can be resumed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hta.policies import make_policy  # noqa: E402
+from hta.sim.compare import CUTOFF_FACTOR  # noqa: E402
+from hta.sim.oracle import oracle_runtime_s  # noqa: E402
+from hta.sim.run import Simulation  # noqa: E402
+from hta.sim.workload import Workload, load_workload  # noqa: E402
+from hta.sim.world import ClusterModel  # noqa: E402
+
+RUNTIME_SLACK = 1.02
+BOUND_GOAL = 1.10
+MTD_SAVING = 0.25
+BEST_FIXED_WITHIN = 1.10
+
+HTA_SETTINGS = {"hta": "hta", "hta-time": "hta:stabilize=false", "hta-cost": "hta:check_s=1"}
+CLUSTERS = {"cap20": 20, "uncapped200": 200}
+WFCOMMONS = {"montage": "MontageRecipe", "epigenomics": "EpigenomicsRecipe", "1000genome": "GenomeRecipe",
+             "soykb": "SoykbRecipe", "cycles": "CyclesRecipe"}
+WORKLOADS = ["blast-3stage", "io-bound", *WFCOMMONS]
+QUICK_WORKLOADS = ["blast-3stage", "io-bound", "montage"]
+FIXED_SIZES = {20: [2, 5, 10, 15, 20], 200: [10, 25, 50, 100, 150, 200]}
+
+
+def rivals(max_nodes: int) -> dict[str, str]:
+    """Label → policy spec, every setting a user would try."""
+    out = {f"hpa-{t}": f"hpa-{t}" for t in (10, 20, 30, 50, 80)}
+    out.update({f"keda-job-{n}": f"keda-job:tasks_per_job={n},max_replicas={max_nodes}" for n in (1, 2, 3, 5, 10)})
+    out["keda-3 (ScaledObject)"] = "keda-3"
+    for per in (1, 2, 3):
+        for idle in (60, 300, 900):
+            out[f"factory-{per}x{idle}s"] = f"factory:tasks_per_worker={per},idle_timeout_s={idle}"
+    out["max-then-drain"] = "max-then-drain"
+    out["static"] = "static"
+    return out
+
+
+# -- dominance (pure; tests/test_pareto.py) -------------------------------------------------
+
+@dataclass
+class Point:
+    label: str
+    runtime_s: float
+    waste_core_s: float
+    node_s: float
+    waste_after_core_s: float = 0.0
+    shortage_core_s: float = 0.0
+    unfinished: int = 0
+
+
+def dominates(h: Point, r: Point, slack: float = RUNTIME_SLACK) -> bool:
+    return h.runtime_s <= slack * r.runtime_s and h.waste_core_s <= r.waste_core_s and h.node_s <= r.node_s
+
+
+def losses(h: Point, r: Point, slack: float = RUNTIME_SLACK) -> list[str]:
+    """Where ``h`` fails to dominate ``r``, with the figures."""
+    out = []
+    if h.runtime_s > slack * r.runtime_s:
+        out.append(f"runtime {h.runtime_s:,.0f} > {slack:g} × {r.runtime_s:,.0f} = {slack * r.runtime_s:,.0f} s")
+    if h.waste_core_s > r.waste_core_s:
+        out.append(f"waste {h.waste_core_s:,.0f} > {r.waste_core_s:,.0f} core·s")
+    if h.node_s > r.node_s:
+        out.append(f"node·s {h.node_s:,.0f} > {r.node_s:,.0f}")
+    return out
+
+
+def undominated(rival_points: list[Point], hta_points: list[Point]) -> list[Point]:
+    """Rival settings no HTA setting dominates (unfinished rivals are no competitors)."""
+    return [r for r in rival_points if not r.unfinished and not any(dominates(h, r) for h in hta_points)]
+
+
+def goals(hta: Point, bound_s: float, mtd: Point) -> list[tuple[str, bool, str]]:
+    """(goal, met, figures) for HTA's default against the bound and max-then-drain."""
+    return [
+        (f"HTA default runtime ≤ {BOUND_GOAL:g} × bound", hta.runtime_s <= BOUND_GOAL * bound_s,
+         f"{hta.runtime_s:,.0f} s vs {BOUND_GOAL:g} × {bound_s:,.0f} = {BOUND_GOAL * bound_s:,.0f} s "
+         f"({hta.runtime_s / bound_s:.2f} ×)"),
+        (f"HTA default node·s ≤ {1 - MTD_SAVING:g} × max-then-drain at runtime ≤ {RUNTIME_SLACK:g} ×",
+         hta.node_s <= (1 - MTD_SAVING) * mtd.node_s and hta.runtime_s <= RUNTIME_SLACK * mtd.runtime_s,
+         f"node·s {hta.node_s:,.0f} vs {mtd.node_s:,.0f} ({1 - hta.node_s / mtd.node_s:+.0%} saved), "
+         f"runtime {hta.runtime_s:,.0f} vs {mtd.runtime_s:,.0f} s ({hta.runtime_s / mtd.runtime_s:.3f} ×)"),
+    ]
+
+
+# -- workloads and runs ---------------------------------------------------------------------
+
+def wfcommons_instance(name: str, seed: int, tasks: int, folder: Path) -> Path:
+    path = folder / f"{name}-{tasks}-seed{seed}.json"
+    if path.is_file():
+        return path
+    try:
+        import numpy
+        from wfcommons import WorkflowGenerator
+        from wfcommons.wfchef import recipes
+    except ImportError as exc:
+        sys.exit(f"bench/pareto.py: {name} needs the wfcommons package ({exc}); pip install -e '.[bench]'")
+    random.seed(seed)
+    numpy.random.seed(seed)
+    recipe = getattr(recipes, WFCOMMONS[name]).from_num_tasks(tasks)
+    folder.mkdir(parents=True, exist_ok=True)
+    WorkflowGenerator(recipe).build_workflow().write_json(path)
+    return path
+
+
+def workload(name: str, seed: int, tasks: int, folder: Path) -> Workload:
+    if name in WFCOMMONS:
+        return load_workload(str(wfcommons_instance(name, seed, tasks, folder)))
+    return load_workload(name, seed)
+
+
+def run_one(wl_name: str, wl: Workload, spec: str, cluster: ClusterModel, seed: int, bound: float) -> dict:
+    c = cluster.model_copy(update={"horizon_s": min(cluster.horizon_s, CUTOFF_FACTOR * bound)})
+    t0 = time.perf_counter()
+    s = Simulation(wl, make_policy(spec), c, seed=seed).run(wl_name)
+    return {"runtime_s": s.runtime_s, "waste_core_s": s.waste_core_s, "waste_after_core_s": s.teardown_waste_core_s,
+            "node_s": s.node_s, "shortage_core_s": s.shortage_core_s, "finished": s.exit_code == 0,
+            "wall_s": round(time.perf_counter() - t0, 2)}
+
+
+class Store:
+    """runs.jsonl: one finished run a line, keyed by workload, cluster, label, seed."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.runs: dict[tuple, dict] = {}
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                d = json.loads(line)
+                self.runs[(d["workload"], d["cluster"], d["label"], d["seed"])] = d
+
+    def get(self, key: tuple, make) -> dict:
+        if key not in self.runs:
+            d = {"workload": key[0], "cluster": key[1], "label": key[2], "seed": key[3], **make()}
+            with self.path.open("a") as f:
+                f.write(json.dumps(d) + "\n")
+            self.runs[key] = d
+        return self.runs[key]
+
+
+def mean_point(label: str, runs: list[dict]) -> Point:
+    m = lambda k: statistics.fmean(r[k] for r in runs)  # noqa: E731
+    return Point(label, m("runtime_s"), m("waste_core_s"), m("node_s"), m("waste_after_core_s"),
+                 m("shortage_core_s"), sum(1 for r in runs if not r["finished"]))
+
+
+# -- report ----------------------------------------------------------------------------------
+
+def row(p: Point, tag: str = "") -> str:
+    during = p.waste_core_s - p.waste_after_core_s
+    unf = f" ({p.unfinished} unfinished)" if p.unfinished else ""
+    return (f"  {tag:1} {p.label + unf:34} {p.runtime_s:9,.0f} {during:11,.0f} {p.waste_after_core_s:10,.0f} "
+            f"{p.node_s:10,.0f} {p.shortage_core_s:12,.0f}")
+
+
+HEADER = (f"    {'setting':34} {'runtime s':>9} {'waste run':>11} {'waste end':>10} {'node·s':>10} "
+          f"{'shortage':>12}")
+
+
+def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dict[str, Point], bound: float,
+         free: list[Point]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 6))
+    colours = {"hpa": "tab:blue", "keda": "tab:orange", "factory": "tab:green", "max": "tab:purple",
+               "static": "tab:brown"}
+    for r in rivs:
+        if r.unfinished:
+            continue
+        c = next((v for k, v in colours.items() if r.label.startswith(k)), "grey")
+        ax.scatter(r.node_s, r.runtime_s, color=c, marker="o", s=60 if r in free else 25,
+                   edgecolors="red" if r in free else "none", linewidths=1.5)
+        ax.annotate(r.label.replace(" (ScaledObject)", " SO"), (r.node_s, r.runtime_s), fontsize=6,
+                    xytext=(3, 3), textcoords="offset points")
+    for h in htas:
+        ax.scatter(h.node_s, h.runtime_s, color="black", marker="*", s=160)
+        ax.annotate(h.label, (h.node_s, h.runtime_s), fontsize=8, weight="bold", xytext=(4, -10),
+                    textcoords="offset points")
+    for name, p in refs.items():
+        ax.scatter(p.node_s, p.runtime_s, color="grey", marker="s", s=50)
+        ax.annotate(name, (p.node_s, p.runtime_s), fontsize=7, xytext=(3, -9), textcoords="offset points")
+    ax.axhline(bound, color="grey", linestyle="--", linewidth=1)
+    ax.annotate("lower bound", (ax.get_xlim()[0], bound), fontsize=7, xytext=(2, 2), textcoords="offset points")
+    ax.set_xlabel("node·s paid (mean over seeds)")
+    ax.set_ylabel("runtime s (mean over seeds)")
+    ax.set_title(title + " — circled red: not dominated by any HTA setting", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="1 seed; blast-3stage, io-bound, montage")
+    ap.add_argument("--workloads", default=None, help=f"comma-separated, of: {', '.join(WORKLOADS)}")
+    ap.add_argument("--clusters", default=",".join(CLUSTERS), help=f"comma-separated, of: {', '.join(CLUSTERS)}")
+    ap.add_argument("--tasks", type=int, default=600, help="tasks per WfCommons instance (500–1,000)")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/hta-pareto"))
+    args = ap.parse_args(argv)
+    seeds = 1 if args.quick and args.seeds == 5 else args.seeds
+    names = args.workloads.split(",") if args.workloads else (QUICK_WORKLOADS if args.quick else WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS] + [c for c in args.clusters.split(",") if c not in CLUSTERS]
+    if unknown:
+        ap.error(f"unknown workload or cluster: {', '.join(unknown)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    store = Store(args.out / "runs.jsonl")
+    misses: list[str] = []
+    summary: list[str] = []
+    started = time.perf_counter()
+    for name in names:
+        for cname in args.clusters.split(","):
+            cap = CLUSTERS[cname]
+            cluster = ClusterModel(max_nodes=cap)
+            settings = {**HTA_SETTINGS, **rivals(cap)}
+            per: dict[str, list[dict]] = {k: [] for k in settings}
+            fixed: dict[int, list[dict]] = {k: [] for k in FIXED_SIZES[cap]}
+            bounds = []
+            for seed in range(seeds):
+                wl = workload(name, seed, args.tasks, args.out / "workloads")
+                bound = oracle_runtime_s(wl, cluster)
+                bounds.append(bound)
+                for label, spec in settings.items():
+                    per[label].append(store.get((name, cname, label, seed),
+                                                lambda: run_one(name, wl, spec, cluster, seed, bound)))
+                for k in FIXED_SIZES[cap]:
+                    c = ClusterModel(max_nodes=k, start_nodes=k)
+                    fixed[k].append(store.get((name, cname, f"fixed-{k}", seed),
+                                              lambda: run_one(name, wl, "static", c, seed, bound)))
+            bound = statistics.fmean(bounds)
+            points = {label: mean_point(label, runs) for label, runs in per.items()}
+            htas = [points[k] for k in HTA_SETTINGS]
+            rivs = [p for k, p in points.items() if k not in HTA_SETTINGS]
+            fixed_pts = {k: mean_point(f"fixed {k} nodes from t=0", runs) for k, runs in fixed.items()}
+            biggest = fixed_pts[cap]
+            best = min((p for p in fixed_pts.values() if p.runtime_s <= BEST_FIXED_WITHIN * biggest.runtime_s),
+                       key=lambda p: p.node_s)
+            free = undominated(rivs, htas)
+            title = f"{name}, {cname} ({cap} nodes), mean of {seeds} seed(s)"
+            print(f"\n{title}")
+            print(HEADER)
+            print(f"    {'lower bound':34} {bound:9,.0f}")
+            print(row(biggest, "="))
+            print(row(best, "="))
+            for h in htas:
+                print(row(h, "H"))
+            for r in rivs:
+                print(row(r, "*" if r in free else ""))
+            print("  (= static reference, H: HTA setting, *: rival setting no HTA setting dominates)")
+            unfinished = [r for r in rivs if r.unfinished]
+            if unfinished:
+                print("  unfinished within 30 × the bound (no competitor): "
+                      + ", ".join(f"{r.label} ({r.unfinished}/{seeds})" for r in unfinished))
+            for r in free:
+                print(f"  not dominated: {r.label}")
+                for h in htas:
+                    print(f"      vs {h.label}: " + "; ".join(losses(h, r)))
+            for goal, met, figures in goals(points["hta"], bound, points["max-then-drain"]):
+                print(f"  goal {'met ' if met else 'MISS'}: {goal}: {figures}")
+                if not met:
+                    misses.append(f"{name}/{cname}: {goal}")
+            if free:
+                misses.append(f"{name}/{cname}: {len(free)} rival setting(s) not dominated: "
+                              + ", ".join(r.label for r in free))
+            png = args.out / f"front-{name}-{cname}.png"
+            draw(png, title, htas, rivs, {"max from t=0": biggest, f"best fixed ({best.label.split()[1]})": best},
+                 bound, free)
+            summary.append(f"{name}/{cname}: {len(free)} not dominated, front {png}")
+            print(f"  front: {png}", flush=True)
+    print(f"\n{len(store.runs)} runs in {args.out / 'runs.jsonl'}; this call {time.perf_counter() - started:,.0f} s")
+    for s in summary:
+        print("  " + s)
+    if misses:
+        print(f"\n{len(misses)} goal(s) missed:")
+        for m in misses:
+            print("  " + m)
+        return 1
+    print("\nevery goal met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""bench/pareto.py's dominance logic and goals, on hand-made points (no simulation)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("pareto", ROOT / "bench" / "pareto.py")
+pareto = importlib.util.module_from_spec(spec)
+sys.modules["pareto"] = pareto  # dataclasses look their module up
+spec.loader.exec_module(pareto)
+P = pareto.Point
+
+
+def test_dominance_needs_all_three_axes_with_2_percent_runtime_slack():
+    r = P("rival", runtime_s=1000, waste_core_s=500, node_s=9000)
+    assert pareto.dominates(P("h", 1020, 500, 9000), r)  # runtime within 1.02 ×, ties elsewhere
+    assert not pareto.dominates(P("h", 1021, 100, 100), r)  # slower than 1.02 ×
+    assert not pareto.dominates(P("h", 900, 501, 100), r)  # more waste
+    assert not pareto.dominates(P("h", 900, 100, 9001), r)  # more node·s
+
+
+def test_undominated_lists_rivals_no_hta_setting_beats_and_leaves_unfinished_ones_out():
+    htas = [P("hta", 1000, 100, 5000), P("hta-time", 900, 300, 8000)]
+    rivals = [P("slow-cheap", 5000, 50, 3000), P("beaten", 950, 400, 9000), P("fast", 800, 1000, 20000),
+              P("never-ends", 100, 1, 1, unfinished=1)]
+    free = pareto.undominated(rivals, htas)
+    assert [r.label for r in free] == ["slow-cheap", "fast"]
+    why = pareto.losses(htas[0], free[0])
+    assert why == ["waste 100 > 50 core·s", "node·s 5,000 > 3,000"]
+    assert pareto.losses(htas[1], free[1]) == ["runtime 900 > 1.02 × 800 = 816 s"]
+
+
+def test_goals_against_the_bound_and_max_then_drain():
+    mtd = P("max-then-drain", 1000, 1000, 10000)
+    met = pareto.goals(P("hta", 1020, 100, 7500), bound_s=1000, mtd=mtd)
+    assert [ok for _, ok, _ in met] == [True, True]
+    missed = pareto.goals(P("hta", 1101, 100, 7501), bound_s=1000, mtd=mtd)
+    assert [ok for _, ok, _ in missed] == [False, False]
+    assert "(1.10 ×)" in missed[0][2] and "(1.101 ×)" in missed[1][2]
