@@ -1,4 +1,5 @@
-"""Fault injection on real components: what HTA survives (local backend).
+"""Fault injection on real components: what HTA survives (local backend; with ``--k8s``
+also the Kubernetes backend on the local test cluster).
 
 Each case copies a small BLAST-shaped workflow (``workflows/blast`` rewritten by
 its ``make_makeflow.py``: 16 rules in three stages, outputs of known content),
@@ -17,7 +18,24 @@ It prints one table and exits 1 if any case lost or corrupted data, left a
 process behind, ran past its bound, ended in a traceback or with an exit code
 other than the expected one.
 
-    .venv/bin/python bench/faults.py [--only NAME[,NAME...]] [--keep DIR]
+    .venv/bin/python bench/faults.py [--only NAME[,NAME...]] [--keep DIR] [--k8s]
+
+With ``--k8s`` it brings up the test cluster (``testcluster/cluster up``: real
+kube-apiserver, etcd, scheduler and controller-manager; kwok nodes of 2 cores
+and 4 GiB, at most 4, added by the node-provisioner stand-in after 5 s; the pod
+process runner, a fake kubelet, runs each worker pod's ``hta worker``), runs a
+clean run on it, then the Kubernetes cases (names ``k8s-*``): a busy worker pod
+deleted; its node deleted with its machine (the pod's processes killed); HTA
+SIGKILLed mid-run and run again (it adopts the pods of its run, labelled
+``hta.io/run``, and must not duplicate them); the kube-apiserver crashed and
+back after 30 s (its watch cache starts anew: 410 Gone); a worker shape larger
+than any node; the node maximum reached (other pods hold every node); worker
+pods that cannot reach the master. Left behind, for these, also counts the
+run's pods still in the cluster 15 s after it ended. An image that cannot be
+pulled needs a real kubelet (``cluster up --real-node``); that case is listed
+as skipped here and covered by tests/test_faults_k8s.py where a real node runs.
+Kubernetes cases run with ``HTA_K8S_START_TIMEOUT_S=60`` (the bound after which
+pods that cannot start end the run; 300 s by default).
 
 It takes about a quarter of an hour on 2 cores; the ``scaling log disk full``
 case mounts a 64 KiB tmpfs (root) and unmounts it after.
@@ -505,6 +523,272 @@ CASES = [
 ]
 
 
+# -- Kubernetes cases (--k8s) -----------------------------------------------------------------
+
+CLUSTER = ROOT / "testcluster" / "cluster"
+K8S_NODE_CORES, K8S_MAX_NODES = 2, 4
+K8S_START_TIMEOUT_S = 60
+
+
+class K8s:
+    """The local test cluster for the Kubernetes cases (started by main, stopped at the end)."""
+
+    def __init__(self, state: Path):
+        self.state = state
+        self.env = {**os.environ, "HTA_TESTCLUSTER_DIR": str(state)}
+        self.kubeconfig = ""
+        self.core = None
+
+    def up(self) -> None:
+        r = subprocess.run([str(CLUSTER), "up", "--node-cores", str(K8S_NODE_CORES), "--node-memory", "4096",
+                            "--max-nodes", str(K8S_MAX_NODES), "--provision-delay", "5", "--provision-jitter", "0.5",
+                            "--pod-start-delay", "1", "--empty-node-ttl", "10"], env=self.env, capture_output=True,
+                           text=True, timeout=1800)
+        if r.returncode != 0:
+            raise SystemExit(f"faults: error: the test cluster did not come up: {r.stderr.strip()[-500:]}")
+        self.kubeconfig = r.stdout.strip().splitlines()[-1].split("=", 1)[1]
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=self.kubeconfig, client_configuration=cfg)
+        self.core = client.CoreV1Api(client.ApiClient(cfg))
+
+    def down(self) -> None:
+        subprocess.run([str(CLUSTER), "down"], env=self.env, capture_output=True, text=True, timeout=300)
+
+    def args(self, *extra: str) -> list[str]:
+        return ["--backend", "k8s", "--kubeconfig", self.kubeconfig, "--host-network", "--worker-cores", "2",
+                "--worker-memory", "2048", "--worker-disk", "4096", "--port", "0", "--latency-prior", "8", *extra]
+
+    def pods(self, selector: str = "hta.io/run") -> list:
+        return self.core.list_namespaced_pod("default", label_selector=selector).items
+
+    def clear(self) -> None:
+        """Between cases: no pod of any run, no blocker, no processes of a fake pod."""
+        for p in self.core.list_namespaced_pod("default").items:
+            try:
+                self.core.delete_namespaced_pod(p.metadata.name, "default", grace_period_seconds=0)
+            except Exception:  # noqa: BLE001 — gone meanwhile
+                pass
+        wait_for(lambda: not self.core.list_namespaced_pod("default").items, 60)
+
+
+K8S: K8s | None = None
+
+
+class K8sRun(Run):
+    def __init__(self, workflow: Path, args: list[str], name: str = "run"):
+        os.environ["HTA_K8S_START_TIMEOUT_S"] = str(K8S_START_TIMEOUT_S)
+        try:
+            super().__init__(workflow, [*K8S.args(), *args], name)
+        finally:
+            os.environ.pop("HTA_K8S_START_TIMEOUT_S", None)
+
+
+def k8s_finish(bench: "Bench", r: Result, run: Run, rc, took: float, complete: bool,
+               rerun: Run | None = None) -> Result:
+    r = bench.finish(r, run, rc, took, complete, rerun=rerun)
+    wait_for(lambda: not K8S.pods(), 15)
+    pods = K8S.pods()
+    if pods:
+        r.left += len(pods)
+        r.problems.append(f"{len(pods)} pod(s) left in the cluster")
+    K8S.clear()
+    return r
+
+
+def pod_processes(pod: str) -> list[psutil.Process]:
+    """What the fake kubelet runs for ``pod`` (the processes whose environment names it)."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("HTA_POD_NAME") == pod:
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def busy_pod(run: Run) -> str | None:
+    """A connected worker pod of ``run`` with a task running (from the master, via the scaling log)."""
+    recs = run.records()
+    connected = [x["worker"] for x in recs if x.get("kind") == "worker" and x["event"] == "connected"]
+    gone = {x["worker"] for x in recs if x.get("kind") == "worker" and x["event"] not in ("requested", "connected")}
+    live = [w for w in connected if w not in gone]
+    if not live or run.running() < 1:
+        return None
+    for name in live:  # a pod whose worker runs a task has a child under work_queue_worker
+        for p in pod_processes(name):
+            try:
+                if name_of(p) == "work_queue_worker" and p.children():
+                    return name
+            except psutil.Error:
+                pass
+    return None
+
+
+def case_k8s_pod_deleted(bench: "Bench", case: Case, folder: Path) -> Result:
+    wf = bench.workflow(case.name)
+    run = K8sRun(wf, [])
+    victim = wait_for(lambda: busy_pod(run), 120)
+    if victim:
+        time.sleep(1.5)  # some work done, to be lost
+        K8S.core.delete_namespaced_pod(victim, "default", grace_period_seconds=0)
+    rc, took = run.wait(bench.bound())
+    r = k8s_finish(bench, Result(case.name, case.fault, 0), run, rc, took, True)
+    if not victim:
+        r.problems.append("no busy pod to delete")
+    elif (r.lost or 0) < 1:
+        r.problems.append("lost tasks not reported")
+    return r
+
+
+def case_k8s_node_deleted(bench: "Bench", case: Case, folder: Path) -> Result:
+    wf = bench.workflow(case.name)
+    run = K8sRun(wf, [])
+    victim = wait_for(lambda: busy_pod(run), 120)
+    noticed = None
+    if victim:
+        time.sleep(1.5)
+        node = K8S.core.read_namespaced_pod(victim, "default").spec.node_name
+        on_node = [p.metadata.name for p in K8S.pods() if p.spec.node_name == node]
+        K8S.core.delete_node(node)  # the machine goes away: its node and every process of its pods
+        for name in on_node:
+            for p in pod_processes(name):
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+        t = time.time()
+        if wait_for(lambda: [x for x in run.records() if x.get("kind") == "worker" and x["worker"] in on_node
+                             and x["event"] in ("lost", "failed")], 60):
+            noticed = time.time() - t
+    rc, took = run.wait(bench.bound())
+    r = k8s_finish(bench, Result(case.name, case.fault, 0), run, rc, took, True)
+    if not victim:
+        r.problems.append("no busy pod")
+    elif noticed is None:
+        r.problems.append("the lost workers were not noticed within 60 s")
+    else:
+        r.fault += f"; noticed in {noticed:.1f} s"
+    return r
+
+
+def case_k8s_hta_kill(bench: "Bench", case: Case, folder: Path) -> Result:
+    wf = bench.workflow(case.name)
+    port = ["--port", "9312"]  # a fixed port: the adopted pods' workers find the restarted master
+    run = K8sRun(wf, port)
+    wait_for(lambda: busy_pod(run), 120)
+    time.sleep(2)
+    before = sorted(p.metadata.name for p in K8S.pods())
+    run.p.send_signal(signal.SIGKILL)
+    rc, took = run.wait(60)
+    left = left_behind(folder)
+    survived = sorted(p.metadata.name for p in K8S.pods())
+    again = K8sRun(wf, port, name="rerun")
+    rc2, took2 = again.wait(bench.bound())
+    r = k8s_finish(bench, Result(case.name, case.fault, -9), run, rc, took + took2, True, rerun=again)
+    recs = again.records()
+    adopted = {x["worker"] for x in recs if x.get("kind") == "worker" and x["event"] == "requested"} & set(survived)
+    peak = max((x["workers"] + x["pending"] for x in recs if x.get("kind") == "observation"), default=0)
+    if left:
+        r.left += len(left)
+        r.problems.append(f"left behind by the SIGKILL: {', '.join(sorted({name_of(p) for p in left}))}")
+    if rc2 != 0:
+        r.problems.append(f"re-run exit {rc2}")
+    if survived and adopted != set(survived):
+        r.problems.append(f"pods not adopted: {sorted(set(survived) - adopted)}")
+    if peak > 3:
+        r.problems.append(f"duplicates: {peak} workers + pending (max 3)")
+    r.fault += f"; {len(before)} pods survived it, {len(adopted)} adopted, peak {peak}; re-run exit {rc2}"
+    return r
+
+
+def case_k8s_apiserver(bench: "Bench", case: Case, folder: Path) -> Result:
+    wf = bench.workflow(case.name)
+    run = K8sRun(wf, [])
+    wait_for(lambda: busy_pod(run), 120)
+    down = subprocess.run([str(CLUSTER), "apiserver", "restart", "--down-for", "30"], env=K8S.env,
+                          capture_output=True, text=True, timeout=300)
+    rc, took = run.wait(bench.bound())
+    r = k8s_finish(bench, Result(case.name, case.fault, 0), run, rc, took, True)
+    if down.returncode != 0:
+        r.problems.append(f"the API server did not come back: {down.stderr.strip()[-200:]}")
+    text = run.stderr()
+    r.fault += "; watch relisted" if "relisted" in text else ""
+    return r
+
+
+def case_k8s_cannot_start(extra: list[str], words: list[str], blockers: int = 0):
+    """A run whose worker pods can never start: it must end (exit 1) within the start bound, say
+    why in one line naming ``words``, and leave no pod behind."""
+    def run_it(bench: "Bench", case: Case, folder: Path) -> Result:
+        from kubernetes import client
+
+        for i in range(blockers):  # other pods hold every node the cluster may have
+            K8S.core.create_namespaced_pod("default", client.V1Pod(
+                metadata=client.V1ObjectMeta(name=f"blocker-{i}", labels={"app": "blocker"}),
+                spec=client.V1PodSpec(containers=[client.V1Container(
+                    name="c", image="localhost/none:1", resources=client.V1ResourceRequirements(
+                        requests={"cpu": str(K8S_NODE_CORES), "memory": "100Mi"}))])))
+        if blockers and not wait_for(lambda: all(p.status.phase == "Running" for p in K8S.pods("app=blocker")), 120):
+            r = Result(case.name, case.fault, 1)
+            r.problems.append("the blockers did not run")
+            K8S.clear()
+            return r
+        wf = bench.workflow(case.name)
+        run = K8sRun(wf, extra)
+        rc, took = run.wait(bench.bound())
+        r = k8s_finish(bench, Result(case.name, case.fault, 1), run, rc, took, False)
+        missing = [w for w in words if w not in r.message]
+        if missing:
+            r.problems.append(f"the line does not say {missing}")
+        said = [ln for ln in run.stderr().splitlines() if ln.startswith("hta: warning: worker pod")]
+        if len(said) > 2:
+            r.problems.append(f"{len(said)} warning lines about the pods (one per reason)")
+        if took > K8S_START_TIMEOUT_S + 60:
+            r.problems.append(f"took {took:.0f} s for a bound of {K8S_START_TIMEOUT_S} s")
+        asked = [x for x in run.records() if x.get("kind") == "worker" and x["event"] == "requested"]
+        r.fault += f"; {len(asked)} pods asked for"
+        return r
+    return run_it
+
+
+def k8s_clean(bench: "Bench") -> Result:
+    wf = bench.workflow("k8s-clean")
+    run = K8sRun(wf, [])
+    rc, took = run.wait(900)
+    bench.clean_s = took  # the bound of the Kubernetes cases
+    return k8s_finish(bench, Result("k8s clean run", "none", 0), run, rc, took, True)
+
+
+def case_skipped(why: str):
+    def run_it(bench: "Bench", case: Case, folder: Path) -> Result:
+        return Result(case.name, case.fault, 1, skipped=why)
+    return run_it
+
+
+K8S_CASES = [
+    Case("k8s-pod-deleted", "delete a busy worker pod (grace 0)", 0, case_k8s_pod_deleted),
+    Case("k8s-node-deleted", "delete a busy worker's node and kill its pods' processes (the machine is gone)", 0,
+         case_k8s_node_deleted),
+    Case("k8s-hta-sigkill", "SIGKILL HTA mid-run, then run again (adopts hta.io/run pods)", -9, case_k8s_hta_kill),
+    Case("k8s-apiserver-restart", "kube-apiserver SIGKILLed mid-run, back after 30 s (watch: 410 Gone)", 0,
+         case_k8s_apiserver),
+    Case("k8s-shape-too-large", "--worker-cores 64 on 2-core nodes", 1,
+         case_k8s_cannot_start(["--worker-cores", "64"], ["cannot be scheduled", "--worker-cores"]), complete=False),
+    Case("k8s-node-max", f"every node of the {K8S_MAX_NODES} allowed held by other pods", 1,
+         case_k8s_cannot_start([], ["cannot be scheduled", "Insufficient cpu", "add nodes"], blockers=K8S_MAX_NODES),
+         complete=False),
+    Case("k8s-master-unreachable", "--master-host 192.0.2.1 (the pods cannot reach the master)", 1,
+         case_k8s_cannot_start(["--master-host", "192.0.2.1"], ["no worker reached the master", "--master-host"]),
+         complete=False),
+    Case("k8s-image-unpullable", "--image of an image no node can pull", 1,
+         case_skipped("needs a real kubelet (kwok nodes pull nothing): tests/test_faults_k8s.py on cluster up "
+                      "--real-node"), complete=False),
+]
+
+
 def table(results: list[Result], clean_s: float) -> str:
     rows = ["| case | fault | exit | outputs | tasks lost / re-run | left behind | time | vs clean | what the user saw | ok |",
             "|---|---|---|---|---|---|---|---|---|---|"]
@@ -523,16 +807,20 @@ def table(results: list[Result], clean_s: float) -> str:
 
 
 def main() -> int:
+    global K8S
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="comma-separated case names (the clean run always runs)")
     ap.add_argument("--keep", type=Path, help="work here and keep the folders (default: a temporary folder)")
+    ap.add_argument("--k8s", action="store_true", help="also the Kubernetes cases, on the local test cluster")
     args = ap.parse_args()
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - {c.name for c in CASES}
+    every = CASES + K8S_CASES
+    unknown = only - {c.name for c in every}
     if unknown:
         print(f"faults: error: unknown case(s) {', '.join(sorted(unknown))}: choose from "
-              f"{', '.join(c.name for c in CASES)}", file=sys.stderr)
+              f"{', '.join(c.name for c in every)}", file=sys.stderr)
         return 2
+    k8s = args.k8s or any(n.startswith("k8s-") for n in only)
     root = args.keep or Path(tempfile.mkdtemp(prefix="hta-faults-"))
     root.mkdir(parents=True, exist_ok=True)
     bench = Bench(root)
@@ -549,12 +837,34 @@ def main() -> int:
         results.append(r)
         print(f"{case.name}: {'ok' if r.ok else 'FAILED: ' + '; '.join(r.problems)} ({r.seconds:.0f} s)",
               file=sys.stderr)
+    local_clean_s = bench.clean_s
     print(table(results, bench.clean_s))
-    print(f"\n{len(results)} runs in {time.time() - t0:.0f} s on {os.cpu_count()} cores; bound per case "
-          f"{BOUND_FACTOR:g}× the clean run + {BOUND_PLUS_S:g} s")
+    k8s_results: list[Result] = []
+    if k8s:
+        K8S = K8s(root / "cluster")
+        try:
+            K8S.up()
+            k8s_results.append(k8s_clean(bench))
+            print(f"k8s clean run: {bench.clean_s:.1f} s", file=sys.stderr)
+            for case in K8S_CASES:
+                if (only and case.name not in only) or not k8s_results[0].ok:
+                    continue
+                r = run_case(bench, case)
+                if not r.skipped:
+                    K8S.clear()
+                k8s_results.append(r)
+                print(f"{case.name}: {'ok' if r.ok else 'FAILED: ' + '; '.join(r.problems)} ({r.seconds:.0f} s)",
+                      file=sys.stderr)
+        finally:
+            K8S.down()
+        print("\nKubernetes (local test cluster):\n")
+        print(table(k8s_results, bench.clean_s))
+    print(f"\n{len(results) + len(k8s_results)} runs in {time.time() - t0:.0f} s on {os.cpu_count()} cores; bound "
+          f"per case {BOUND_FACTOR:g}× the clean run ({local_clean_s:.0f} s"
+          + (f"; on Kubernetes {bench.clean_s:.0f} s" if k8s else "") + f") + {BOUND_PLUS_S:g} s")
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
-    return 0 if all(r.ok for r in results) else 1
+    return 0 if all(r.ok for r in results + k8s_results) else 1
 
 
 if __name__ == "__main__":
