@@ -80,6 +80,9 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
     k.add_argument("--master-host", default=None, metavar="HOST",
                    help="address workers use to reach the master (default: this host's routable address)")
     k.add_argument("--host-network", action="store_true", help="worker pods use the node's network")
+    k.add_argument("--worker-start-timeout", type=_seconds("--worker-start-timeout", 1), default=None, metavar="S",
+                   help="end the run when no worker pod could start (unschedulable, image not pulled, worker not "
+                        "reaching the master) for this long (default: 300 s)")
     p.add_argument("--port", type=_positive_int("--port", 0), default=None,
                    help="master port (default: any free port locally, 9123 on Kubernetes so a restarted "
                         "HTA's pods find their master again)")

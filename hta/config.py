@@ -49,6 +49,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "image": ("backend", "image"),
     "master-host": ("backend", "master_host"),
     "host-network": ("backend", "host_network"),
+    "worker-start-timeout": ("backend", "start_timeout_s"),
 }
 
 

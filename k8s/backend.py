@@ -38,6 +38,7 @@ from k8s.api import STEP_BUDGET_S, CallCounter, K8sError, acall, call, load_clie
 from k8s.informer import PodInformer, PodState
 from hta.node.worker import worker_command
 from k8s.pods import DEFAULT_IMAGE, RUN_LABEL, worker_pod
+from workqueue_bridge.observation import snapshot_running
 from workqueue_bridge.status import MasterSnapshot
 
 log = logging.getLogger("hta.k8s")
@@ -351,8 +352,8 @@ class KubernetesBackend:
         by_host = {w.hostname: w for w in snap.workers}
         listed = {w.address for w in snap.workers}
         running: dict[str, dict[int, tuple[float, float]]] = {}
-        for t in snap.tasks:
-            if t.state == "running" and t.worker in listed:
+        for t in snapshot_running(snap):  # not every task: a master may hold 100k waiting ones
+            if t.worker in listed:
                 running.setdefault(t.worker, {})[t.task_id] = (t.started_at or snap.taken_at, t.cores or 0.0)
         for tr in self._tracked.values():
             st = pods.get(tr.name)

@@ -35,6 +35,9 @@ class BackendOptions(BaseModel):
     #: the address workers use to reach the master (default: this host's routable address)
     master_host: str | None = None
     host_network: bool = False
+    #: end the run when no worker pod could start (unschedulable, image not pulled, worker
+    #: not reaching the master) for this long (None: $HTA_K8S_START_TIMEOUT_S, else 300 s)
+    start_timeout_s: float | None = Field(None, gt=0)
 
 
 class RunContext(BaseModel):
