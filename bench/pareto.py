@@ -303,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             for r in rivs:
                 print(row(r, "*" if r in free else ""))
             print("  (= static reference, H: HTA setting, *: rival setting no HTA setting dominates)")
+            print("  fixed sizes from t=0 (nodes: runtime s / node·s): "
+                  + ", ".join(f"{k}: {p.runtime_s:,.0f} / {p.node_s:,.0f}" for k, p in fixed_pts.items()))
             unfinished = [r for r in rivs if r.unfinished]
             if unfinished:
                 print("  unfinished within 30 × the bound (no competitor): "
