@@ -166,8 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="built-in generator: blast-3stage (default) or io-bound")
     src.add_argument("--workflow", type=Path, metavar="FILE", help="a WfCommons WfFormat JSON instance")
     s.add_argument("--policies", default="hta,hpa-20,hpa-50,keda-3,factory",
-                   help="comma-separated: hta, hpa-<cpu %%>, keda-<tasks per pod>, factory, max-then-drain, "
-                        "static (settings as POLICY:key=value)")
+                   help="comma-separated: hta, hpa-<cpu %%>, keda-job[-<tasks per job>] (KEDA ScaledJob), "
+                        "keda-<tasks per pod> (KEDA ScaledObject: deletes busy pods), factory, max-then-drain, static, "
+                        "a name from the hta.policies entry-point group, or your own MODULE:CALLABLE (e.g. "
+                        "mypkg.mymod:make_policy); settings as POLICY:key=value,key=value or "
+                        "MODULE:CALLABLE:key=value"),
     s.add_argument("--seeds", type=_positive_int("--seeds"), default=5)
     s.add_argument("--out", type=Path, metavar="DIR", help="write one scaling log per run here")
     s.add_argument("--format", choices=["table", "json"], default="table")
@@ -363,6 +366,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def split_policies(text: str) -> list[str]:
+    """``hta,factory:tasks_per_worker=2,idle_timeout_s=60,hpa-20`` → three specs: a piece
+    that is only ``key=value`` continues the spec before it."""
+    out: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        if out and "=" in piece and ":" not in piece and ":" in out[-1]:
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return out
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     import json
 
@@ -377,7 +394,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     cluster = ClusterModel(max_nodes=args.max_nodes, start_nodes=args.start_nodes, node_cores=args.node_cores,
                            node_memory_mb=args.node_memory, latency_mean_s=args.latency_mean,
                            latency_sd_s=args.latency_sd, pull_s=args.pull)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = split_policies(args.policies)
     if not policies:
         raise UsageError("--policies is empty: name at least one, e.g. --policies hta,hpa-20")
     workload = str(args.workflow) if args.workflow else args.workload

@@ -94,3 +94,12 @@ def test_help_imports_nothing_heavy():
             "if m in sys.modules))")
     r = subprocess.run([_sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_policy_specs_with_several_settings_survive_the_comma_split():
+    from hta.cli import split_policies
+
+    assert split_policies("hta,factory:tasks_per_worker=2,idle_timeout_s=60,hpa-20") == [
+        "hta", "factory:tasks_per_worker=2,idle_timeout_s=60", "hpa-20"]
+    assert split_policies("keda-job:tasks_per_job=3,max_replicas=20,m.mod:make:a=1,b=2") == [
+        "keda-job:tasks_per_job=3,max_replicas=20", "m.mod:make:a=1,b=2"]
