@@ -125,6 +125,24 @@ def test_blast_runs_in_real_pods_with_correct_outputs(node, blast_copy: Path, tm
     assert wait(lambda: not pod_processes(), 30), pod_processes()
 
 
+def test_an_image_no_node_can_pull_ends_the_run_in_one_line(node, tmp_path: Path):
+    """Issue 15: a worker image that cannot be pulled is reported (the container's waiting
+    reason), bounded by --worker-start-timeout, and ends the run with no pod left."""
+    wf = tmp_path / "wf"
+    wf.mkdir()
+    (wf / "Makeflow").write_text("a.txt:\n\techo a > a.txt\n")
+    r = run_hta("makeflow", "--backend", "k8s", "--kubeconfig", node["kubeconfig"], "--max-workers", "2",
+                "--worker-cores", "1", "--worker-memory", "512", "--port", "0", "--worker-start-timeout", "30",
+                "--image", "localhost/hta-no-such-image:1", str(wf / "Makeflow"), timeout=600)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("hta: error: worker pods cannot start") and "cannot be pulled" in last, last
+    assert "localhost/hta-no-such-image:1" in last and "--image" in last
+    core = node["core"]
+    assert wait(lambda: not core.list_namespaced_pod("default", label_selector="hta.io/run").items, 60)
+    assert not (wf / "a.txt").exists()
+
+
 def test_down_puts_the_host_back(node):
     down = subprocess.run([CLUSTER, "down"], env=node["env"], capture_output=True, text=True, timeout=300)
     assert down.returncode == 0, down.stderr
