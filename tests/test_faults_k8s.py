@@ -259,6 +259,9 @@ def test_a_node_that_vanishes_loses_its_workers_at_once_and_they_are_replaced(cl
 
 # -- item 11, last: the API server outage (the cluster's controllers take a while to recover) --------
 
+# It stays last: the cluster's own controllers (scheduler, kwok, the provisioner) back off for a while
+# after an outage (a test after it failed in CI, its pod not Running within 60 s); nothing after it may
+# depend on the cluster.
 def test_informer_sees_pods_within_seconds_of_the_api_server_coming_back(cluster, core):
     from k8s.informer import PodInformer
 
@@ -277,8 +280,3 @@ def test_informer_sees_pods_within_seconds_of_the_api_server_coming_back(cluster
         assert inf.relists >= 2, "it relisted after the outage"
     finally:
         inf.stop()
-        # the cluster's own controllers (scheduler, kwok, the provisioner) back off for a while after an
-        # outage: leave the cluster only once a pod runs again, whatever test comes next
-        core.create_namespaced_pod("default", probe_pod("recovered", "outage"))
-        assert wait(lambda: core.read_namespaced_pod("recovered", "default").status.phase == "Running", 300, 0.5), \
-            "the test cluster did not recover from the API server outage"
