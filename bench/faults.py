@@ -61,6 +61,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 HTA = str(ROOT / ".venv" / "bin" / "hta")
+sys.path.insert(0, str(ROOT))
+from testcluster.pod_runner import pod_processes  # noqa: E402
 BLAST = ROOT / "workflows" / "blast"
 SHAPE = ["4", "2", "3", "30,60,30"]  # widths of the three stages, queries per align task
 BASE_ARGS = ["--max-workers", "3", "--min-interval", "1"]
@@ -595,18 +597,6 @@ def k8s_finish(bench: "Bench", r: Result, run: Run, rc, took: float, complete: b
         r.problems.append(f"{len(pods)} pod(s) left in the cluster")
     K8S.clear()
     return r
-
-
-def pod_processes(pod: str) -> list[psutil.Process]:
-    """What the fake kubelet runs for ``pod`` (the processes whose environment names it)."""
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("HTA_POD_NAME") == pod:
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
 
 
 def busy_pod(run: Run) -> str | None:

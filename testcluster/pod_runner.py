@@ -190,3 +190,18 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def pod_processes(pod: str) -> list:
+    """The processes this runner runs for ``pod`` (their environment names the pod: the
+    worker pod's HTA_POD_NAME, from the downward API)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("HTA_POD_NAME") == pod:
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from kubernetes import client, config
 
 from conftest import HTA, ROOT, cctools_processes, run_hta, wait
+from testcluster.pod_runner import pod_processes
 
 pytestmark = [pytest.mark.cluster]
 CLUSTER = str(ROOT / "testcluster/cluster")
@@ -207,18 +207,6 @@ def test_workers_that_cannot_reach_the_master_end_the_run_in_one_line(cluster, c
 
 
 # -- item 10: a node that disappears with its pods ------------------------------------------------
-
-def pod_processes(pod: str) -> list[psutil.Process]:
-    """The processes the fake kubelet runs for ``pod`` (their environment names the pod)."""
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("HTA_POD_NAME") == pod:
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
-
 
 @pytest.mark.slow
 def test_a_node_that_vanishes_loses_its_workers_at_once_and_they_are_replaced(cluster, core, tmp_path):

@@ -25,7 +25,6 @@ task stopped for going over a limit, whose summary it deletes.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import shutil
