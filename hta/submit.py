@@ -246,6 +246,7 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
     else:
         log.warning("makeflow cannot run its resource monitor with %s: HTA learns runtimes from makeflow's log "
                     "and sizes tasks from their categories' declared resources", mf.monitor_off)
+        await watch.rules()  # read now, off the loop: category_of is asked during the controller's steps
         summaries = LogSummaries(mf.log_path, watch.category_of, since=epoch)
     controller: Controller | None = None
     exit_code = 1
@@ -429,10 +430,8 @@ class _Watch:
         return self._rules
 
     def category_of(self, node_id: int) -> str | None:
-        """A rule's category, once the rules are read (for :class:`LogSummaries`)."""
-        if self._rules is None:
-            self._rules = read_rules(self.workflow, self.mf.format_options(), self.mf.cwd)
-        rule = self._rules.get(node_id)
+        """A rule's category (for :class:`LogSummaries`; :meth:`rules` has read them)."""
+        rule = (self._rules or {}).get(node_id)
         return rule.category if rule else None
 
     async def run(self) -> str:

@@ -81,12 +81,26 @@ def parse_dag(data: dict) -> Dag:
 _BAD_ESCAPE = re.compile(r'\\(?!["\\/bfnrtu])')
 
 
+#: makeflow_viz's answers, by (workflow, its size and mtime, options, folder): a run asks for
+#: the same workflow up to three times (the empty check, the lookahead, the failed-rule names)
+_VIZ_CACHE: dict[tuple, dict] = {}
+
+
 def viz_json(workflow: Path, format_options: Sequence[str] = (), cwd: Path | None = None,
              timeout_s: float = 120) -> dict:
     """The workflow as ``makeflow_viz -D json`` reads it: run where makeflow runs (``cwd``,
     default the workflow's folder) with the options that say the workflow's format
-    (``--jx``, ``--json``, ``--jx-args``, ``--jx-define``), which a JX workflow needs."""
+    (``--jx``, ``--json``, ``--jx-args``, ``--jx-define``), which a JX workflow needs. Read
+    once per version of the file (callers must not change what it returns)."""
     wf = Path(workflow).resolve()
+    st = wf.stat()
+    key = (str(wf), st.st_size, st.st_mtime_ns, tuple(format_options), str(cwd or wf.parent))
+    if key not in _VIZ_CACHE:
+        _VIZ_CACHE[key] = _run_viz(wf, format_options, cwd, timeout_s)
+    return _VIZ_CACHE[key]
+
+
+def _run_viz(wf: Path, format_options: Sequence[str], cwd: Path | None, timeout_s: float) -> dict:
     out = subprocess.run(["makeflow_viz", "-D", "json", *format_options, str(wf)], cwd=cwd or wf.parent,
                          capture_output=True, text=True, timeout=timeout_s)
     if out.returncode != 0:
