@@ -23,6 +23,12 @@ def wants_hta(args: MakeflowArgs) -> bool:
     return kind.strip().lower() == "hta"
 
 
+def _names_hta(argv: list[str]) -> bool:
+    """``-T hta`` in any spelling, on a command line the option reader refused."""
+    pairs = zip(argv, argv[1:] + [""])
+    return any(a in ("-Thta", "--batch-type=hta") or (a in ("-T", "--batch-type") and b == "hta") for a, b in pairs)
+
+
 def hta_argv(args: MakeflowArgs) -> list[str]:
     """``hta makeflow`` arguments for this makeflow command line (``-T hta`` dropped; with no
     workflow named, makeflow's own default ``./Makeflow``)."""
@@ -35,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     real = real_makeflow()
     try:
         args = MakeflowArgs.parse(argv)
-    except ArgsError:
+    except ArgsError as exc:
+        if _names_hta(argv):  # the real makeflow would only say it does not know -T hta
+            print(f"makeflow: error: {exc}", file=sys.stderr)
+            return 2
         args = None  # makeflow says it better
     if args is not None and wants_hta(args):
         os.environ.pop("MAKEFLOW_BATCH_QUEUE_TYPE", None)

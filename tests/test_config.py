@@ -68,6 +68,13 @@ def test_shim_recognises_hta_and_keeps_makeflow_options():
     assert not wants_hta(MakeflowArgs.parse(["-T", "local", "W"]))
 
 
+def test_shim_names_a_bad_option_itself_under_dash_T_hta(capsys):
+    from hta.makeflow_shim import main
+
+    assert main(["-T", "hta", "--bogus", "W"]) == 2
+    assert capsys.readouterr().err.strip() == "makeflow: error: unknown makeflow option --bogus: see makeflow --help"
+
+
 def test_the_real_makeflow_is_found_past_the_shim(tmp_path: Path, monkeypatch):
     shim = tmp_path / "makeflow"
     shim.write_text("#!/bin/sh\n# from hta.makeflow_shim import main\n")
