@@ -7,9 +7,9 @@ For each workload × cluster it runs, over seeds, every setting a user would try
   cluster's cap; and the ScaledObject variant ``keda-3`` (flagged: it deletes busy pods);
 - work_queue_factory, 1–3 tasks per worker × idle timeout 60 / 300 / 900 s;
 - max-then-drain; static (the cap, asked for at the first decision);
-- HTA: its default and two presets, ``hta:stabilize=false`` (time: scale up at every
-  check, not once per preparation latency) and ``hta:check_s=1`` (cost: look for idle
-  workers to drain every second instead of every 5 s),
+- HTA: its default and its two named presets (``hta.policies.hta_policy.PRESETS``):
+  ``hta-time`` (no tail awareness: buy for all that still waits at the horizon) and
+  ``hta-cost`` (buy a worker only if the backlog keeps it busy for 10 task runtimes),
 
 and prints one table (mean over seeds: runtime, waste during the run and after its end,
 node-seconds, shortage) with the references: the lower bound (``hta.sim.oracle``), the
@@ -67,7 +67,7 @@ BOUND_GOAL = 1.10
 MTD_SAVING = 0.25
 BEST_FIXED_WITHIN = 1.10
 
-HTA_SETTINGS = {"hta": "hta", "hta-time": "hta:stabilize=false", "hta-cost": "hta:check_s=1"}
+HTA_SETTINGS = {"hta": "hta", "hta-time": "hta-time", "hta-cost": "hta-cost"}
 CLUSTERS = {"cap20": 20, "uncapped200": 200}
 WFCOMMONS = {"montage": "MontageRecipe", "epigenomics": "EpigenomicsRecipe", "1000genome": "GenomeRecipe",
              "soykb": "SoykbRecipe", "cycles": "CyclesRecipe"}

@@ -63,6 +63,10 @@ class EstimatorOptions:
     #: a release waiting on many tasks comes when the slowest of them ends (the
     #: median of their maximum), not when the average one does (lookahead only)
     barrier_aware: bool = True
+    #: tail awareness: a worker is bought only if the backlog keeps it busy for this many
+    #: mean task runtimes once it is there (1: the thesis's rule; more buys fewer workers,
+    #: a cheaper and slower run; it must be > 0 — turn ``tail_aware`` off for no cap)
+    busy_runtimes: float = 1.0
 
 
 @dataclass
@@ -626,7 +630,7 @@ class QueueDrainEstimator:
         backlog = self._backlog(obs, left)
         needed = packed
         if self.options.tail_aware and packed > 0:
-            needed = min(packed, self._tail_cap(obs, left, backlog))
+            needed = min(packed, self._tail_cap(obs, left, backlog, packed))
         return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases)
 
     @staticmethod
@@ -650,23 +654,25 @@ class QueueDrainEstimator:
             need += g.count / per
         return math.ceil(need - 1e-9)
 
-    @staticmethod
-    def _tail_cap(obs: Observation, left: list[TaskGroup], backlog_core_s: float) -> int:
-        """Buy no more workers than the backlog keeps busy for one task runtime.
+    def _tail_cap(self, obs: Observation, left: list[TaskGroup], backlog_core_s: float, packed: int) -> int:
+        """Buy no more workers than the backlog keeps busy for ``busy_runtimes`` task runtimes.
 
         After the horizon the backlog B (core·s) drains on the capacity C that
         exists or is coming; a new worker of c cores earns its keep only if the
-        drain still lasts at least one task runtime r once it is there:
-        B / (C + n·c) ≥ r  ⇔  n ≤ (B/r − C)/c (rounded up: tasks are whole).
-        Categories never measured have no runtime, so no cap applies to them.
+        drain still lasts at least k task runtimes r once it is there (k = 1 by default):
+        B / (C + n·c) ≥ k·r  ⇔  n ≤ (B/(k·r) − C)/c (rounded up: tasks are whole).
+        Categories never measured have no runtime: with k ≤ 1 no cap applies to them;
+        with k > 1 a worker is bought for every k tasks of the packed need (each is to
+        run about k of them in a row, as a KEDA job of k tasks does).
         """
+        k = self.options.busy_runtimes
         if any(_runtime(obs.categories, g.category) is None for g in left):
-            return 10**9
+            return math.ceil(packed / k - 1e-9) if k > 1 else 10**9
         tasks = sum(g.count for g in left)
         if tasks == 0 or backlog_core_s <= 0:
             return 0
         runtimes = [(_runtime(obs.categories, g.category) or 0.0, g.count) for g in left]
-        r = sum(rt * n for rt, n in runtimes) / tasks
+        r = sum(rt * n for rt, n in runtimes) / tasks * k
         capacity = sum(w.capacity.cores for w in obs.workers) + sum(p.shape.cores for p in obs.pending)
         c = obs.worker_shape.cores or 1.0
         return max(0, math.ceil((backlog_core_s / r - capacity) / c - 1e-9))

@@ -99,12 +99,23 @@ def test_barriers_cut_the_workflow_into_phases_that_add_up():
     assert [p.tasks for p in phases(wl)] == [1, 6, 1, 6, 1]
     assert oracle_runtime_s(wl, ClusterModel(max_nodes=2, start_nodes=2)) == 10 + 100 + 10 + 100 + 5
     # one node at the start, the second no sooner than a fixed 50 s latency: the first wide
-    # stage has 3 cores for 40 s (120 core·s), then 6 cores for the other 480 (80 s)
+    # stage has 3 cores for 40 s (120 core·s), then 6 cores for the other 480 (80 s); but its
+    # tasks are whole: 3 of the 6 cannot start before the second node comes (at 50 s), and
+    # end 100 s after it
     c = ClusterModel(max_nodes=2, start_nodes=1, latency_mean_s=50, latency_sd_s=0)
-    assert oracle_runtime_s(wl, c) == 10 + (40 + 80) + 10 + 100 + 5
-    # with any spread a node can connect after as little as 1 s (max(1 s, a normal draw)): the
-    # bound may assume no more, so the second node is there before the split has ended
+    assert oracle_runtime_s(wl, c) == 10 + (40 + 100) + 10 + 100 + 5
+    # with a spread the world's draw is clipped 4 sd below the mean (50 − 16 = 34 s): the
+    # wide stage's last tasks start on the second node at 34 s at the soonest
     c = ClusterModel(max_nodes=2, start_nodes=1, latency_mean_s=50, latency_sd_s=4)
+    assert oracle_runtime_s(wl, c) == 10 + (24 + 100) + 10 + 100 + 5
+    # short tasks in a row all start on the starting node before it: 6 × 10 s on 3 cores
+    # from t = 10 to the 34 s arrival (two rounds of 10 s): no whole-task term
+    short = Workload("s", [SimTask("split", "s", 10)] + [SimTask(f"a{i}", "a", 10, parents=["split"])
+                                                         for i in range(6)])
+    assert oracle_runtime_s(short, c) == 10 + 20
+    # a spread so wide the clip is below 1 s: a node may connect after 1 s, so the second
+    # node is there before the split has ended
+    c = ClusterModel(max_nodes=2, start_nodes=1, latency_mean_s=50, latency_sd_s=20)
     assert oracle_runtime_s(wl, c) == 10 + 100 + 10 + 100 + 5
     # no node at the start: nothing runs before the first one can connect
     c = ClusterModel(max_nodes=2, start_nodes=0, latency_mean_s=50, latency_sd_s=0, pull_s=5)

@@ -178,3 +178,36 @@ def test_barrier_awareness_drains_a_worker_the_mean_would_keep():
     assert aware.releases == [] and aware.unused_idle == ["idle"]
     assert HTAPolicy(options=EstimatorOptions(barrier_aware=False)).decide(o).drain == []
     assert HTAPolicy().decide(o).drain == ["idle"]
+
+
+def test_busy_runtimes_buys_only_workers_the_backlog_keeps_busy_that_long():
+    # 1 idle 2-core worker takes 2 of 40 tasks of 100 s: 38 left at the horizon, B = 3,800 core·s.
+    # k = 1: n ≤ (3800/100 − 2)/2 = 18 (the packed need, 19, is capped); k = 4: ⌈(950/100 − 2)/2⌉ = 4
+    o = obs(workers=[worker("w1")], waiting=[TaskGroup(category="a", count=40, request=ONE)],
+            categories={"a": cat("a", 100.0)}, max_workers=50)
+    assert QueueDrainEstimator().estimate(o, 10.0).workers_needed == 18
+    assert QueueDrainEstimator(EstimatorOptions(busy_runtimes=4)).estimate(o, 10.0).workers_needed == 4
+
+
+def test_busy_runtimes_caps_never_measured_tasks_one_worker_per_k():
+    # 30 tasks of a category never measured: each takes a whole worker (30 wanted); with
+    # k = 10 a worker is bought for every 10 of them, with k = 1 there is no cap
+    o = obs(waiting=[TaskGroup(category="new", count=30)], max_workers=50)
+    assert QueueDrainEstimator().estimate(o, 10.0).workers_needed == 30
+    assert QueueDrainEstimator(EstimatorOptions(busy_runtimes=10)).estimate(o, 10.0).workers_needed == 3
+
+
+def test_presets_and_estimator_settings_by_name():
+    import pytest
+
+    from hta.policies import make_policy
+
+    assert make_policy("hta-time").options.tail_aware is False
+    cost = make_policy("hta-cost")
+    assert cost.name == "hta-cost" and cost.options.busy_runtimes == 10
+    tuned = make_policy("hta:busy_runtimes=3,check_s=2")
+    assert tuned.estimator.options.busy_runtimes == 3 and tuned.check_s == 2
+    for bad, says in [("hta-fast", "presets are hta-time, hta-cost"), ("hta:busy_runtimes=0", "must be > 0"),
+                      ("hta:nope=1", "it has: barrier_aware, busy_runtimes")]:
+        with pytest.raises(ValueError, match=says):
+            make_policy(bad)

@@ -64,7 +64,7 @@ def _param(spec: str) -> float:
 def _registry() -> dict[str, Callable[[str], Policy]]:
     from hta.policies.factory import FactoryPolicy
     from hta.policies.hpa import HPAPolicy
-    from hta.policies.hta_policy import HTAPolicy
+    from hta.policies.hta_policy import make_hta
     from hta.policies.keda import KEDAScaledObjectPolicy
     from hta.policies.keda_job import KEDAJobPolicy
     from hta.policies.max_then_drain import MaxThenDrainPolicy
@@ -72,7 +72,7 @@ def _registry() -> dict[str, Callable[[str], Policy]]:
     from hta.policies.static import StaticPolicy
 
     return {
-        "hta": lambda spec: HTAPolicy(),
+        "hta": make_hta,
         "static": lambda spec: StaticPolicy(),
         "observe": lambda spec: ObservePolicy(),
         "hpa": lambda spec: HPAPolicy(target_percent=_param(spec)),
@@ -102,7 +102,7 @@ def _entry_points() -> dict:
 
 
 def policy_names() -> list[str]:
-    return ["hta", "hpa-<cpu target %>", "keda-job[-<tasks per job>] (ScaledJob)",
+    return ["hta", "hta-time", "hta-cost", "hpa-<cpu target %>", "keda-job[-<tasks per job>] (ScaledJob)",
             "keda-<tasks per pod> (ScaledObject: deletes busy pods)", "factory", "static", "max-then-drain",
             "observe", *sorted(_entry_points()), "<policy>:<setting>=<value>,...", "<policy>@<time scale k>",
             "<module>:<callable>[:<setting>=<value>,...]"]
@@ -154,27 +154,46 @@ def load_plugin(spec: str) -> Policy:
 
 def _configure(policy: Policy, spec: str, settings: str) -> Policy:
     """Apply ``key=value,...`` to a policy's own settings (its dataclass fields), e.g.
-    ``factory:tasks_per_worker=2,idle_timeout_s=60``; an unknown key or a bad value is a
-    one-line ValueError listing what the policy has."""
+    ``factory:tasks_per_worker=2,idle_timeout_s=60``. A key may also name a field of one
+    of its dataclass-valued fields (HTA's estimator options: ``hta:busy_runtimes=3``).
+    An unknown key or a bad value is a one-line ValueError listing what the policy has."""
     import dataclasses
 
-    fields = {f.name: f for f in dataclasses.fields(policy) if not f.name.startswith("_") and f.name != "name"} \
-        if dataclasses.is_dataclass(policy) else {}
+    def settable(obj: object) -> dict[str, object]:
+        """name → the object that holds it, the policy's own fields first."""
+        if not dataclasses.is_dataclass(obj):
+            return {}
+        own = [f.name for f in dataclasses.fields(obj) if not f.name.startswith("_") and f.name != "name"]
+        out: dict[str, object] = {}
+        for name in own:
+            value = getattr(obj, name)
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
+                out.update({k: v for k, v in settable(value).items() if k not in own})
+        out.update({name: obj for name in own if _scalar(getattr(obj, name))})
+        return out
+
+    holders = settable(policy)
     for item in filter(None, settings.split(",")):
         key, eq, text = item.partition("=")
         key = key.strip()
-        if not eq or key not in fields:
+        if not eq or key not in holders:
             raise ValueError(f"policy {spec!r}: {key!r} is not a setting of {policy.name}; it has: "
-                             f"{', '.join(sorted(k for k, f in fields.items() if _scalar(getattr(policy, k))))}")
-        current = getattr(policy, key)
+                             f"{', '.join(sorted(holders))}")
+        holder = holders[key]
+        current = getattr(holder, key)
         try:
             value = (text.strip().lower() in ("1", "true", "yes", "on")) if isinstance(current, bool) else \
                 text.strip() if isinstance(current, str) else int(text) if isinstance(current, int) else float(text)
         except ValueError:
             raise ValueError(f"policy {spec!r}: {key}={text!r} is not a {type(current).__name__}") from None
-        setattr(policy, key, value)
+        setattr(holder, key, value)
     if "name" in {f.name for f in dataclasses.fields(policy)}:
         policy.name = spec  # the run record names the settings
+    if callable(getattr(policy, "validate", None)):
+        try:
+            policy.validate()
+        except ValueError as exc:
+            raise ValueError(f"policy {spec!r}: {exc}") from None
     return policy
 
 

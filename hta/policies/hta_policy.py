@@ -21,6 +21,30 @@ from typing import Literal
 from hta.estimator import EstimatorOptions, QueueDrainEstimator
 from hta.model import Observation, ScaleDecision
 
+#: HTA's two named presets beside its default (issue 16 §2), as estimator settings:
+#:
+#: - ``hta-time`` favours runtime: no tail awareness, so it buys for everything that
+#:   still waits at the horizon, even workers that come when a stage's tail is running;
+#: - ``hta-cost`` favours node-seconds: a worker is bought only if the backlog keeps it
+#:   busy for 10 task runtimes (never-measured tasks: one worker per 10 of them), so
+#:   fewer workers each run many tasks in a row, as a KEDA job of 10 tasks does.
+#:
+#: Measured against every rival setting in ``bench/pareto.py`` (docs/pareto.md).
+PRESETS: dict[str, dict[str, object]] = {
+    "hta-time": {"tail_aware": False},
+    "hta-cost": {"busy_runtimes": 10.0},
+}
+
+
+def make_hta(spec: str = "hta") -> "HTAPolicy":
+    """``hta`` or one of its :data:`PRESETS`; any other ``hta-…`` is a one-line ValueError."""
+    if spec == "hta":
+        return HTAPolicy()
+    if spec not in PRESETS:
+        raise ValueError(f"policy {spec!r}: HTA's presets are {', '.join(PRESETS)}; "
+                         f"settings go after a colon, e.g. hta:busy_runtimes=5")
+    return HTAPolicy(name=spec, options=EstimatorOptions(**PRESETS[spec]))  # type: ignore[arg-type]
+
 
 @dataclass
 class HTAPolicy:
@@ -38,6 +62,16 @@ class HTAPolicy:
 
     def __post_init__(self) -> None:
         self.estimator = QueueDrainEstimator(self.options)
+        self.validate()
+
+    def validate(self) -> None:
+        """Settings that would make no sense are refused in one line (called again after
+        ``POLICY:key=value`` settings are applied)."""
+        if not self.options.busy_runtimes > 0:
+            raise ValueError("busy_runtimes must be > 0 (1 is the default; "
+                             "for no cap on the workers bought, set tail_aware=false)")
+        if not self.check_s > 0:
+            raise ValueError("check_s must be > 0 seconds")
 
     @staticmethod
     def _known(obs: Observation) -> int:

@@ -13,9 +13,14 @@ No policy, not even the largest cluster present from t = 0, finishes sooner:
   starting nodes work (``start_nodes`` × ``node_cores`` cores; none at all
   when there are none); after that at most ``max_nodes`` × ``node_cores``.
 - **The smallest possible latency, not the mean.** A node connects after
-  max(1 s, a normal draw) + pull + pod start: with any spread the draw can
-  be as low as 1 s, so that is what the bound may assume; a fixed latency
-  (``latency_sd_s = 0``) is used as it is.
+  max(1 s, mean − 4 sd, a normal draw) + pull + pod start (the world clips
+  the draw 4 sd below the mean: ``hta.sim.world.min_draw_s``), so the bound
+  assumes the clip; a fixed latency (``latency_sd_s = 0``) is used as it is.
+- **Tasks are whole.** A phase whose tasks cannot all start on the starting
+  nodes before the first bought node can arrive (each core holds one task at
+  a time, and starts the next only after the last ended) has a task that
+  starts no sooner than that arrival, and ends at least its shortest task's
+  runtime later.
 
 Each task counts its runtime plus the per-task overhead the world adds. What
 the bound leaves out only makes real runs slower (a never-measured category's
@@ -28,10 +33,10 @@ Everything here walks the DAG iteratively in topological order: a chain of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hta.sim.workload import SimTask, Workload, topological_order
-from hta.sim.world import ClusterModel
+from hta.sim.world import ClusterModel, min_draw_s
 
 
 def _durations(w: Workload, cluster: ClusterModel | None) -> dict[str, float]:
@@ -93,6 +98,28 @@ class Phase:
     tasks: int
     critical_path_s: float
     work_core_s: float
+    #: the phase's task durations, shortest first, and the fewest cores a task of it asks
+    durations_s: list[float] = field(default_factory=list)
+    min_cores: float = 1.0
+
+    def all_start_before(self, start: float, cores: float, until: float) -> bool:
+        """Could every task of the phase begun at ``start`` start before ``until`` on
+        ``cores`` cores? Not if more tasks than ``slots × (1 + m)`` must start, where a
+        slot holds one task at a time (``cores / min_cores`` of them) and m shortest
+        tasks in a row end before ``until`` (a slot starts a task only once the one
+        before has ended)."""
+        if until == float("inf"):
+            return True
+        slots = int(cores / self.min_cores + 1e-9) if self.min_cores > 0 else self.tasks
+        if slots <= 0:
+            return False
+        m, used = 0, 0.0
+        for d in self.durations_s:
+            if used + d >= until - start:
+                break
+            used += d
+            m += 1
+        return self.tasks <= slots * (1 + m)
 
 
 def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
@@ -102,28 +129,33 @@ def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
     is_barrier = barriers(order)
     out: list[Phase] = []
     finish: dict[str, float] = {}  # within the current phase
-    count, cp, work = 0, 0.0, 0.0
+    count, cp, work, durations, min_cores = 0, 0.0, 0.0, [], float("inf")
+
+    def close() -> None:
+        out.append(Phase(count, cp, work, sorted(durations), min_cores))
+
     for t, bar in zip(order, is_barrier):
         if bar:
             if count:
-                out.append(Phase(count, cp, work))
-            out.append(Phase(1, dur[t.id], dur[t.id] * t.cores))
-            finish, count, cp, work = {}, 0, 0.0, 0.0
+                close()
+            out.append(Phase(1, dur[t.id], dur[t.id] * t.cores, [dur[t.id]], t.cores))
+            finish, count, cp, work, durations, min_cores = {}, 0, 0.0, 0.0, [], float("inf")
             continue
         f = dur[t.id] + max((finish[p] for p in t.parents if p in finish), default=0.0)
         finish[t.id] = f
         count += 1
         cp = max(cp, f)
         work += dur[t.id] * t.cores
+        durations.append(dur[t.id])
+        min_cores = min(min_cores, t.cores)
     if count:
-        out.append(Phase(count, cp, work))
+        close()
     return out
 
 
 def min_latency_s(cluster: ClusterModel) -> float:
     """The soonest a bought node can connect (see the module's note)."""
-    draw = max(1.0, cluster.latency_mean_s) if cluster.latency_sd_s <= 0 else 1.0
-    return draw + cluster.pull_s + cluster.pod_start_s
+    return min_draw_s(cluster) + cluster.pull_s + cluster.pod_start_s
 
 
 def _work_done_by(start: float, work: float, c0: float, c: float, until: float) -> float:
@@ -146,5 +178,8 @@ def oracle_runtime_s(w: Workload, cluster: ClusterModel) -> float:
     until = min_latency_s(cluster) if cluster.max_nodes > cluster.start_nodes else float("inf")
     t = 0.0 if c0 > 0 else until  # no worker at all before the first one arrives
     for ph in phases(w, cluster):
-        t = max(t + ph.critical_path_s, _work_done_by(t, ph.work_core_s, c0, c, until))
+        end = max(t + ph.critical_path_s, _work_done_by(t, ph.work_core_s, c0, c, until))
+        if t < until and not ph.all_start_before(t, c0, until):
+            end = max(end, until + ph.durations_s[0])  # some task starts no sooner than ``until``
+        t = end
     return t

@@ -187,6 +187,17 @@ class ClusterModel(BaseModel):
         return Resources(cores=self.node_cores, memory_mb=self.node_memory_mb, disk_mb=self.node_disk_mb)
 
 
+#: a node is never prepared faster than this many standard deviations below the mean
+#: latency: the normal draw is clipped there (a 4-sd draw happens once in 30,000), so the
+#: lower bound (:mod:`hta.sim.oracle`) may assume no sooner arrival
+LATENCY_FLOOR_SD = 4.0
+
+
+def min_draw_s(cluster: ClusterModel) -> float:
+    """The smallest preparation latency the world draws: max(1 s, mean − 4 sd)."""
+    return max(1.0, cluster.latency_mean_s - LATENCY_FLOOR_SD * max(cluster.latency_sd_s, 0.0))
+
+
 @dataclass
 class SimNode:
     """A node and its one worker."""
@@ -356,7 +367,7 @@ class World:
         else:
             self._host_seq += 1
             node.host = self._host_seq
-            delay = max(1.0, self.rng.gauss(self.cluster.latency_mean_s, self.cluster.latency_sd_s))
+            delay = max(min_draw_s(self.cluster), self.rng.gauss(self.cluster.latency_mean_s, self.cluster.latency_sd_s))
             self.env.process(self._provision(node, delay + self.cluster.pull_s + self.cluster.pod_start_s))
         return node
 
