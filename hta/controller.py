@@ -30,6 +30,7 @@ the simulator calls :meth:`step` whenever its world changes and at
 from __future__ import annotations
 
 import asyncio
+import math
 import logging
 import time
 from dataclasses import dataclass
@@ -186,8 +187,12 @@ class Controller:
         """Workers to add (never past ``max_workers``) and seconds to the next decision
         (within [``min_interval_s``, ``max_interval_s``])."""
         wait = min(max(decision.next_decision_s, self.config.min_interval_s), self.config.max_interval_s)
-        have = len(obs.workers) + len(obs.pending)
-        add = max(0, min(decision.add, self.config.max_workers - have))
+        whole = self.config.worker_shape
+        have = sum(w.capacity.share_of(whole) for w in obs.workers) + sum(p.shape.share_of(whole) for p in obs.pending)
+        # ``max_workers`` counts whole workers of the configured shape; a smaller one
+        # (a policy's chosen shape) counts as its share
+        per = 1.0 / (decision.shape or whole).share_of(whole)
+        add = max(0, min(decision.add, math.floor((self.config.max_workers - have) * per + 1e-6)))
         return add, wait
 
     async def act(self, decision: ScaleDecision, obs: Observation, snap: MasterSnapshot, now: float) -> None:

@@ -45,6 +45,16 @@ class Resources(BaseModel):
                 counts.append(math.floor(have / want + 1e-9))
         return max(0, min(counts)) if counts else 0
 
+    def split(self, k: int) -> "Resources":
+        """One of ``k`` equal parts (a worker pod of which ``k`` fill a node)."""
+        return Resources(cores=self.cores / k, memory_mb=self.memory_mb / k, disk_mb=self.disk_mb / k)
+
+    def share_of(self, whole: "Resources") -> float:
+        """What part of ``whole`` a worker of this shape counts as against a cap of whole
+        workers: its share of the cores (1 for a worker as large or larger, or one whose
+        size is not known yet)."""
+        return min(1.0, self.cores / whole.cores) if whole.cores > 0 and self.cores > 0 else 1.0
+
     def plus(self, other: "Resources") -> "Resources":
         return Resources(
             cores=self.cores + other.cores,

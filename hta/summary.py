@@ -73,6 +73,31 @@ class RunSummary(BaseModel):
     categories: dict[str, CategoryModel] = {}
 
 
+def paid_intervals(workers: list[WorkerRecord]) -> list[tuple[float, float | None]]:
+    """When each node was paid for: a worker's node from the moment it was asked for until
+    it went. Workers that share a node (records naming it) pay it once, from the first one
+    asked for to the last one gone; a worker with no node named is a node of its own."""
+    asked: dict[str, float] = {}
+    gone: dict[str, float] = {}
+    node_of: dict[str, str] = {}
+    for w in workers:
+        if w.event == "requested":
+            asked.setdefault(w.worker, w.t)
+        elif w.event in ("drained", "removed", "stopped", "lost", "failed"):
+            gone.setdefault(w.worker, w.t)
+        if w.node is not None:
+            node_of.setdefault(w.worker, w.node)
+    spans: dict[str, tuple[float, float | None]] = {}
+    for wid, t0 in asked.items():
+        key, t1 = node_of.get(wid, "worker " + wid), gone.get(wid)
+        if key not in spans:
+            spans[key] = (t0, t1)
+            continue
+        s0, s1 = spans[key]
+        spans[key] = (min(s0, t0), None if s1 is None or t1 is None else max(s1, t1))
+    return list(spans.values())
+
+
 def summarize(records: list, source: str | None = None) -> RunSummary:
     run = next((r for r in records if isinstance(r, RunRecord)), None)
     if run is None:
@@ -91,14 +116,7 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
     totals = integrate(samples, t_end)
     during, teardown = split_totals(samples, ended, t_end)
 
-    asked: dict[str, float] = {}
-    gone: dict[str, float] = {}
-    for w in workers:
-        if w.event == "requested":
-            asked.setdefault(w.worker, w.t)
-        elif w.event in ("drained", "removed", "stopped", "lost", "failed"):
-            gone.setdefault(w.worker, w.t)
-    intervals = [(t0, gone.get(wid)) for wid, t0 in asked.items()]
+    intervals = paid_intervals(workers)
     node_s = node_seconds(intervals, t_end)
 
     connected = [w for w in workers if w.event == "connected"]

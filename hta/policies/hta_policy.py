@@ -15,6 +15,7 @@ they were asked for, so a decision never buys the same shortage twice.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -56,6 +57,10 @@ class HTAPolicy:
     check_s: float = 5.0
     #: scale up at most once per latency cycle (the thesis's stabilisation)
     stabilize: bool = True
+    #: the workers' shape: ``node`` (one worker as large as the configured shape, a node) or
+    #: ``learned`` (per decision, the smallest 1/k of a node that holds one of each task still
+    #: waiting at the horizon, by their measured peaks; a node while any is unmeasured)
+    worker_shape: str = "node"
     _proposed: dict[str, int] = field(default_factory=dict)
     _next_up_at: float = float("-inf")
     _expected: tuple[int, list[tuple[float, int]]] | None = None
@@ -70,6 +75,8 @@ class HTAPolicy:
         if not self.options.busy_runtimes > 0:
             raise ValueError("busy_runtimes must be > 0 (1 is the default; "
                              "for no cap on the workers bought, set tail_aware=false)")
+        if self.worker_shape not in ("node", "learned"):
+            raise ValueError(f"worker_shape must be node or learned, not {self.worker_shape!r}")
         if not self.check_s > 0:
             raise ValueError("check_s must be > 0 seconds")
 
@@ -85,13 +92,32 @@ class HTAPolicy:
         foreseen = known + sum(n for t, n in releases if t <= obs.time)
         return self._known(obs) > foreseen
 
+    def _split(self, obs: Observation, left: list) -> int:
+        """Into how many equal workers a node is cut for this purchase (1: a whole node)."""
+        if self.worker_shape != "learned" or not left or any(g.whole_worker for g in left):
+            return 1
+        node = obs.worker_shape
+        need = [max(g.request.cores for g in left), max(g.request.memory_mb for g in left),
+                max(g.request.disk_mb for g in left)]
+        have = [node.cores, node.memory_mb, node.disk_mb]
+        k = max(1, int(node.cores + 1e-9))
+        while k > 1 and any(n > h / k + 1e-9 for n, h in zip(need, have)):
+            k -= 1
+        return k
+
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
         est = self.estimator.estimate(obs, latency)
+        shape, split = obs.worker_shape, self._split(obs, est.left_waiting)
+        if split > 1:  # size the purchase in workers of 1/split of a node
+            shape = obs.worker_shape.split(split)
+            est = self.estimator.estimate(obs.model_copy(update={"worker_shape": shape}), latency)
         have = len(obs.workers) + len(obs.pending)
+        used = sum(w.capacity.share_of(obs.worker_shape) for w in obs.workers) + \
+            sum(p.shape.share_of(obs.worker_shape) for p in obs.pending)
 
         add = max(est.workers_needed, obs.min_workers - have, 0)
-        add = max(0, min(add, obs.max_workers - have))
+        add = max(0, min(add, math.floor((obs.max_workers - used) * split + 1e-6)))
         may_scale_up = not self.stabilize or obs.time >= self._next_up_at or self._surprised(obs)
         if add and not may_scale_up:
             add = 0
@@ -116,9 +142,11 @@ class HTAPolicy:
             f"(pack into {est.packed_need}, tail-aware {est.workers_needed}); "
             f"{len(est.unused_idle)} idle workers unneeded"
         )
+        if split > 1:
+            reason += f"; workers of 1/{split} node"
         return ScaleDecision(
             add=add,
-            shape=obs.worker_shape,
+            shape=shape,
             drain=drain,
             next_decision_s=min(latency, self.check_s),
             target_workers=have + add - len(drain),

@@ -41,7 +41,15 @@ class SimBackend:
 
     def _record(self, node: SimNode, event: str, t: float, **extra) -> None:
         self._events.append(WorkerRecord(t=round(t, 3), worker=node.id, event=event, cores=node.capacity.cores,
-                                         **extra))
+                                         node=self._shared_node(node), **extra))
+
+    def _shared_node(self, node: SimNode) -> str | None:
+        """The node a worker smaller than a node runs on (it may share it, and node-seconds
+        are paid per node); None for a node-sized worker, a node of its own."""
+        whole = self.world.cluster.node_shape
+        if node.host is None or (node.capacity.cores >= whole.cores and node.capacity.memory_mb >= whole.memory_mb):
+            return None
+        return f"h{node.host}"
 
     def _flush(self) -> list[WorkerRecord]:
         out, self._events = self._events, []
@@ -53,7 +61,7 @@ class SimBackend:
     async def request(self, n: int, shape: Resources, now: float) -> list[str]:
         ids = []
         for _ in range(n):
-            node = self.world.request_node(now)
+            node = self.world.request_node(now, shape=shape)
             self._record(node, "requested", now)
             ids.append(node.id)
         return ids

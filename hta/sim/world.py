@@ -199,8 +199,22 @@ def min_draw_s(cluster: ClusterModel) -> float:
 
 
 @dataclass
+class SimHost:
+    """A node of the cluster: its room for workers and the workers on it."""
+
+    id: int
+    #: when it is prepared (workers on it can start)
+    ready_at: float
+    free_c: float
+    free_m: float
+    workers: set[str] = field(default_factory=set)
+    #: when its last worker left (None: it has one)
+    empty_since: float | None = None
+
+
+@dataclass
 class SimNode:
-    """A node and its one worker."""
+    """A worker (a pod) and the node it runs on (``host``)."""
 
     id: str
     capacity: Resources
@@ -288,8 +302,10 @@ class World:
         self.finished_at: float | None = None
         self.finished = self.env.event()
         self.changed = self.env.event()
-        #: nodes without a worker, with the time they emptied (one worker per node)
-        self.empty_nodes: dict[int, float] = {}
+        #: the cluster's nodes (each holds workers up to its shape), oldest first
+        self.hosts: dict[int, SimHost] = {}
+        #: workers asked for that no node has room for (the node cap reached), in order
+        self.unplaced: deque[str] = deque()
         self._seq = 0
         self._host_seq = 0
         self._token = 0
@@ -343,53 +359,100 @@ class World:
     def add_empty_nodes(self, n: int) -> None:
         """Starting nodes with no worker yet."""
         for _ in range(n):
-            self._host_seq += 1
-            self.empty_nodes[self._host_seq] = 0.0
-            self._expire(self._host_seq, 0.0)
+            self._empty(self._new_host(0.0))
 
-    def request_node(self, now: float, provision: bool = True) -> SimNode:
-        """Ask for a worker (and its node). It connects at once if not ``provision``; on an
-        empty node still there after ``pod_start_s``; else after a preparation latency."""
+    def _new_host(self, ready_at: float) -> SimHost:
+        self._host_seq += 1
+        shape = self.cluster.node_shape
+        host = SimHost(self._host_seq, ready_at, shape.cores, shape.memory_mb)
+        self.hosts[host.id] = host
+        return host
+
+    def _host_with_room(self, shape: Resources) -> SimHost | None:
+        """The first node (oldest first) with room for a worker of ``shape`` — as the
+        scheduler binds a pod to a node that fits it before the cluster autoscaler adds one."""
+        for host in self.hosts.values():
+            if host.free_c >= shape.cores - 1e-9 and host.free_m >= shape.memory_mb - 1e-9:
+                return host
+        return None
+
+    def request_node(self, now: float, provision: bool = True, shape: Resources | None = None) -> SimNode:
+        """Ask for a worker of ``shape`` (default: a whole node). It connects at once if not
+        ``provision``; on a node with room for it (one being prepared, or one already there:
+        an empty node lasts ``empty_node_ttl_s``) once that node is ready, ``pod_start_s``
+        later; else on a new node after a preparation latency (``max_nodes`` nodes at most:
+        past that it waits for room)."""
         self._seq += 1
-        node = SimNode(f"n{self._seq}", self.cluster.node_shape, requested_at=now)
+        shape = shape or self.cluster.node_shape
+        node = SimNode(f"n{self._seq}", shape, requested_at=now)
         if self.lifetime is not None and self.lifetime.max_tasks is not None:
             node.tasks_left = max(1, self.lifetime.max_tasks)
         self.nodes[node.id] = node
         self.pending_nodes[node.id] = node
         if not provision:
-            self._host_seq += 1
-            node.host = self._host_seq
+            self._place(node, self._new_host(now))
             self._connect(node)
-        elif self.empty_nodes:
-            node.host = min(self.empty_nodes)
-            del self.empty_nodes[node.host]
-            self.env.process(self._provision(node, self.cluster.pod_start_s))
         else:
-            self._host_seq += 1
-            node.host = self._host_seq
-            delay = max(min_draw_s(self.cluster), self.rng.gauss(self.cluster.latency_mean_s, self.cluster.latency_sd_s))
-            self.env.process(self._provision(node, delay + self.cluster.pull_s + self.cluster.pod_start_s))
+            self._schedule(node)
         return node
+
+    def _schedule(self, node: SimNode) -> None:
+        """Bind a pending worker to a node (or queue it for room) and start it there."""
+        now = self.env.now
+        host = self._host_with_room(node.capacity)
+        if host is None and len(self.hosts) < max(self.cluster.max_nodes, self.cluster.start_nodes):
+            draw = max(min_draw_s(self.cluster), self.rng.gauss(self.cluster.latency_mean_s, self.cluster.latency_sd_s))
+            host = self._new_host(now + draw + self.cluster.pull_s)
+        if host is None:
+            self.unplaced.append(node.id)  # unschedulable until a node has room
+            return
+        self._place(node, host)
+        self.env.process(self._provision(node, max(host.ready_at, now) - now + self.cluster.pod_start_s))
+
+    def _place(self, node: SimNode, host: SimHost) -> None:
+        node.host = host.id
+        host.free_c -= node.capacity.cores
+        host.free_m -= node.capacity.memory_mb
+        host.workers.add(node.id)
+        host.empty_since = None
 
     def _provision(self, node: SimNode, delay: float):
         yield self.env.timeout(delay)
         self._connect(node)
 
     def _release_host(self, node: SimNode, now: float) -> None:
-        """The worker left: its node stays empty for ``empty_node_ttl_s``, then goes."""
-        if node.host is None or self.cluster.empty_node_ttl_s <= 0:
+        """The worker left its node: the room is free; an empty node stays for
+        ``empty_node_ttl_s`` (the cluster autoscaler's scale-down-unneeded-time), then goes.
+        A worker waiting for room is placed first."""
+        host = self.hosts.get(node.host) if node.host is not None else None
+        if host is None:
             return
-        self.empty_nodes[node.host] = now
-        self._expire(node.host, now)
+        host.free_c += node.capacity.cores
+        host.free_m += node.capacity.memory_mb
+        host.workers.discard(node.id)
+        if not host.workers:
+            self._empty(host)
+        waiting, self.unplaced = self.unplaced, deque()
+        for wid in waiting:
+            if not self.nodes[wid].gone:
+                self._schedule(self.nodes[wid])
 
-    def _expire(self, host: int, since: float) -> None:
-        def remove(_ev, host=host, since=since):
-            if self.empty_nodes.get(host) == since:
-                del self.empty_nodes[host]
+    def _empty(self, host: SimHost) -> None:
+        now = self.env.now
+        host.empty_since = now
+
+        def remove(_ev, host=host, since=now):
+            if host.empty_since == since and not host.workers:
+                self.hosts.pop(host.id, None)
         if self.cluster.empty_node_ttl_s > 0:
             self.env.timeout(self.cluster.empty_node_ttl_s).callbacks.append(remove)
         else:
-            self.empty_nodes.pop(host, None)
+            remove(None)
+
+    @property
+    def empty_nodes(self) -> dict[int, float]:
+        """Nodes without a worker, with the time they emptied."""
+        return {h.id: h.empty_since for h in self.hosts.values() if not h.workers and h.empty_since is not None}
 
     def _connect(self, node: SimNode) -> None:
         if node.gone:

@@ -1,0 +1,116 @@
+"""Worker shape (issue 16 §3): nodes and worker pods apart in the simulator, several pods
+per node, and HTA choosing the pods' shape from what it learned."""
+
+import pytest
+
+from hta.model import CategoryModel, LatencyStats, Observation, PendingWorker, Resources, TaskGroup, WorkerInfo
+from hta.policies import make_policy
+from hta.scaling_log import ScalingLogWriter, WorkerRecord
+from hta.sim.run import Simulation
+from hta.sim.workload import SimTask, Workload
+from hta.sim.world import ClusterModel, World
+from hta.summary import paid_intervals
+
+NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)
+THIRD = NODE.split(3)
+
+
+def world(**kw) -> World:
+    base = dict(max_nodes=2, start_nodes=0, latency_mean_s=50.0, latency_sd_s=0.0, pod_start_s=2.0)
+    base.update(kw)
+    return World(Workload("t", [SimTask("a", "a", 10)]), ClusterModel(**base))
+
+
+def test_three_thirds_share_one_node_and_the_node_goes_with_the_last():
+    w = world()
+    pods = [w.request_node(0.0, shape=THIRD) for _ in range(3)]
+    assert len(w.hosts) == 1  # one node is prepared for the three
+    w.env.run(until=60)
+    assert [p.connected_at for p in pods] == [52.0, 52.0, 52.0]  # 50 s latency + 2 s pod start
+    late = w.request_node(60.0, shape=THIRD)  # no room on the full node: a second one
+    assert len(w.hosts) == 2 and late.host != pods[0].host
+    for p in pods[:2]:
+        w.retire(p.id, busy_ok=False)
+    assert pods[0].host in w.hosts  # one pod still there: the node stays
+    w.retire(pods[2].id, busy_ok=False)
+    assert pods[0].host not in w.hosts  # empty, and no empty-node TTL: gone
+    again = w.request_node(w.env.now, shape=THIRD)
+    assert again.host == late.host  # lands beside the pod on the node being prepared
+    w.env.run(until=200)
+    assert again.connected_at == late.connected_at == 112.0
+
+
+def test_the_node_cap_holds_pods_until_a_node_has_room():
+    w = world(max_nodes=1)
+    first = w.request_node(0.0)  # a whole node
+    w.env.run(until=60)
+    small = w.request_node(60.0, shape=THIRD)
+    assert small.host is None and list(w.unplaced) == [small.id]  # unschedulable: the cap is reached
+    w.retire(first.id, busy_ok=False)
+    w.env.run(until=200)
+    assert small.host is not None and small.connected_at is not None and len(w.hosts) == 1
+
+
+def test_node_seconds_are_paid_per_node_when_pods_share_it():
+    recs = [WorkerRecord(t=0, worker="n1", event="requested", node="h1"),
+            WorkerRecord(t=10, worker="n2", event="requested", node="h1"),
+            WorkerRecord(t=50, worker="n1", event="drained", node="h1"),
+            WorkerRecord(t=80, worker="n2", event="drained", node="h1"),
+            WorkerRecord(t=5, worker="n3", event="requested"),
+            WorkerRecord(t=25, worker="n3", event="drained")]
+    assert sorted(paid_intervals(recs)) == [(0, 80), (5, 25)]
+
+
+def cat(name: str, cores: float, memory: float) -> CategoryModel:
+    peak = Resources(cores=cores, memory_mb=memory, disk_mb=100)
+    return CategoryModel(name=name, samples=5, peak=peak, runtime_mean_s=300, runtime_median_s=300,
+                         runtime_p90_s=300)
+
+
+def obs(waiting, categories, workers=(), pending=()) -> Observation:
+    return Observation(time=100.0, worker_shape=NODE, max_workers=4, latency=LatencyStats(samples=[10.0]),
+                       waiting=list(waiting), categories=categories, workers=list(workers), pending=list(pending))
+
+
+def test_hta_cuts_nodes_into_the_smallest_part_that_holds_what_waits():
+    small = TaskGroup(category="a", count=12, request=Resources(cores=1, memory_mb=2000, disk_mb=100))
+    d = make_policy("hta:worker_shape=learned").decide(obs([small], {"a": cat("a", 1, 2000)}))
+    assert d.shape == THIRD and d.add == 12  # 12 one-core tasks: 12 pods of 1/3 node, 4 nodes' worth
+    # a task of 6 GB does not fit a third (5 GB): halves
+    big = TaskGroup(category="b", count=2, request=Resources(cores=1, memory_mb=6000, disk_mb=100))
+    d = make_policy("hta:worker_shape=learned").decide(obs([small, big], {"a": cat("a", 1, 2000),
+                                                                          "b": cat("b", 1, 6000)}))
+    assert d.shape == NODE.split(2)
+    # a category never measured takes a whole worker: a whole node
+    d = make_policy("hta:worker_shape=learned").decide(obs([TaskGroup(category="new", count=3)], {}))
+    assert d.shape == NODE
+    # the default keeps whole nodes
+    assert make_policy("hta").decide(obs([small], {"a": cat("a", 1, 2000)})).shape == NODE
+
+
+def test_the_cap_counts_smaller_workers_as_their_share():
+    small = TaskGroup(category="a", count=12, request=Resources(cores=1, memory_mb=2000, disk_mb=100))
+    there = [WorkerInfo(id="w1", capacity=NODE, in_use=NODE, running=3)]
+    on_way = [PendingWorker(id="p1", requested_at=90.0, shape=THIRD)]
+    d = make_policy("hta-time:worker_shape=learned").decide(obs([small], {"a": cat("a", 1, 2000)}, there, on_way))
+    # 11 pods wanted (no tail cap); 4 nodes: 1 + 1/3 used, 2 2/3 left = 8 thirds
+    assert d.shape == THIRD and d.add == 8
+
+
+def test_a_simulated_run_with_learned_shapes_pays_nodes_not_pods():
+    # 3 tasks of 60 s (never measured: whole nodes), then 30 one-core tasks of the same
+    # category, released when they end: measured by then, so HTA buys thirds of a node
+    first = [SimTask(f"s{i}", "a", 60) for i in range(3)]
+    tasks = first + [SimTask(f"t{i}", "a", 300, parents=[t.id for t in first]) for i in range(30)]
+    cluster = ClusterModel(max_nodes=10, latency_mean_s=20.0, latency_sd_s=0.0, teardown_s=0.0)
+    log = ScalingLogWriter()
+    s = Simulation(Workload("w", tasks), make_policy("hta-time:worker_shape=learned"), cluster, log=log).run()
+    assert s.exit_code == 0
+    workers = [r for r in log.records if isinstance(r, WorkerRecord)]
+    pods = [r for r in workers if r.event == "requested" and r.node]
+    assert pods and all(r.cores == pytest.approx(1.0) for r in pods)
+    assert len({r.node for r in pods}) < len(pods)  # pods shared nodes
+    per_pod = sum(r.t for r in workers if r.event != "requested" and r.event != "connected") - \
+        sum(r.t for r in workers if r.event == "requested")
+    assert s.node_s == pytest.approx(sum(b - a for a, b in paid_intervals(workers)))
+    assert s.node_s < per_pod  # shared nodes are paid once
