@@ -1,0 +1,90 @@
+"""Worker shape, with and without (issue 16 §3).
+
+HTA buys whole-node workers by default. With ``worker_shape=learned`` it cuts each
+purchase's nodes into the smallest 1/k that holds one of each task still waiting, by
+their measured peaks; the simulator then packs several worker pods per node (first fit,
+a node leaves with its last pod, node-seconds paid per node: ``hta.sim.world``).
+
+For each workload × cluster × seed this runs HTA's default, ``hta-time`` and ``hta-cost``
+with both shapes and prints runtime, waste (idle cores inside workers, during the run and
+after it) and node-seconds, and the ratios learned / node. The rule the issue set: keep
+the learned shape only where it lowers node-seconds at no cost in runtime. Goal line:
+HTA's default shape (whole nodes) is the right default — the learned shape does not
+lower node-seconds by 1 % or more at a runtime no longer than the default's on most
+(workload, cluster) cases. Exit 1 if it does (then the default should change).
+
+    .venv/bin/python bench/worker_shape.py                 # blast-3stage, io-bound, montage; 2 seeds
+    .venv/bin/python bench/worker_shape.py --workloads blast-3stage --seeds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from pareto import CLUSTERS, WORKLOADS, run_one, workload  # noqa: E402
+from hta.sim.oracle import oracle_runtime_s  # noqa: E402
+from hta.sim.world import ClusterModel  # noqa: E402
+
+SETTINGS = ["hta", "hta-time", "hta-cost"]
+#: node-seconds the learned shape must save to count as better (at no runtime cost)
+BETTER_BY = 0.01
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default="blast-3stage,io-bound,montage", help=f"of: {', '.join(WORKLOADS)}")
+    ap.add_argument("--clusters", default=",".join(CLUSTERS))
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--tasks", type=int, default=600)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/hta-worker-shape"))
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    better = cases = 0
+    print(f"{'workload':14} {'cluster':12} {'setting':9} {'shape':8} {'runtime s':>10} {'waste run':>10} "
+          f"{'waste end':>10} {'node·s':>10}   learned/node: runtime  waste  node·s")
+    for wl_name in args.workloads.split(","):
+        for cl_name in args.clusters.split(","):
+            cluster = ClusterModel(max_nodes=CLUSTERS[cl_name])
+            default_pair = None
+            for setting in SETTINGS:
+                means = {}
+                for shape, spec in (("node", setting), ("learned", f"{setting}:worker_shape=learned")):
+                    runs = []
+                    for seed in range(args.seeds):
+                        wl = workload(wl_name, seed, args.tasks, args.out / "workloads")
+                        runs.append(run_one(wl_name, wl, spec, cluster, seed, oracle_runtime_s(wl, cluster)))
+                    means[shape] = {k: statistics.fmean(r[k] for r in runs)
+                                    for k in ("runtime_s", "waste_core_s", "waste_after_core_s", "node_s")}
+                n, lr = means["node"], means["learned"]
+                for shape, m in means.items():
+                    ratios = "" if shape == "node" else (
+                        f"   {lr['runtime_s'] / n['runtime_s']:17.3f} {lr['waste_core_s'] / max(n['waste_core_s'], 1e-9):6.2f}"
+                        f" {lr['node_s'] / n['node_s']:7.3f}")
+                    print(f"{wl_name:14} {cl_name:12} {setting:9} {shape:8} {m['runtime_s']:10,.0f} "
+                          f"{m['waste_core_s'] - m['waste_after_core_s']:10,.0f} {m['waste_after_core_s']:10,.0f} "
+                          f"{m['node_s']:10,.0f}{ratios}", flush=True)
+                if setting == "hta":
+                    default_pair = (n, lr)
+            n, lr = default_pair
+            cases += 1
+            if lr["node_s"] <= (1 - BETTER_BY) * n["node_s"] and lr["runtime_s"] <= n["runtime_s"]:
+                better += 1
+    print(f"({args.seeds} seed(s) each; waste counts idle cores inside workers: a learned shape leaves a node's "
+          f"unused cores outside any worker, so its waste can fall while node·s do not; {time.perf_counter() - t0:.0f} s)")
+    ok = better * 2 <= cases
+    print(f"goal {'met' if ok else 'MISS'}: whole nodes stay HTA's default shape — the learned shape lowers node·s "
+          f"by ≥ {BETTER_BY:.0%} at no runtime cost in {better} of {cases} cases (the default would change at "
+          f"more than half)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
