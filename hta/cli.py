@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="built-in generator: blast-3stage (default) or io-bound")
     src.add_argument("--workflow", type=Path, metavar="FILE", help="a WfCommons WfFormat JSON instance")
     s.add_argument("--policies", default="hta,hpa-20,hpa-50,keda-3,factory",
-                   help="comma-separated: hta, hpa-<cpu %%>, keda-job[-<tasks per job>] (KEDA ScaledJob), "
+                   help="comma-separated: hta, hta-time, hta-cost (HTA's presets), hpa-<cpu %%>, keda-job[-<tasks per job>] (KEDA ScaledJob), "
                         "keda-<tasks per pod> (KEDA ScaledObject: deletes busy pods), factory, max-then-drain, static, "
                         "a name from the hta.policies entry-point group, or your own MODULE:CALLABLE (e.g. "
                         "mypkg.mymod:make_policy); settings as POLICY:key=value,key=value or "

@@ -8,9 +8,12 @@ The production :class:`~hta.controller.Controller` reads it only through
 cluster's answers about workers) — see :mod:`hta.sim.run`.
 
 Rules, as in the real systems:
-- cluster: at most ``max_nodes`` nodes, one worker per node; a node asked for
-  arrives after a latency drawn from N(mean, sd) plus ``pull_s`` (image pull);
-  ``start_nodes`` are there at t = 0;
+- cluster: at most ``max_nodes`` nodes; a node asked for arrives after a latency
+  drawn from N(mean, sd), never below mean − 4 sd, plus ``pull_s`` (image pull);
+  ``start_nodes`` are there at t = 0. Nodes and workers (pods) are apart: a worker
+  of a given shape (a whole node by default) goes to the oldest node with room for
+  it (one being prepared included), else to a new node; a node leaves with its last
+  worker (or ``empty_node_ttl_s`` later); past the cap a worker waits for room;
 - Work Queue (the rule in :mod:`workqueue_bridge.dispatch`, shared with the
   estimator): waiting tasks are dispatched in FIFO order, each to the first
   worker (in connection order) with room; a task that declares its
