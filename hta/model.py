@@ -51,9 +51,15 @@ class Resources(BaseModel):
 
     def share_of(self, whole: "Resources") -> float:
         """What part of ``whole`` a worker of this shape counts as against a cap of whole
-        workers: its share of the cores (1 for a worker as large or larger, or one whose
-        size is not known yet)."""
-        return min(1.0, self.cores / whole.cores) if whole.cores > 0 and self.cores > 0 else 1.0
+        workers: 1/k for exactly one of k equal parts (:meth:`split`, k ≥ 2), else 1 — a
+        worker that reports a little less than it was asked for (whole cores, a cgroup's
+        limit) still counts whole, so the cap is never passed."""
+        if whole.cores <= 0 or self.cores <= 0 or self.memory_mb <= 0:
+            return 1.0
+        k = round(whole.cores / self.cores)
+        if k < 2 or abs(whole.cores / k - self.cores) > 1e-6 or abs(whole.memory_mb / k - self.memory_mb) > 1e-3:
+            return 1.0
+        return 1.0 / k
 
     def plus(self, other: "Resources") -> "Resources":
         return Resources(

@@ -76,7 +76,9 @@ class RunSummary(BaseModel):
 def paid_intervals(workers: list[WorkerRecord]) -> list[tuple[float, float | None]]:
     """When each node was paid for: a worker's node from the moment it was asked for until
     it went. Workers that share a node (records naming it) pay it once, from the first one
-    asked for to the last one gone; a worker with no node named is a node of its own."""
+    bound to it (asked for, plus any wait for room: its ``connected`` record's ``room``
+    phase) to the last one gone; a worker that never got a node (named "") pays nothing;
+    a worker with no node named is a node of its own."""
     asked: dict[str, float] = {}
     gone: dict[str, float] = {}
     node_of: dict[str, str] = {}
@@ -85,11 +87,15 @@ def paid_intervals(workers: list[WorkerRecord]) -> list[tuple[float, float | Non
             asked.setdefault(w.worker, w.t)
         elif w.event in ("drained", "removed", "stopped", "lost", "failed"):
             gone.setdefault(w.worker, w.t)
-        if w.node is not None:
-            node_of.setdefault(w.worker, w.node)
+        if w.event == "connected" and "room" in w.phases and w.worker in asked:
+            asked[w.worker] += w.phases["room"]
+        if w.node is not None and (w.node or w.worker not in node_of):
+            node_of[w.worker] = w.node  # the last node named: a pod that waited for room names it later
     spans: dict[str, tuple[float, float | None]] = {}
     for wid, t0 in asked.items():
         key, t1 = node_of.get(wid, "worker " + wid), gone.get(wid)
+        if key == "":
+            continue
         if key not in spans:
             spans[key] = (t0, t1)
             continue

@@ -15,7 +15,8 @@ from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload, WorkloadError, parse_wfformat, topological_order
 from hta.sim.world import ClusterModel
 
-POLICIES = ["observe", "static", "max-then-drain", "hta", "factory", "hpa-20", "keda-2"]
+POLICIES = ["observe", "static", "max-then-drain", "hta", "factory", "hpa-20", "keda-2", "hta-cost",
+            "hta:worker_shape=learned", "hta-time:worker_shape=learned"]
 
 
 def random_workload(rng: random.Random) -> Workload:

@@ -207,7 +207,8 @@ def test_presets_and_estimator_settings_by_name():
     assert cost.name == "hta-cost" and cost.options.busy_runtimes == 10
     tuned = make_policy("hta:busy_runtimes=3,check_s=2")
     assert tuned.estimator.options.busy_runtimes == 3 and tuned.check_s == 2
-    for bad, says in [("hta-fast", "presets are hta-time, hta-cost"), ("hta:busy_runtimes=0", "must be > 0"),
+    for bad, says in [("hta-fast", "presets are hta-time, hta-cost"), ("hta:busy_runtimes=0", "must be a number > 0"), ("hta:busy_runtimes=inf", "must be a number > 0"),
+                      ("hta-cost:tail_aware=maybe", "is not a bool"),
                       ("hta:nope=1", "it has: barrier_aware, busy_runtimes")]:
         with pytest.raises(ValueError, match=says):
             make_policy(bad)

@@ -114,3 +114,55 @@ def test_a_simulated_run_with_learned_shapes_pays_nodes_not_pods():
         sum(r.t for r in workers if r.event == "requested")
     assert s.node_s == pytest.approx(sum(b - a for a, b in paid_intervals(workers)))
     assert s.node_s < per_pod  # shared nodes are paid once
+
+
+def test_idle_pods_too_small_for_what_waits_are_drained_to_make_room():
+    # the cap (1 node) holds 2 idle thirds; 2-core tasks wait, which no third can run
+    pods = [WorkerInfo(id=f"p{i}", capacity=THIRD, connected_at=0.0, idle_since=50.0) for i in range(2)]
+    wait = TaskGroup(category="b", count=2, request=Resources(cores=2, memory_mb=2000, disk_mb=100))
+    o = obs([wait], {"b": cat("b", 2, 2000)}, pods).model_copy(update={"max_workers": 1})
+    d = make_policy("hta-time:worker_shape=learned").decide(o)
+    assert d.shape == NODE and sorted(d.drain) == ["p0", "p1"]
+    # just idle (under one check): kept, the master may not have given them a task yet
+    fresh = [p.model_copy(update={"idle_since": 99.0}) for p in pods]
+    assert make_policy("hta-time:worker_shape=learned").decide(o.model_copy(update={"workers": fresh})).drain == []
+    # whole nodes (the default): never drained while tasks wait
+    assert make_policy("hta-time").decide(o).drain == []
+
+
+def test_a_task_retried_on_a_whole_worker_waits_for_a_node_sized_one():
+    w = world(max_nodes=2, start_nodes=0)
+    w.whole_worker.add("a")  # as if it had gone over its allocation once
+    w._release("a")
+    small = w.request_node(0.0, shape=THIRD)
+    w.env.run(until=60)
+    assert small.connected_at is not None and not small.running  # a third: not for it
+    big = w.request_node(60.0)
+    w.env.run(until=200)
+    assert big.connected_at is not None and "a" in w.done
+
+
+def test_a_pod_never_outgrows_its_node():
+    w = world()
+    huge = w.request_node(0.0, shape=Resources(cores=30, memory_mb=150000, disk_mb=10))
+    assert huge.capacity == Resources(cores=3, memory_mb=15000, disk_mb=10)
+
+
+def test_a_pod_that_waited_for_room_pays_from_when_it_got_it():
+    # one node: a whole worker 0–100; a third asked for at 60 waits for room until 100
+    recs = [WorkerRecord(t=0, worker="n1", event="requested"),
+            WorkerRecord(t=60, worker="n2", event="requested", node=""),
+            WorkerRecord(t=100, worker="n1", event="drained"),
+            WorkerRecord(t=102, worker="n2", event="connected", node="h2", phases={"room": 40.0}),
+            WorkerRecord(t=200, worker="n2", event="drained", node="h2"),
+            WorkerRecord(t=70, worker="n3", event="requested", node=""),  # cancelled while waiting
+            WorkerRecord(t=80, worker="n3", event="drained", node="")]
+    assert sorted(paid_intervals(recs)) == [(0, 100), (100, 200)]
+
+
+def test_a_smaller_worker_counts_as_its_share_only_when_it_is_an_exact_part():
+    assert THIRD.share_of(NODE) == pytest.approx(1 / 3)
+    assert NODE.split(2).share_of(NODE) == 0.5
+    # a worker reporting a little less than asked (whole cores, a cgroup's limit) counts whole
+    assert Resources(cores=2, memory_mb=2000).share_of(Resources(cores=2.5, memory_mb=2000)) == 1.0
+    assert Resources(cores=1, memory_mb=5000).share_of(Resources(cores=4, memory_mb=15000)) == 1.0

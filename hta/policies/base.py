@@ -182,8 +182,14 @@ def _configure(policy: Policy, spec: str, settings: str) -> Policy:
         holder = holders[key]
         current = getattr(holder, key)
         try:
-            value = (text.strip().lower() in ("1", "true", "yes", "on")) if isinstance(current, bool) else \
-                text.strip() if isinstance(current, str) else int(text) if isinstance(current, int) else float(text)
+            if isinstance(current, bool):
+                word = text.strip().lower()
+                if word not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                    raise ValueError(word)
+                value = word in ("1", "true", "yes", "on")
+            else:
+                value = text.strip() if isinstance(current, str) else int(text) if isinstance(current, int) \
+                    else float(text)
         except ValueError:
             raise ValueError(f"policy {spec!r}: {key}={text!r} is not a {type(current).__name__}") from None
         setattr(holder, key, value)

@@ -72,12 +72,14 @@ class HTAPolicy:
     def validate(self) -> None:
         """Settings that would make no sense are refused in one line (called again after
         ``POLICY:key=value`` settings are applied)."""
-        if not self.options.busy_runtimes > 0:
-            raise ValueError("busy_runtimes must be > 0 (1 is the default; "
+        if not (self.options.busy_runtimes > 0 and math.isfinite(self.options.busy_runtimes)):
+            raise ValueError("busy_runtimes must be a number > 0 (1 is the default; "
                              "for no cap on the workers bought, set tail_aware=false)")
         if self.worker_shape not in ("node", "learned"):
             raise ValueError(f"worker_shape must be node or learned, not {self.worker_shape!r}")
-        if not self.check_s > 0:
+        if self.latency_statistic not in ("last", "median"):
+            raise ValueError(f"latency_statistic must be last or median, not {self.latency_statistic!r}")
+        if not (self.check_s > 0 and math.isfinite(self.check_s)):
             raise ValueError("check_s must be > 0 seconds")
 
     @staticmethod
@@ -94,7 +96,7 @@ class HTAPolicy:
 
     def _split(self, obs: Observation, left: list) -> int:
         """Into how many equal workers a node is cut for this purchase (1: a whole node)."""
-        if self.worker_shape != "learned" or not left or any(g.whole_worker for g in left):
+        if self.worker_shape != "learned" or not left or any(g.whole_worker for g in [*left, *obs.waiting]):
             return 1
         node = obs.worker_shape
         need = [max(g.request.cores for g in left), max(g.request.memory_mb for g in left),
@@ -104,6 +106,16 @@ class HTAPolicy:
         while k > 1 and any(n > h / k + 1e-9 for n, h in zip(need, have)):
             k -= 1
         return k
+
+    def _too_small(self, obs: Observation) -> list[str]:
+        """Learned shapes only: pods smaller than a node idle for a whole check while tasks
+        wait — none of those tasks fits them (else the master would have given them one),
+        and they hold a share of the cap a larger worker needs."""
+        if self.worker_shape != "learned" or not obs.waiting:
+            return []
+        node = obs.worker_shape
+        return sorted(w.id for w in obs.workers if w.idle and w.capacity.cores < node.cores - 1e-9
+                      and w.idle_since is not None and obs.time - w.idle_since >= self.check_s)
 
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
@@ -134,6 +146,7 @@ class HTAPolicy:
             drain = ready[:room]
         else:
             self._proposed.clear()
+            drain = self._too_small(obs)[:max(0, have - obs.min_workers)]
         for w in drain:
             self._proposed.pop(w, None)
 

@@ -45,11 +45,11 @@ class SimBackend:
 
     def _shared_node(self, node: SimNode) -> str | None:
         """The node a worker smaller than a node runs on (it may share it, and node-seconds
-        are paid per node); None for a node-sized worker, a node of its own."""
-        whole = self.world.cluster.node_shape
-        if node.host is None or (node.capacity.cores >= whole.cores and node.capacity.memory_mb >= whole.memory_mb):
+        are paid per node); "" while it waits for room on none; None for a node-sized
+        worker, a node of its own."""
+        if self.world._node_sized(node):
             return None
-        return f"h{node.host}"
+        return f"h{node.host}" if node.host is not None else ""
 
     def _flush(self) -> list[WorkerRecord]:
         out, self._events = self._events, []
@@ -78,8 +78,10 @@ class SimBackend:
                 continue
             lat = node.connected_at - node.requested_at
             pull = self.world.cluster.pull_s
+            room = (node.placed_at or node.requested_at) - node.requested_at  # waiting for room on a node
+            phases = {"room": round(room, 3)} if room > 0 else {}
             self._record(node, "connected", node.connected_at, latency_s=round(lat, 3),
-                         phases={"node": round(lat - pull, 3), "pull": pull})
+                         phases={**phases, "node": round(lat - pull - room, 3), "pull": pull})
         # workers that ran to completion and left by themselves (a job's worker, idle)
         exited, self.world.exited = self.world.exited, []
         for node in exited:

@@ -237,6 +237,8 @@ class SimNode:
     gone_at: float | None = None
     #: bumped whenever the worker starts a task: an idle-exit timer armed before is void
     idle_token: int = 0
+    #: when it was bound to a node (later than ``requested_at`` if it waited for room)
+    placed_at: float | None = None
 
     @property
     def address(self) -> str:
@@ -386,7 +388,12 @@ class World:
         later; else on a new node after a preparation latency (``max_nodes`` nodes at most:
         past that it waits for room)."""
         self._seq += 1
-        shape = shape or self.cluster.node_shape
+        whole = self.cluster.node_shape
+        if shape is None:
+            shape = whole
+        else:  # a pod never outgrows its node: the scheduler could not place it
+            shape = Resources(cores=min(shape.cores, whole.cores), memory_mb=min(shape.memory_mb, whole.memory_mb),
+                              disk_mb=min(shape.disk_mb, whole.disk_mb))
         node = SimNode(f"n{self._seq}", shape, requested_at=now)
         if self.lifetime is not None and self.lifetime.max_tasks is not None:
             node.tasks_left = max(1, self.lifetime.max_tasks)
@@ -414,10 +421,15 @@ class World:
 
     def _place(self, node: SimNode, host: SimHost) -> None:
         node.host = host.id
+        node.placed_at = self.env.now
         host.free_c -= node.capacity.cores
         host.free_m -= node.capacity.memory_mb
         host.workers.add(node.id)
         host.empty_since = None
+
+    def _node_sized(self, node: SimNode) -> bool:
+        whole = self.cluster.node_shape
+        return node.capacity.cores >= whole.cores - 1e-9 and node.capacity.memory_mb >= whole.memory_mb - 1e-9
 
     def _provision(self, node: SimNode, delay: float):
         yield self.env.timeout(delay)
@@ -567,13 +579,17 @@ class World:
         for run in self.waiting.runs:
             tids = run[1]
             request = self.request_of(tids[0])
+            # a task retried after going over its allocation runs on a whole worker: Work
+            # Queue's largest allocation, which the simulator takes to be a node (a smaller
+            # pod would fail it again, for ever)
+            retry = run[0][1]
             while tids:
                 if all(n.free_c <= 1e-9 for n in live):
                     break
                 disk = None
                 node = None
                 for n in live:
-                    if n.tasks_left == 0:
+                    if n.tasks_left == 0 or (retry and not self._node_sized(n)):
                         continue
                     disk = n.capacity.disk_mb
                     if fit_count(request, _Room(n.free_c, n.free_m, disk), n.capacity, 1):
