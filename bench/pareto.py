@@ -260,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clusters", default=",".join(CLUSTERS), help=f"comma-separated, of: {', '.join(CLUSTERS)}")
     ap.add_argument("--tasks", type=int, default=600, help="tasks per WfCommons instance (500–1,000)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/hta-pareto"))
+    ap.add_argument("--markdown", type=Path, metavar="FILE",
+                    help="also write one summary table (a row per workload × cluster) as Markdown")
     ap.add_argument("--sweep", action="store_true",
                     help=f"also run HTA with busy_runtimes {', '.join(k.split('=')[1] for k in SWEEP)} (tuned settings, "
                          f"shown beside the presets, not counted in the goals)")
@@ -273,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     store = Store(args.out / "runs.jsonl")
     misses: list[str] = []
     summary: list[str] = []
+    table: list[str] = []
     started = time.perf_counter()
     for name in names:
         for cname in args.clusters.split(","):
@@ -303,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             best = min((p for p in fixed_pts.values() if p.runtime_s <= BEST_FIXED_WITHIN * biggest.runtime_s),
                        key=lambda p: p.node_s)
             free = undominated(rivs, htas)
+            still = [r for r in free if not any(dominates(t, r) for t in tuned)] if tuned else free
             title = f"{name}, {cname} ({cap} nodes), mean of {seeds} seed(s)"
             print(f"\n{title}")
             print(HEADER)
@@ -342,10 +346,25 @@ def main(argv: list[str] | None = None) -> int:
             refs = {"max from t=0 (= best fixed)": biggest} if best is biggest else \
                 {"max from t=0": biggest, f"best fixed ({best.label.split()[1]})": best}
             draw(png, title, htas, rivs, refs, bound, free, tuned)
-            still = [r for r in free if not any(dominates(t, r) for t in tuned)] if tuned else free
+            fig = lambda p: f"{p.runtime_s:,.0f} s / {p.node_s / 1000:,.1f}k / {p.waste_core_s / 1000:,.1f}k"  # noqa: E731
+            met = goals(points["hta"], bound, points["max-then-drain"])
+            table.append(f"| {name} | {cap} | {bound:,.0f} | " + " | ".join(fig(h) for h in htas)
+                         + f" | {fig(points['max-then-drain'])} | {fig(best)} | {len(free)}"
+                         + (f" ({len(still)})" if tuned else "") + " | "
+                         + f"{points['hta'].runtime_s / bound:.2f}× {'✓' if met[0][1] else '✗'} | "
+                         + f"{1 - points['hta'].node_s / points['max-then-drain'].node_s:+.0%} at "
+                         + f"{points['hta'].runtime_s / points['max-then-drain'].runtime_s:.3f}× "
+                         + f"{'✓' if met[1][1] else '✗'} |")
             summary.append(f"{name}/{cname}: {len(free)} not dominated"
                            + (f" ({len(still)} by no tuned setting either)" if tuned else "") + f", front {png}")
             print(f"  front: {png}", flush=True)
+    if args.markdown:
+        head = ("| workload | nodes | bound s | hta | hta-time | hta-cost | max-then-drain | best fixed from t=0 | "
+                "rivals not dominated" + (" (by no tuned setting either)" if args.sweep else "")
+                + " | hta / bound ≤ 1.10 | hta node·s saved vs max-then-drain at ≤ 1.02× its runtime |")
+        args.markdown.write_text(f"Each cell: runtime / node·s / waste (core·s, during + after the run), mean of "
+                                 f"{seeds} seed(s).\n\n{head}\n|" + "---|" * (head.count("|") - 1) + "\n"
+                                 + "\n".join(table) + "\n")
     print(f"\n{len(store.runs)} runs in {args.out / 'runs.jsonl'}; this call {time.perf_counter() - started:,.0f} s")
     for s in summary:
         print("  " + s)
