@@ -142,7 +142,8 @@ def test_same_estimate_as_before_on_random_observations(chunk: int) -> None:
     for seed in SEEDS[chunk::6]:
         obs, horizon = random_observation(seed)
         for opts in (OPTIONS[seed % 8], OPTIONS[(seed * 5 + 3) % 8]):
-            new = QueueDrainEstimator(EstimatorOptions(**opts)).estimate(obs, horizon)
+            # the one rule added since (unmeasured_floor) is off: the rest must be the old estimator's
+            new = QueueDrainEstimator(EstimatorOptions(**opts, unmeasured_floor=False)).estimate(obs, horizon)
             old = before.QueueDrainEstimator(before.EstimatorOptions(**opts)).estimate(obs, horizon)
             assert as_fields(new) == as_fields(old), (seed, opts)
 

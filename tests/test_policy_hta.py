@@ -212,3 +212,21 @@ def test_presets_and_estimator_settings_by_name():
                       ("hta:nope=1", "it has: barrier_aware, busy_runtimes")]:
         with pytest.raises(ValueError, match=says):
             make_policy(bad)
+
+
+def test_a_just_started_task_of_an_unmeasured_category_is_expected_to_run_as_long_as_its_siblings():
+    # task 1 of the never-measured category "split" has run 350 s, task 2 has just started;
+    # 9 tasks wait for task 2. Two idle workers: are they kept for those 9?
+    split = [RunningTask(task_id=1, category="split", allocation=SHAPE, started_at=-250.0, worker="w1"),
+             RunningTask(task_id=2, category="split", allocation=SHAPE, started_at=100.0, worker="w2")]
+    o = obs(workers=[worker("w1", 1, 2), worker("w2", 1, 2), worker("w3"), worker("w4")], running=split,
+            upcoming=[UpcomingTasks(id="u0", category="f", count=9, request=ONE, after=["task:2"])],
+            latency=LatencyStats(samples=[160.0]))
+    # none of its kind has ended before 350 s: task 2 will not end within the 160 s horizon,
+    # so the idle workers are not needed for its dependents
+    now = QueueDrainEstimator().estimate(o, 160.0)
+    assert sorted(now.unused_idle) == ["w3", "w4"] and now.releases == []
+    assert sorted(HTAPolicy().decide(o).drain) == ["w3", "w4"]
+    # the old prior: a task just started ends in about a second, its 9 dependents take the idle workers
+    old = QueueDrainEstimator(EstimatorOptions(unmeasured_floor=False)).estimate(o, 160.0)
+    assert old.unused_idle == [] and old.releases and old.releases[0][1] == 9
