@@ -166,3 +166,17 @@ def test_a_smaller_worker_counts_as_its_share_only_when_it_is_an_exact_part():
     # a worker reporting a little less than asked (whole cores, a cgroup's limit) counts whole
     assert Resources(cores=2, memory_mb=2000).share_of(Resources(cores=2.5, memory_mb=2000)) == 1.0
     assert Resources(cores=1, memory_mb=5000).share_of(Resources(cores=4, memory_mb=15000)) == 1.0
+
+
+def test_probe_split_buys_small_pods_for_never_measured_tasks_but_a_node_for_a_retry():
+    first_wave = TaskGroup(category="new", count=30)  # never measured: a whole worker each
+    d = make_policy("hta-time:worker_shape=learned,probe_split=3").decide(obs([first_wave], {}))
+    assert d.shape == THIRD and d.add == 12  # the cap: 4 nodes of 3 pods
+    assert make_policy("hta-time:worker_shape=learned").decide(obs([first_wave], {})).shape == NODE
+    # a task of a measured category waiting for a whole worker went over its allocation: a node
+    retry = TaskGroup(category="a", count=1)
+    d = make_policy("hta-time:worker_shape=learned,probe_split=3").decide(
+        obs([first_wave, retry], {"a": cat("a", 1, 2000)}))
+    assert d.shape == NODE
+    with pytest.raises(ValueError, match="probe_split must be a whole number"):
+        make_policy("hta:probe_split=0")

@@ -61,6 +61,10 @@ class HTAPolicy:
     #: ``learned`` (per decision, the smallest 1/k of a node that holds one of each task still
     #: waiting at the horizon, by their measured peaks; a node while any is unmeasured)
     worker_shape: str = "node"
+    #: learned shapes only: pods bought for never-measured tasks are 1/probe_split of a node
+    #: (1: a whole node). Such a task takes a whole worker, whatever its size; one that
+    #: needs more than the pod goes over it and is retried on a node-sized worker
+    probe_split: int = 1
     _proposed: dict[str, int] = field(default_factory=dict)
     _next_up_at: float = float("-inf")
     _expected: tuple[int, list[tuple[float, int]]] | None = None
@@ -77,6 +81,8 @@ class HTAPolicy:
                              "for no cap on the workers bought, set tail_aware=false)")
         if self.worker_shape not in ("node", "learned"):
             raise ValueError(f"worker_shape must be node or learned, not {self.worker_shape!r}")
+        if self.probe_split < 1:
+            raise ValueError(f"probe_split must be a whole number ≥ 1, not {self.probe_split}")
         if self.latency_statistic not in ("last", "median"):
             raise ValueError(f"latency_statistic must be last or median, not {self.latency_statistic!r}")
         if not (self.check_s > 0 and math.isfinite(self.check_s)):
@@ -95,16 +101,26 @@ class HTAPolicy:
         return self._known(obs) > foreseen
 
     def _split(self, obs: Observation, left: list) -> int:
-        """Into how many equal workers a node is cut for this purchase (1: a whole node)."""
-        if self.worker_shape != "learned" or not left or any(g.whole_worker for g in [*left, *obs.waiting]):
+        """Into how many equal workers a node is cut for this purchase (1: a whole node):
+        the most that still hold one of each measured task left at the horizon; never-measured
+        ones (a whole worker each) allow ``probe_split``; a task retried after going over its
+        allocation (whole worker, measured category) needs a whole node."""
+        if self.worker_shape != "learned" or not left:
             return 1
+        measured = {name for name, m in obs.categories.items() if m.samples > 0}
+        if any(g.whole_worker and g.category in measured for g in [*left, *obs.waiting]):
+            return 1
+        sized = [g for g in left if not g.whole_worker]
         node = obs.worker_shape
-        need = [max(g.request.cores for g in left), max(g.request.memory_mb for g in left),
-                max(g.request.disk_mb for g in left)]
-        have = [node.cores, node.memory_mb, node.disk_mb]
         k = max(1, int(node.cores + 1e-9))
-        while k > 1 and any(n > h / k + 1e-9 for n, h in zip(need, have)):
-            k -= 1
+        if sized:
+            need = [max(g.request.cores for g in sized), max(g.request.memory_mb for g in sized),
+                    max(g.request.disk_mb for g in sized)]
+            have = [node.cores, node.memory_mb, node.disk_mb]
+            while k > 1 and any(n > h / k + 1e-9 for n, h in zip(need, have)):
+                k -= 1
+        if len(sized) < len(left):  # never-measured tasks left
+            k = min(k, max(1, self.probe_split))
         return k
 
     def _too_small(self, obs: Observation) -> list[str]:
