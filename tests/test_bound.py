@@ -16,7 +16,7 @@ from hta.sim.workload import SimTask, Workload, WorkloadError, parse_wfformat, t
 from hta.sim.world import ClusterModel
 
 POLICIES = ["observe", "static", "max-then-drain", "hta", "factory", "hpa-20", "keda-2", "hta-cost",
-            "hta:worker_shape=learned", "hta-time:worker_shape=learned"]
+            "hta:worker_shape=learned", "hta-time:worker_shape=learned", "hta:worker_shape=learned,probe_split=3"]
 
 
 def random_workload(rng: random.Random) -> Workload:

@@ -180,3 +180,17 @@ def test_probe_split_buys_small_pods_for_never_measured_tasks_but_a_node_for_a_r
     assert d.shape == NODE
     with pytest.raises(ValueError, match="probe_split must be a whole number"):
         make_policy("hta:probe_split=0")
+
+
+def test_a_never_measured_task_that_waits_beside_idle_pods_gets_a_node_next():
+    # a third sat idle while a never-measured task waited: the task needs more than a third
+    # (it went over one); drain the third, and buy a node for it, not another third
+    p = make_policy("hta-time:worker_shape=learned,probe_split=3")
+    pods = [WorkerInfo(id="p0", capacity=THIRD, connected_at=0.0, idle_since=50.0)]
+    big = TaskGroup(category="x", count=1)
+    d = p.decide(obs([big], {}, pods))
+    assert d.drain == ["p0"]
+    d = p.decide(obs([big], {}))
+    assert d.shape == NODE and d.add == 1
+    # a fresh policy, never having seen that, probes with a third
+    assert make_policy("hta-time:worker_shape=learned,probe_split=3").decide(obs([big], {})).shape == THIRD

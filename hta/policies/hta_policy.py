@@ -68,6 +68,9 @@ class HTAPolicy:
     _proposed: dict[str, int] = field(default_factory=dict)
     _next_up_at: float = float("-inf")
     _expected: tuple[int, list[tuple[float, int]]] | None = None
+    #: categories whose whole-worker tasks waited while pods smaller than a node sat idle:
+    #: a pod is too small for them, whatever ``probe_split`` says
+    _needs_node: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.estimator = QueueDrainEstimator(self.options)
@@ -105,10 +108,11 @@ class HTAPolicy:
         the most that still hold one of each measured task left at the horizon; never-measured
         ones (a whole worker each) allow ``probe_split``; a task retried after going over its
         allocation (whole worker, measured category) needs a whole node."""
-        if self.worker_shape != "learned" or not left:
-            return 1
+        if self.worker_shape != "learned" or not left or self._too_small(obs):
+            return 1  # (pods idle while tasks wait: what waits needs more than a pod)
         measured = {name for name, m in obs.categories.items() if m.samples > 0}
-        if any(g.whole_worker and g.category in measured for g in [*left, *obs.waiting]):
+        if any(g.whole_worker and (g.category in measured or g.category in self._needs_node)
+               for g in [*left, *obs.waiting]):
             return 1
         sized = [g for g in left if not g.whole_worker]
         node = obs.worker_shape
@@ -153,16 +157,18 @@ class HTAPolicy:
             self._next_up_at = obs.time + latency
             self._expected = (self._known(obs), est.releases)
 
+        too_small = self._too_small(obs)
+        self._needs_node.update(g.category for g in obs.waiting if too_small and g.whole_worker)
         drain: list[str] = []
         if est.workers_needed == 0 and est.left_count == 0:
             candidates = set(est.unused_idle)
             self._proposed = {w: self._proposed.get(w, 0) + 1 for w in candidates}
             ready = sorted(w for w, n in self._proposed.items() if n >= self.drain_after)
             room = max(0, have - obs.min_workers)
-            drain = ready[:room]
+            drain = sorted(set(ready) | set(too_small))[:room]
         else:
             self._proposed.clear()
-            drain = self._too_small(obs)[:max(0, have - obs.min_workers)]
+            drain = too_small[:max(0, have - obs.min_workers)]
         for w in drain:
             self._proposed.pop(w, None)
 
