@@ -30,7 +30,6 @@ the simulator calls :meth:`step` whenever its world changes and at
 from __future__ import annotations
 
 import asyncio
-import math
 import logging
 import time
 from dataclasses import dataclass
@@ -187,12 +186,8 @@ class Controller:
         """Workers to add (never past ``max_workers``) and seconds to the next decision
         (within [``min_interval_s``, ``max_interval_s``])."""
         wait = min(max(decision.next_decision_s, self.config.min_interval_s), self.config.max_interval_s)
-        whole = self.config.worker_shape
-        have = sum(w.capacity.share_of(whole) for w in obs.workers) + sum(p.shape.share_of(whole) for p in obs.pending)
-        # ``max_workers`` counts whole workers of the configured shape; a smaller one
-        # (a policy's chosen shape) counts as its share
-        per = 1.0 / (decision.shape or whole).share_of(whole)
-        add = max(0, min(decision.add, math.floor((self.config.max_workers - have) * per + 1e-6)))
+        # the observation carries the configured shape and max_workers (the builder's)
+        add = max(0, min(decision.add, obs.room_for(decision.shape or self.config.worker_shape)))
         return add, wait
 
     async def act(self, decision: ScaleDecision, obs: Observation, snap: MasterSnapshot, now: float) -> None:

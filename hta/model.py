@@ -252,6 +252,15 @@ class Observation(BaseModel):
     def supply_cores(self) -> float:
         return sum(w.capacity.cores for w in self.workers)
 
+    def room_for(self, shape: Resources) -> int:
+        """Workers of ``shape`` that still fit under ``max_workers``, which counts whole
+        workers of ``worker_shape``: a worker (connected or on its way) that is exactly
+        1/k of it counts 1/k (:meth:`Resources.share_of`)."""
+        whole = self.worker_shape
+        used = sum(w.capacity.share_of(whole) for w in self.workers) + sum(p.shape.share_of(whole)
+                                                                          for p in self.pending)
+        return max(0, math.floor((self.max_workers - used) / shape.share_of(whole) + 1e-6))
+
     def in_use_cores(self) -> float:
         return sum(w.in_use.cores for w in self.workers)
 

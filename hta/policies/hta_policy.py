@@ -103,12 +103,12 @@ class HTAPolicy:
         foreseen = known + sum(n for t, n in releases if t <= obs.time)
         return self._known(obs) > foreseen
 
-    def _split(self, obs: Observation, left: list) -> int:
+    def _split(self, obs: Observation, left: list, too_small: list[str]) -> int:
         """Into how many equal workers a node is cut for this purchase (1: a whole node):
         the most that still hold one of each measured task left at the horizon; never-measured
         ones (a whole worker each) allow ``probe_split``; a task retried after going over its
         allocation (whole worker, measured category) needs a whole node."""
-        if self.worker_shape != "learned" or not left or self._too_small(obs):
+        if self.worker_shape != "learned" or not left or too_small:
             return 1  # (pods idle while tasks wait: what waits needs more than a pod)
         measured = {name for name, m in obs.categories.items() if m.samples > 0}
         if any(g.whole_worker and (g.category in measured or g.category in self._needs_node)
@@ -140,16 +140,15 @@ class HTAPolicy:
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
         est = self.estimator.estimate(obs, latency)
-        shape, split = obs.worker_shape, self._split(obs, est.left_waiting)
+        too_small = self._too_small(obs)
+        shape, split = obs.worker_shape, self._split(obs, est.left_waiting, too_small)
         if split > 1:  # size the purchase in workers of 1/split of a node
             shape = obs.worker_shape.split(split)
             est = self.estimator.estimate(obs.model_copy(update={"worker_shape": shape}), latency)
         have = len(obs.workers) + len(obs.pending)
-        used = sum(w.capacity.share_of(obs.worker_shape) for w in obs.workers) + \
-            sum(p.shape.share_of(obs.worker_shape) for p in obs.pending)
 
         add = max(est.workers_needed, obs.min_workers - have, 0)
-        add = max(0, min(add, math.floor((obs.max_workers - used) * split + 1e-6)))
+        add = min(add, obs.room_for(shape))
         may_scale_up = not self.stabilize or obs.time >= self._next_up_at or self._surprised(obs)
         if add and not may_scale_up:
             add = 0
@@ -157,7 +156,6 @@ class HTAPolicy:
             self._next_up_at = obs.time + latency
             self._expected = (self._known(obs), est.releases)
 
-        too_small = self._too_small(obs)
         self._needs_node.update(g.category for g in obs.waiting if too_small and g.whole_worker)
         drain: list[str] = []
         if est.workers_needed == 0 and est.left_count == 0:
