@@ -271,7 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in WORKLOADS] + [c for c in args.clusters.split(",") if c not in CLUSTERS]
     if unknown:
         ap.error(f"unknown workload or cluster: {', '.join(unknown)}")
-    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        if args.markdown:  # before an hour of runs, not after
+            args.markdown.touch()
+    except OSError as exc:
+        ap.error(f"cannot write {exc.filename} ({exc.strerror}): choose another --out or --markdown")
     store = Store(args.out / "runs.jsonl")
     misses: list[str] = []
     summary: list[str] = []
@@ -378,4 +383,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(f"{Path(__file__).name}: interrupted (finished runs are kept)" if "pareto" in __file__
+                 else f"{Path(__file__).name}: interrupted")
+    except BrokenPipeError:  # e.g. piped into head: stop quietly
+        sys.stderr.close()
+        sys.exit(141)

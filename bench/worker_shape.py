@@ -50,6 +50,11 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=600)
     ap.add_argument("--out", type=Path, default=Path("/tmp/hta-worker-shape"))
     args = ap.parse_args()
+    unknown = [n for n in args.workloads.split(",") if n not in WORKLOADS] + \
+        [c for c in args.clusters.split(",") if c not in CLUSTERS]
+    if unknown:
+        ap.error(f"unknown workload or cluster: {', '.join(unknown)} (workloads: {', '.join(WORKLOADS)}; "
+                 f"clusters: {', '.join(CLUSTERS)})")
     t0 = time.perf_counter()
     better = {shape: 0 for shape in SHAPES if shape != "node"}
     cases = 0
@@ -100,4 +105,11 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(f"{Path(__file__).name}: interrupted (finished runs are kept)" if "pareto" in __file__
+                 else f"{Path(__file__).name}: interrupted")
+    except BrokenPipeError:  # e.g. piped into head: stop quietly
+        sys.stderr.close()
+        sys.exit(141)
