@@ -40,9 +40,13 @@ def test_buys_for_what_still_waits_after_one_latency():
     assert d.add == 4 and not d.drain
     # asked again at the next idle check (5 s), before the cycle (10 s) ends
     assert d.next_decision_s == 5.0
-    # tail-aware: 3 new workers + the 2 cores freed at t=205 drain the 800 core·s backlog in
-    # one task runtime; a 4th worker would idle after its first task.
-    assert HTAPolicy().decide(o).add == 3
+    # tail-aware: w1's 2 cores took two of the waiting tasks at t=105 and hold them until
+    # t=205, so they cannot drain the 8 left at the horizon; 4 new workers run them in one
+    # round (each busy one task runtime: it earns its keep). With 3, two tasks would wait
+    # for w1 and the queue would end at t=305 instead of 210.
+    est = QueueDrainEstimator().estimate(o, 10.0)
+    assert est.inflight_core_s == 2 * 95.0
+    assert HTAPolicy().decide(o).add == 4
 
 
 def test_pending_workers_count_as_coming_capacity():
@@ -81,7 +85,8 @@ def test_unmeasured_category_takes_whole_workers_up_to_max():
 
 
 def test_tail_awareness_skips_workers_that_would_arrive_too_late():
-    # 20 busy 1-core slots finishing over the next 30 s; 2 tasks of 60 s left at the horizon.
+    # 20 busy 1-core slots: 15 free within the horizon (and take waiting tasks until
+    # t=160-170), 5 free at t=111-115; 7 tasks of 60 s are left at the horizon.
     workers = [worker(f"w{i}", 2, 2) for i in range(10)]
     running = [RunningTask(task_id=i, category="a", allocation=ONE, started_at=100.0 - 45 - i, worker=f"w{i // 2}")
                for i in range(20)]
@@ -89,8 +94,25 @@ def test_tail_awareness_skips_workers_that_would_arrive_too_late():
             categories={"a": cat("a", 60.0)}, latency=LatencyStats(samples=[10.0]), max_workers=20)
     plain = HTAPolicy(options=EstimatorOptions(tail_aware=False)).decide(o)
     aware = HTAPolicy().decide(o)
-    assert plain.add >= 1
-    assert aware.add == 0  # the 20 cores already there clear the backlog within one task runtime
+    assert plain.add == 4  # the 7 packed into 2-core workers
+    # the 5 cores freeing just after the horizon take 5 of the 7: only the last 2 would
+    # wait (until t=160) — one new worker runs them, busy one task runtime; more would idle
+    assert aware.add == 1
+
+
+def test_tail_awareness_buys_nothing_when_the_cluster_frees_just_after_the_horizon():
+    # 4 workers (8 cores) whose tasks end at t=112; 4 tasks wait. Bought workers would
+    # arrive at t=110 and end the queue 2 s sooner, then idle: not worth a worker.
+    o = obs(
+        workers=[worker(f"w{i}", 2, 2) for i in range(4)],
+        running=[RunningTask(task_id=i, category="a", allocation=ONE, started_at=12.0, worker=f"w{i // 2}")
+                 for i in range(8)],
+        waiting=[TaskGroup(category="a", count=4, request=ONE)],
+        categories={"a": cat("a", 100.0)},
+    )
+    est = QueueDrainEstimator().estimate(o, 10.0)
+    assert est.packed_need == 2 and est.inflight_core_s == 8 * 2.0
+    assert HTAPolicy().decide(o).add == 0
 
 
 def test_hysteresis_drains_after_repeated_proposals():
@@ -181,12 +203,13 @@ def test_barrier_awareness_drains_a_worker_the_mean_would_keep():
 
 
 def test_busy_runtimes_buys_only_workers_the_backlog_keeps_busy_that_long():
-    # 1 idle 2-core worker takes 2 of 40 tasks of 100 s: 38 left at the horizon, B = 3,800 core·s.
-    # k = 1: n ≤ (3800/100 − 2)/2 = 18 (the packed need, 19, is capped); k = 4: ⌈(950/100 − 2)/2⌉ = 4
+    # 1 idle 2-core worker takes 2 of 40 tasks of 100 s and runs them 90 s past the horizon:
+    # 38 left, W = 3,800 + 180 core·s. n ≤ (W/(k·100) − 2)/2, rounded up:
+    # k = 1: 18.9 → 19 (the packed need: one round); k = 2: 8.95 → 9; k = 4: 3.98 → 4
     o = obs(workers=[worker("w1")], waiting=[TaskGroup(category="a", count=40, request=ONE)],
             categories={"a": cat("a", 100.0)}, max_workers=50)
-    assert QueueDrainEstimator().estimate(o, 10.0).workers_needed == 18
-    assert QueueDrainEstimator(EstimatorOptions(busy_runtimes=4)).estimate(o, 10.0).workers_needed == 4
+    for k, workers in [(1, 19), (2, 9), (4, 4)]:
+        assert QueueDrainEstimator(EstimatorOptions(busy_runtimes=k)).estimate(o, 10.0).workers_needed == workers
 
 
 def test_busy_runtimes_caps_never_measured_tasks_one_worker_per_k():
