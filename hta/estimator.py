@@ -72,6 +72,10 @@ class EstimatorOptions:
     #: about a second — the thesis-era prior, which kept idle workers for releases that
     #: kept not coming: 82 % of HTA's waste on WfCommons Epigenomics)
     unmeasured_floor: bool = True
+    #: with ``busy_runtimes`` ≤ 1, tail awareness caps only tasks nothing in the DAG waits
+    #: for: a task that gates a release delays everything after it, so its workers are
+    #: bought whatever the cap says. A larger ``busy_runtimes`` is a cost setting: it caps all
+    tail_spares_gating: bool = True
 
 
 @dataclass
@@ -656,6 +660,9 @@ class QueueDrainEstimator:
         needed = packed
         if self.options.tail_aware and packed > 0:
             needed = min(packed, self._tail_cap(obs, left, backlog + play.inflight_core_s, packed))
+            if self.options.tail_spares_gating and self.options.busy_runtimes <= 1 and needed < packed:
+                gates = {ref for up in obs.upcoming for ref in up.after}
+                needed = max(needed, self._pack([g for g in left if g.id in gates], obs.worker_shape))
         return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases,
                         play.inflight_core_s)
 

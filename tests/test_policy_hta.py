@@ -115,6 +115,23 @@ def test_tail_awareness_buys_nothing_when_the_cluster_frees_just_after_the_horiz
     assert HTAPolicy().decide(o).add == 0
 
 
+def test_tail_awareness_spares_tasks_the_dag_waits_for():
+    # the case above, but a next stage waits for the 4 tasks: every second they wait, it
+    # waits too, so their workers are bought whatever the cap says
+    o = obs(
+        workers=[worker(f"w{i}", 2, 2) for i in range(4)],
+        running=[RunningTask(task_id=i, category="a", allocation=ONE, started_at=12.0, worker=f"w{i // 2}")
+                 for i in range(8)],
+        waiting=[TaskGroup(category="a", count=4, request=ONE, id="map")],
+        upcoming=[UpcomingTasks(id="reduce", category="a", count=1, request=ONE, after=["map"])],
+        categories={"a": cat("a", 100.0)},
+    )
+    assert HTAPolicy().decide(o).add == 2
+    assert HTAPolicy(options=EstimatorOptions(tail_spares_gating=False)).decide(o).add == 0
+    # a cost setting caps them too (W = 416 core·s over 8 cores lasts less than 2 runtimes)
+    assert HTAPolicy(options=EstimatorOptions(busy_runtimes=2)).decide(o).add == 0
+
+
 def test_hysteresis_drains_after_repeated_proposals():
     o = obs(workers=[worker("w1")])
     p = HTAPolicy(drain_after=2)
