@@ -72,6 +72,11 @@ class EstimatorOptions:
     #: about a second — the thesis-era prior, which kept idle workers for releases that
     #: kept not coming: 82 % of HTA's waste on WfCommons Epigenomics)
     unmeasured_floor: bool = True
+    #: tail awareness: never-measured tasks left at the horizon get one worker per this
+    #: many (at least ``busy_runtimes``). Each such task takes a whole worker, but only
+    #: until one of its category ends: then the rest are packed by what it used, so a
+    #: worker bought for two runs the second, and its category's later ones beside it
+    unmeasured_per_worker: float = 1.0
     #: with ``busy_runtimes`` ≤ 1, tail awareness caps only tasks nothing in the DAG waits
     #: for: a task that gates a release delays everything after it, so its workers are
     #: bought whatever the cap says. A larger ``busy_runtimes`` is a cost setting: it caps all
@@ -698,13 +703,14 @@ class QueueDrainEstimator:
         horizon still hold C for: without it, cores busy with a stage that has just
         started counted as free to drain the rest of it, and a third of a stage
         waited a whole extra round (BLAST uncapped: 1,605 s instead of 1,348).
-        Categories never measured have no runtime: with k ≤ 1 no cap applies to them;
-        with k > 1 a worker is bought for every k tasks of the packed need (each is to
-        run about k of them in a row, as a KEDA job of k tasks does).
+        Categories never measured have no runtime: a worker is bought for every
+        u = max(k, ``unmeasured_per_worker``) tasks of the packed need (each is to run
+        about u of them in a row, as a KEDA job of u tasks does); u ≤ 1: no cap.
         """
         k = self.options.busy_runtimes
         if any(_runtime(obs.categories, g.category) is None for g in left):
-            return math.ceil(packed / k - 1e-9) if k > 1 else 10**9
+            u = max(k, self.options.unmeasured_per_worker)
+            return math.ceil(packed / u - 1e-9) if u > 1 else 10**9
         tasks = sum(g.count for g in left)
         if tasks == 0 or work_core_s <= 0:
             return 0

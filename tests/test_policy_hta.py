@@ -235,6 +235,15 @@ def test_busy_runtimes_caps_never_measured_tasks_one_worker_per_k():
     o = obs(waiting=[TaskGroup(category="new", count=30)], max_workers=50)
     assert QueueDrainEstimator().estimate(o, 10.0).workers_needed == 30
     assert QueueDrainEstimator(EstimatorOptions(busy_runtimes=10)).estimate(o, 10.0).workers_needed == 3
+    # unmeasured_per_worker sets that many on its own; the larger of the two applies
+    assert QueueDrainEstimator(EstimatorOptions(unmeasured_per_worker=2)).estimate(o, 10.0).workers_needed == 15
+    both = EstimatorOptions(busy_runtimes=10, unmeasured_per_worker=2)
+    assert QueueDrainEstimator(both).estimate(o, 10.0).workers_needed == 3
+    # measured tasks are not touched by it: 40 tasks of 100 s, one busy runtime each
+    m = obs(waiting=[TaskGroup(category="a", count=40, request=ONE)], categories={"a": cat("a", 100.0)},
+            max_workers=50)
+    assert (QueueDrainEstimator(EstimatorOptions(unmeasured_per_worker=4)).estimate(m, 10.0).workers_needed
+            == QueueDrainEstimator().estimate(m, 10.0).workers_needed == 20)
 
 
 def test_presets_and_estimator_settings_by_name():
@@ -249,6 +258,7 @@ def test_presets_and_estimator_settings_by_name():
     assert tuned.estimator.options.busy_runtimes == 3 and tuned.check_s == 2
     for bad, says in [("hta-fast", "presets are hta-time, hta-cost"), ("hta:busy_runtimes=0", "must be a number > 0"), ("hta:busy_runtimes=inf", "must be a number > 0"),
                       ("hta-cost:tail_aware=maybe", "is not a bool"),
+                      ("hta:unmeasured_per_worker=0.5", "must be a number ≥ 1"),
                       ("hta:nope=1", "it has: barrier_aware, busy_runtimes")]:
         with pytest.raises(ValueError, match=says):
             make_policy(bad)
