@@ -77,9 +77,10 @@ class EstimatorOptions:
     #: until one of its category ends: then the rest are packed by what it used, so a
     #: worker bought for two runs the second, and its category's later ones beside it
     unmeasured_per_worker: float = 1.0
-    #: with ``busy_runtimes`` ≤ 1, tail awareness caps only tasks nothing in the DAG waits
-    #: for: a task that gates a release delays everything after it, so its workers are
-    #: bought whatever the cap says. A larger ``busy_runtimes`` is a cost setting: it caps all
+    #: at the default cost settings (``busy_runtimes`` and ``unmeasured_per_worker`` 1),
+    #: tail awareness caps only tasks nothing in the DAG waits for: a task that gates a
+    #: release delays everything after it, so its workers are bought whatever the cap
+    #: says. Either cost setting above 1 caps every task
     tail_spares_gating: bool = True
 
 
@@ -665,7 +666,8 @@ class QueueDrainEstimator:
         needed = packed
         if self.options.tail_aware and packed > 0:
             needed = min(packed, self._tail_cap(obs, left, backlog + play.inflight_core_s, packed))
-            if self.options.tail_spares_gating and self.options.busy_runtimes <= 1 and needed < packed:
+            o = self.options
+            if o.tail_spares_gating and o.busy_runtimes <= 1 and o.unmeasured_per_worker <= 1 and needed < packed:
                 gates = {ref for up in obs.upcoming for ref in up.after}
                 needed = max(needed, self._pack([g for g in left if g.id in gates], obs.worker_shape))
         return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases,

@@ -130,6 +130,10 @@ def test_tail_awareness_spares_tasks_the_dag_waits_for():
     assert HTAPolicy(options=EstimatorOptions(tail_spares_gating=False)).decide(o).add == 0
     # a cost setting caps them too (W = 416 core·s over 8 cores lasts less than 2 runtimes)
     assert HTAPolicy(options=EstimatorOptions(busy_runtimes=2)).decide(o).add == 0
+    # and the first-wave cost setting: 4 never-measured tasks gating a release, one worker per 2
+    first = o.model_copy(update={"waiting": [TaskGroup(category="new", count=4, id="map")]})
+    assert HTAPolicy().decide(first).add == 4
+    assert HTAPolicy(options=EstimatorOptions(unmeasured_per_worker=2)).decide(first).add == 2
 
 
 def test_hysteresis_drains_after_repeated_proposals():
