@@ -218,6 +218,12 @@ HEADER = (f"    {'setting':34} {'runtime s':>9} {'waste run':>11} {'waste end':>
           f"{'shortage':>12}")
 
 
+def short_label(spec: str) -> str:
+    """A tuned setting's name on a front: ``busy 3``, ``unmeasured 2``, ``hta-cost, probes``."""
+    return (spec.replace("hta:busy_runtimes=", "busy ").replace("hta:unmeasured_per_worker=", "unmeasured ")
+            .replace(":worker_shape=learned,probe_split=3", ", probes"))
+
+
 def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dict[str, Point], bound: float,
          free: list[Point], tuned: list[Point] = ()) -> None:
     import matplotlib
@@ -225,6 +231,9 @@ def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dic
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 6))
+    # log axes: the settings worth comparing crowd near the bound, the slowest rivals run 5-10x longer
+    ax.set_xscale("log")
+    ax.set_yscale("log")
     colours = {"hpa": "tab:blue", "keda": "tab:orange", "factory": "tab:green", "max": "tab:purple",
                "static": "tab:brown"}
     for r in rivs:
@@ -235,21 +244,24 @@ def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dic
                    edgecolors="red" if r in free else "none", linewidths=1.5)
         ax.annotate(r.label.replace(" (ScaledObject)", " SO"), (r.node_s, r.runtime_s), fontsize=6,
                     xytext=(3, 3), textcoords="offset points")
+    same: dict[tuple[float, float], list[str]] = {}  # settings that land on one point share a label
     for h in htas:
-        ax.scatter(h.node_s, h.runtime_s, color="black", marker="*", s=160)
-        ax.annotate(h.label, (h.node_s, h.runtime_s), fontsize=8, weight="bold", xytext=(4, -10),
+        same.setdefault((h.node_s, h.runtime_s), []).append(h.label)
+    for (node_s, runtime_s), labels in same.items():
+        ax.scatter(node_s, runtime_s, color="black", marker="*", s=160)
+        ax.annotate(" = ".join(labels), (node_s, runtime_s), fontsize=8, weight="bold", xytext=(4, -10),
                     textcoords="offset points")
     for t in tuned:
         ax.scatter(t.node_s, t.runtime_s, color="black", marker="^", s=40)
-        ax.annotate(t.label.replace("hta:busy_runtimes=", "busy "), (t.node_s, t.runtime_s), fontsize=7,
+        ax.annotate(short_label(t.label), (t.node_s, t.runtime_s), fontsize=7,
                     xytext=(4, -9), textcoords="offset points")
     for name, p in refs.items():
         ax.scatter(p.node_s, p.runtime_s, color="grey", marker="s", s=50)
         ax.annotate(name, (p.node_s, p.runtime_s), fontsize=7, xytext=(3, -9), textcoords="offset points")
     ax.axhline(bound, color="grey", linestyle="--", linewidth=1)
     ax.annotate("lower bound", (ax.get_xlim()[0], bound), fontsize=7, xytext=(2, 2), textcoords="offset points")
-    ax.set_xlabel("node·s paid (mean over seeds)")
-    ax.set_ylabel("runtime s (mean over seeds)")
+    ax.set_xlabel("node·s paid (mean over seeds, log scale)")
+    ax.set_ylabel("runtime s (mean over seeds, log scale)")
     ax.set_title(title + " — circled red: not dominated by any HTA setting", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
