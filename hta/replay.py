@@ -71,6 +71,8 @@ FAILED = "!"
 class RecordingMaster:
     def __init__(self, inner, tape: Tape):
         self.inner, self.tape = inner, tape
+        if hasattr(inner, "full_tasks"):  # a replay reads the waiting tasks from ``tasks``
+            inner.full_tasks = True
 
     async def snapshot(self, now: float) -> MasterSnapshot:
         try:

@@ -6,7 +6,7 @@ the simulator."""
 from __future__ import annotations
 
 import bisect
-from typing import Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from hta.model import (
     CategoryModel,
@@ -20,7 +20,7 @@ from hta.model import (
     WorkerInfo,
 )
 from workqueue_bridge.dispatch import allocation_request
-from workqueue_bridge.status import MasterSnapshot, TaskStatus, WorkerStatus
+from workqueue_bridge.status import MasterSnapshot, TaskStatus, WorkerStatus, _declared, _num, clean_category, parse_task_status
 
 
 def task_request(task: TaskStatus) -> Resources:
@@ -106,6 +106,55 @@ def waiting_segments(tasks: list[TaskStatus]) -> list[WaitingSegment]:
         else:
             out.append((t.task_id, t.task_id, t.category, req))
     return out
+
+
+def split_task_status(data: Any) -> tuple[list[TaskStatus], list[WaitingSegment]]:
+    """A ``/task_status`` answer as :func:`~workqueue_bridge.status.parse_task_status` then
+    :func:`waiting_segments` would read it — the tasks that are not waiting, in id order,
+    and the waiting ones as runs — without a model per waiting task. A read of 100k waiting
+    tasks is most of a changed cycle's cost; each waiting task is here a few dict lookups
+    (``tests/test_status_scale.py`` checks both paths give the same observations)."""
+    rows = [(int(_num(t.get("taskid"))), t) for t in data or []]
+    rows.sort(key=lambda r: r[0])
+    others: list[dict] = []
+    out: list[WaitingSegment] = []
+    # the same few raw values recur across 100k tasks: each is cleaned once
+    waiting_states: dict[Any, bool] = {}
+    categories: dict[Any, str] = {}
+    requests: dict[tuple, Resources] = {}
+    for tid, t in rows:
+        state = t.get("state", "")
+        waiting = waiting_states.get(state) if isinstance(state, str) else None
+        if waiting is None:
+            waiting = str(state).lower() == "waiting"
+            if isinstance(state, str):
+                waiting_states[state] = waiting
+        if not waiting:
+            others.append(t)
+            continue
+        raw_category = t.get("category")
+        category = categories.get(raw_category) if isinstance(raw_category, str) else None
+        if category is None:
+            category = clean_category(raw_category)
+            if isinstance(raw_category, str):
+                categories[raw_category] = category
+        raw: tuple | None = (t.get("cores"), t.get("memory"), t.get("disk"))
+        try:  # values equal as keys (1, 1.0, True, "1") are equal to _declared too
+            req = requests.get(raw)
+        except TypeError:  # an unhashable value: worked out, not kept
+            req, raw = None, None
+        if req is None:  # what task_request gives the TaskStatus parse_task_status would make
+            c, m, d = (_declared(t.get(k)) for k in ("cores", "memory", "disk"))
+            req = Resources() if c is None and m is None and d is None else \
+                Resources(cores=c or 0.0, memory_mb=m or 0.0, disk_mb=d or 0.0)
+            if raw is not None:
+                requests[raw] = req
+        last = out[-1] if out else None
+        if last is not None and last[1] == tid - 1 and last[2] == category and (last[3] is req or last[3] == req):
+            out[-1] = (out[-1][0], tid, category, req)
+        else:
+            out.append((tid, tid, category, req))
+    return parse_task_status(others), out
 
 
 def index_segments(segments: list[WaitingSegment]) -> tuple[list[TaskGroup], SegmentMap]:

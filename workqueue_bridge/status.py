@@ -218,24 +218,30 @@ def task_table_mark(data: Any) -> tuple | None:
 
 
 class TaskTable:
-    """One read of ``/task_status``: the tasks in id order, with the running ones and the
-    waiting ones as runs of alike consecutive ids worked out once (see
-    :func:`~workqueue_bridge.observation.snapshot_waiting`), kept while ``mark`` holds."""
+    """One read of ``/task_status``, kept while ``mark`` holds: the waiting tasks as runs of
+    alike consecutive ids (see :func:`~workqueue_bridge.observation.snapshot_waiting`), the
+    running ones, and ``tasks`` in id order — every task with ``full`` (a recording replays
+    through them), else only those not waiting (no model per waiting task: most of the cost
+    of reading 100k of them)."""
 
-    def __init__(self, mark: tuple | None, tasks: list[TaskStatus]):
-        from workqueue_bridge.observation import waiting_segments  # imports this module
+    def __init__(self, mark: tuple | None, data: Any, full: bool = False):
+        from workqueue_bridge.observation import split_task_status, waiting_segments  # they import this module
 
         self.mark = mark
-        self.tasks = tasks
-        self.running = [t for t in tasks if t.state == "running"]
-        self.waiting_segments = waiting_segments(tasks)
+        if full:
+            self.tasks = parse_task_status(data)
+            self.waiting_segments = waiting_segments(self.tasks)
+        else:
+            self.tasks, self.waiting_segments = split_task_status(data)
+        self.running = [t for t in self.tasks if t.state == "running"]
 
 
 class LiveSnapshot(MasterSnapshot):
-    """A read of a real master by :class:`MasterStatusClient`: a :class:`MasterSnapshot`
-    (``tasks`` lists every task, as ``/task_status`` does) that also carries what the
-    observation builder would otherwise work out from ``tasks`` on every read. Those two
-    are left out of dumps (a recorded snapshot replays through ``tasks``)."""
+    """A read of a real master by :class:`MasterStatusClient`: a :class:`MasterSnapshot` that
+    also carries what the observation builder would otherwise work out from ``tasks`` on
+    every read. ``tasks`` lists every task, as ``/task_status`` does, only from a client with
+    ``full_tasks`` (a recording: a recorded snapshot replays through ``tasks``, and these
+    two are left out of dumps); otherwise the waiting ones are only in the segments."""
 
     waiting_segments: list | None = Field(default=None, exclude=True)
     running_tasks: list[TaskStatus] | None = Field(default=None, exclude=True)
@@ -246,14 +252,17 @@ class MasterStatusClient:
 
     :meth:`snapshot` reads ``/task_status`` only when :func:`task_table_mark` of the
     ``/queue_status`` just read differs from the one read before the last ``/task_status``
-    (``reuse_tasks=False``: every time). ``bytes_read``, ``requests`` and ``task_reads``
-    count what it has read so far."""
+    (``reuse_tasks=False``: every time). ``full_tasks``: a snapshot's ``tasks`` lists the
+    waiting tasks too (see :class:`LiveSnapshot`). ``bytes_read``, ``requests`` and
+    ``task_reads`` count what it has read so far."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 5.0, reuse_tasks: bool = True):
+    def __init__(self, host: str, port: int, timeout_s: float = 5.0, reuse_tasks: bool = True,
+                 full_tasks: bool = False):
         self.base = f"http://{host}:{port}"
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self.reuse_tasks = reuse_tasks
+        self.full_tasks = full_tasks
         self._table: TaskTable | None = None
         self.bytes_read = 0
         self.requests = 0
@@ -296,7 +305,7 @@ class MasterStatusClient:
         if not (self.reuse_tasks and mark is not None and table is not None and table.mark == mark):
             self.task_reads += 1
             # marked with the /queue_status read before it: a change in between shows next time
-            table = self._table = TaskTable(mark, parse_task_status(await self._get("/task_status")))
+            table = self._table = TaskTable(mark, await self._get("/task_status"), self.full_tasks)
         return table
 
     async def snapshot(self, now: float) -> MasterSnapshot:
