@@ -73,15 +73,11 @@ class EstimatorOptions:
     #: kept not coming: 82 % of HTA's waste on WfCommons Epigenomics)
     unmeasured_floor: bool = True
     #: tail awareness: never-measured tasks left at the horizon get one worker per this
-    #: many (at least ``busy_runtimes``). Each such task takes a whole worker, but only
-    #: until one of its category ends: then the rest are packed by what it used, so a
-    #: worker bought for two runs the second, and its category's later ones beside it
+    #: many (at least ``busy_runtimes``; measured ones are capped on their own). Each such
+    #: task takes a whole worker, but only until one of its category ends: then the rest
+    #: are packed by what it used, so a worker bought for two runs the second, and its
+    #: category's later ones beside it
     unmeasured_per_worker: float = 1.0
-    #: at the default cost settings (``busy_runtimes`` and ``unmeasured_per_worker`` 1),
-    #: tail awareness caps only tasks nothing in the DAG waits for: a task that gates a
-    #: release delays everything after it, so its workers are bought whatever the cap
-    #: says. Either cost setting above 1 caps every task
-    tail_spares_gating: bool = True
 
 
 @dataclass
@@ -98,9 +94,13 @@ class Estimate:
     backlog_core_s: float = 0.0
     #: (time, tasks) the DAG is expected to release within the horizon
     releases: list[tuple[float, int]] = field(default_factory=list)
-    #: core·s that measured tasks running at the horizon still have to run after it:
-    #: the capacity they hold is not free to drain the leftover tasks until they end
-    inflight_core_s: float = 0.0
+    #: (cores, seconds) measured tasks running at the horizon still hold after it: the
+    #: capacity they hold is not free to drain the leftover tasks until they end
+    inflight: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def inflight_core_s(self) -> float:
+        return sum(c * s for c, s in self.inflight)
 
     @property
     def left_count(self) -> int:
@@ -327,8 +327,8 @@ class _DrainPlay:
         self.queue: list[_Group] = []
         self.head = 0  # queue[:head] is all dispatched: fill() starts after it
         self.releases: list[tuple[float, int]] = []
-        #: core·s measured tasks still hold past the horizon (see Estimate.inflight_core_s)
-        self.inflight_core_s = 0.0
+        #: (cores, seconds) measured tasks still hold past the horizon (see Estimate.inflight)
+        self.inflight: list[tuple[float, float]] = []
         #: a never-measured category's tasks run at least as long as the longest any of
         #: its running tasks has run so far (none has ended: it has no measurement)
         self.unmeasured_elapsed: dict[str, float] = {}
@@ -430,7 +430,7 @@ class _DrainPlay:
             if slot is None:
                 continue
             if at > end:
-                self.inflight_core_s += t.allocation.cores * (at - end)
+                self.inflight.append((t.allocation.cores, at - end))
                 continue
             acc, alloc = finishing.setdefault((slot, round(at, 3)), [0.0, 0.0, 0.0]), t.allocation
             acc[0] += alloc.cores
@@ -539,7 +539,7 @@ class _DrainPlay:
             self._start_unmeasured(gi, t)
         elif t + runtime > self.end:
             g.blocked = True
-            self.inflight_core_s += k * each.cores * (t + runtime - self.end)
+            self.inflight.append((k * each.cores, t + runtime - self.end))
         else:
             self._schedule_batch(i, gi, k, each, runtime, t)
 
@@ -665,13 +665,9 @@ class QueueDrainEstimator:
         backlog = self._backlog(obs, left)
         needed = packed
         if self.options.tail_aware and packed > 0:
-            needed = min(packed, self._tail_cap(obs, left, backlog + play.inflight_core_s, packed))
-            o = self.options
-            if o.tail_spares_gating and o.busy_runtimes <= 1 and o.unmeasured_per_worker <= 1 and needed < packed:
-                gates = {ref for up in obs.upcoming for ref in up.after}
-                needed = max(needed, self._pack([g for g in left if g.id in gates], obs.worker_shape))
+            needed = min(packed, self._tail_cap(obs, left, backlog, play.inflight))
         return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases,
-                        play.inflight_core_s)
+                        play.inflight)
 
     @staticmethod
     def _backlog(obs: Observation, left: list[TaskGroup]) -> float:
@@ -694,30 +690,36 @@ class QueueDrainEstimator:
             need += g.count / per
         return math.ceil(need - 1e-9)
 
-    def _tail_cap(self, obs: Observation, left: list[TaskGroup], work_core_s: float, packed: int) -> int:
+    def _tail_cap(self, obs: Observation, left: list[TaskGroup], backlog_core_s: float,
+                  inflight: list[tuple[float, float]]) -> int:
         """Buy no more workers than the backlog keeps busy for ``busy_runtimes`` task runtimes.
 
-        After the horizon the work W (core·s) drains on the capacity C that
-        exists or is coming; a new worker of c cores earns its keep only if the
-        drain still lasts at least k task runtimes r once it is there (k = 1 by default):
-        W / (C + n·c) ≥ k·r  ⇔  n ≤ (W/(k·r) − C)/c (rounded up: tasks are whole).
-        W is the leftover tasks' backlog plus what the tasks already running at the
-        horizon still hold C for: without it, cores busy with a stage that has just
-        started counted as free to drain the rest of it, and a third of a stage
-        waited a whole extra round (BLAST uncapped: 1,605 s instead of 1,348).
-        Categories never measured have no runtime: a worker is bought for every
-        u = max(k, ``unmeasured_per_worker``) tasks of the packed need (each is to run
-        about u of them in a row, as a KEDA job of u tasks does); u ≤ 1: no cap.
+        Measured tasks: after the horizon their backlog B (core·s) drains on the capacity C
+        that exists or is coming; a new worker of c cores earns its keep only if the drain
+        still lasts at least k task runtimes r once it is there (k = 1 by default):
+        W / (C + n·c) ≥ k·r  ⇔  n ≤ (W/(k·r) − C)/c (rounded up: tasks are whole), where
+        W = B plus, for each task still running at the horizon, its cores times how long it
+        runs on, up to k·r: a core busy that long is a core C does not have for the drain.
+        Without it, cores busy with a stage that had just started counted as free to run
+        the rest of it, and a third of BLAST's second stage waited a whole extra round.
+
+        Never-measured tasks have no runtime: one worker is bought for every
+        u = max(k, ``unmeasured_per_worker``) of their packed need (each is to run about u
+        of them in a row, as a KEDA job of u tasks does); u ≤ 1: one each, no cap.
         """
         k = self.options.busy_runtimes
-        if any(_runtime(obs.categories, g.category) is None for g in left):
+        measured = [g for g in left if _runtime(obs.categories, g.category) is not None]
+        unmeasured = [g for g in left if _runtime(obs.categories, g.category) is None]
+        cap = 0
+        if unmeasured:
+            need = self._pack(unmeasured, obs.worker_shape)
             u = max(k, self.options.unmeasured_per_worker)
-            return math.ceil(packed / u - 1e-9) if u > 1 else 10**9
-        tasks = sum(g.count for g in left)
-        if tasks == 0 or work_core_s <= 0:
-            return 0
-        runtimes = [(_runtime(obs.categories, g.category) or 0.0, g.count) for g in left]
-        r = sum(rt * n for rt, n in runtimes) / tasks * k
+            cap += math.ceil(need / u - 1e-9) if u > 1 else need
+        tasks = sum(g.count for g in measured)
+        if tasks == 0 or backlog_core_s <= 0:
+            return cap
+        r = sum((_runtime(obs.categories, g.category) or 0.0) * g.count for g in measured) / tasks * k
+        work = backlog_core_s + sum(cores * min(seconds, r) for cores, seconds in inflight)
         capacity = sum(w.capacity.cores for w in obs.workers) + sum(p.shape.cores for p in obs.pending)
         c = obs.worker_shape.cores or 1.0
-        return max(0, math.ceil((work_core_s / r - capacity) / c - 1e-9))
+        return cap + max(0, math.ceil((work / r - capacity) / c - 1e-9))

@@ -1,8 +1,8 @@
 """The readable estimator (``hta/estimator.py``) gives exactly the answers of the
 one it replaced (``bench/estimator_before.py``, a frozen copy), but for the two
 rules changed since, each checked on its own: ``unmeasured_floor`` (off here), and
-tail awareness counting the work tasks running at the horizon still hold their
-cores for and sparing tasks the DAG waits for (:func:`same_estimate`).
+tail awareness (:func:`tail_cap_now`: the work tasks running at the horizon still hold
+their cores for, and never-measured tasks capped apart from measured ones).
 
 Inputs are ``bench/scenarios.py``'s random observations, widened with what those
 lack: lookahead (upcoming groups waiting for waiting groups, for other upcoming
@@ -142,22 +142,47 @@ def as_fields(e: object) -> tuple:
 
 
 def same_estimate(new: Estimate, old: object, obs: Observation, opts: dict) -> bool:
-    """The same play, and the same purchase by the old rule — except that tail awareness
-    now adds to the backlog the work tasks still running at the horizon hold their cores
-    for (``Estimate.inflight_core_s``), and never caps tasks the DAG waits for."""
+    """The same play, and the same purchase by the old rule — except where tail awareness
+    changed since (:func:`tail_cap_now`)."""
     if as_fields(new) != as_fields(old):
         return False
     if not opts["tail_aware"] or new.packed_need == 0:
         return new.workers_needed == old.workers_needed  # type: ignore[attr-defined]
-    cap = before.QueueDrainEstimator._tail_cap(obs, new.left_waiting, new.backlog_core_s + new.inflight_core_s)
-    return new.workers_needed == max(min(new.packed_need, cap), gating_need(new, obs))
+    return new.workers_needed == min(new.packed_need, tail_cap_now(new, obs))
 
 
-def gating_need(e: Estimate, obs: Observation) -> int:
-    """Workers for the leftover tasks an upcoming group waits for: never capped
-    (tail_spares_gating, at the default busy_runtimes of 1, which these inputs keep)."""
-    gates = {ref for up in obs.upcoming for ref in up.after}
-    return before.QueueDrainEstimator._pack([g for g in e.left_waiting if g.id in gates], obs.worker_shape)
+def tail_cap_now(e: Estimate, obs: Observation) -> int:
+    """Tail awareness as it is now, from the old rule (these inputs keep busy_runtimes 1):
+    never-measured tasks get one worker each and no longer lift the cap on measured ones,
+    which the old rule caps on their own with, added to their backlog, each running task's
+    cores times how long it runs past the horizon, up to one of their mean runtimes."""
+    runtime = before._runtime
+    measured = [g for g in e.left_waiting if runtime(obs.categories, g.category) is not None]
+    unmeasured = [g for g in e.left_waiting if runtime(obs.categories, g.category) is None]
+    cap = before.QueueDrainEstimator._pack(unmeasured, obs.worker_shape) if unmeasured else 0
+    tasks = sum(g.count for g in measured)
+    if tasks == 0 or e.backlog_core_s <= 0:
+        return cap
+    r = sum(runtime(obs.categories, g.category) * g.count for g in measured) / tasks
+    work = e.backlog_core_s + sum(c * min(s, r) for c, s in e.inflight)
+    return cap + before.QueueDrainEstimator._tail_cap(obs, measured, work)
+
+
+def running_inflight(obs: Observation, horizon: float) -> list[tuple[float, float]]:
+    """Worked out apart from the play: (cores, seconds past the horizon) of each measured
+    running task on a known worker that is expected to end after the horizon."""
+    from hta.estimator import expected_remaining
+
+    known = {w.id for w in obs.workers}
+    out = []
+    for t in obs.running:
+        model = obs.categories.get(t.category)
+        if model is None or before._runtime(obs.categories, t.category) is None or t.worker not in known:
+            continue
+        at = obs.time + max(expected_remaining(obs.time - t.started_at, model), 0.0)
+        if at > obs.time + horizon:
+            out.append((t.allocation.cores, at - obs.time - horizon))
+    return out
 
 
 SEEDS = range(300)
@@ -174,10 +199,25 @@ def test_same_estimate_as_before_on_random_observations(chunk: int) -> None:
             assert same_estimate(new, old, obs, opts), (seed, opts)
 
 
+def test_inflight_of_running_tasks_is_what_they_hold_past_the_horizon() -> None:
+    """With nothing waiting or upcoming the play starts no task: what it finds in flight at
+    the horizon is the running tasks' part alone, worked out here apart from it."""
+    checked = 0
+    for seed in SEEDS:
+        obs, horizon = random_observation(seed)
+        bare = obs.model_copy(update={"waiting": [], "upcoming": []})
+        got = sorted(QueueDrainEstimator().estimate(bare, horizon).inflight)
+        want = sorted(running_inflight(bare, horizon))
+        assert len(got) == len(want) and all(abs(a[0] - b[0]) < 1e-9 and abs(a[1] - b[1]) < 1e-6
+                                             for a, b in zip(got, want)), seed
+        checked += bool(want)
+    assert checked >= 50
+
+
 def test_the_random_observations_reach_every_branch() -> None:
     """The comparison above means something only if the inputs make the play do everything."""
     seen = dict(releases=0, barrier=0, left=0, whole_left=0, unused=0, tail_capped=0, never_left=0, nothing_left=0,
-                inflight_counts=0, gating_spared=0)
+                inflight_counts=0, inflight_clamped=0, mixed_left=0)
     for seed in SEEDS:
         obs, horizon = random_observation(seed)
         e = QueueDrainEstimator().estimate(obs, horizon)
@@ -190,9 +230,10 @@ def test_the_random_observations_reach_every_branch() -> None:
         seen["tail_capped"] += e.workers_needed < e.packed_need
         seen["nothing_left"] += not e.left_waiting
         old_cap = min(e.packed_need, before.QueueDrainEstimator._tail_cap(obs, e.left_waiting, e.backlog_core_s))
-        seen["inflight_counts"] += e.workers_needed > max(old_cap, gating_need(e, obs))
-        seen["gating_spared"] += gating_need(e, obs) > min(e.packed_need, before.QueueDrainEstimator._tail_cap(
-            obs, e.left_waiting, e.backlog_core_s + e.inflight_core_s))
+        seen["inflight_counts"] += e.workers_needed > old_cap
+        r = [before._runtime(obs.categories, g.category) for g in e.left_waiting]
+        seen["inflight_clamped"] += any(s > max((x for x in r if x), default=0.0) for _, s in e.inflight)
+        seen["mixed_left"] += None in r and any(x is not None for x in r) and e.workers_needed < e.packed_need
     assert all(n >= 10 for n in seen.values()), seen
 
 

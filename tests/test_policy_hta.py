@@ -100,40 +100,56 @@ def test_tail_awareness_skips_workers_that_would_arrive_too_late():
     assert aware.add == 1
 
 
-def test_tail_awareness_buys_nothing_when_the_cluster_frees_just_after_the_horizon():
-    # 4 workers (8 cores) whose tasks end at t=112; 4 tasks wait. Bought workers would
-    # arrive at t=110 and end the queue 2 s sooner, then idle: not worth a worker.
-    o = obs(
+def _frees_just_after_the_horizon():
+    return obs(
         workers=[worker(f"w{i}", 2, 2) for i in range(4)],
         running=[RunningTask(task_id=i, category="a", allocation=ONE, started_at=12.0, worker=f"w{i // 2}")
                  for i in range(8)],
         waiting=[TaskGroup(category="a", count=4, request=ONE)],
         categories={"a": cat("a", 100.0)},
     )
+
+
+def test_tail_awareness_buys_nothing_when_the_cluster_frees_just_after_the_horizon():
+    # 4 workers (8 cores) whose tasks end at t=112; 4 tasks wait. Bought workers would
+    # arrive at t=110 and end the queue 2 s sooner, then idle: not worth a worker.
+    o = _frees_just_after_the_horizon()
     est = QueueDrainEstimator().estimate(o, 10.0)
     assert est.packed_need == 2 and est.inflight_core_s == 8 * 2.0
     assert HTAPolicy().decide(o).add == 0
 
 
-def test_tail_awareness_spares_tasks_the_dag_waits_for():
-    # the case above, but a next stage waits for the 4 tasks: every second they wait, it
-    # waits too, so their workers are bought whatever the cap says
-    o = obs(
-        workers=[worker(f"w{i}", 2, 2) for i in range(4)],
-        running=[RunningTask(task_id=i, category="a", allocation=ONE, started_at=12.0, worker=f"w{i // 2}")
-                 for i in range(8)],
-        waiting=[TaskGroup(category="a", count=4, request=ONE, id="map")],
-        upcoming=[UpcomingTasks(id="reduce", category="a", count=1, request=ONE, after=["map"])],
-        categories={"a": cat("a", 100.0)},
-    )
-    assert HTAPolicy().decide(o).add == 2
-    assert HTAPolicy(options=EstimatorOptions(tail_spares_gating=False)).decide(o).add == 0
-    # a cost setting caps them too (W = 416 core·s over 8 cores lasts less than 2 runtimes)
-    assert HTAPolicy(options=EstimatorOptions(busy_runtimes=2)).decide(o).add == 0
-    # and the first-wave cost setting: 4 never-measured tasks gating a release, one worker per 2
-    first = o.model_copy(update={"waiting": [TaskGroup(category="new", count=4, id="map")]})
-    assert HTAPolicy().decide(first).add == 4
-    assert HTAPolicy(options=EstimatorOptions(unmeasured_per_worker=2)).decide(first).add == 2
+def test_a_task_running_far_past_the_horizon_counts_as_a_missing_core_not_as_backlog():
+    # the case above, plus a 5th worker that started two 2,000 s tasks of another category
+    # at t=99: its 2 cores are missing from the drain (W counts them one runtime each),
+    # not 3,978 core·s of backlog that would buy workers to end the queue 2 s sooner
+    base = _frees_just_after_the_horizon()
+    o = base.model_copy(update={
+        "workers": base.workers + [worker("w4", 2, 2)],
+        "running": base.running + [RunningTask(task_id=100 + i, category="long", allocation=ONE, started_at=99.0,
+                                               worker="w4") for i in range(2)],
+        "categories": {**base.categories, "long": cat("long", 2000.0)},
+    })
+    est = QueueDrainEstimator().estimate(o, 10.0)
+    assert est.inflight_core_s == 8 * 2.0 + 2 * 1989.0  # they end at t=2,099
+    assert HTAPolicy().decide(o).add == 0
+
+
+def test_never_measured_tasks_do_not_lift_the_cap_on_measured_ones():
+    # 40 measured tasks of 100 s and 1 never-measured one, on an idle 2-core worker: the
+    # measured ones are capped as if alone (19: the 2 cores take two of them first), the
+    # never-measured one gets its own worker, or one per u of them
+    o = obs(workers=[worker("w1")], waiting=[TaskGroup(category="a", count=40, request=ONE),
+                                              TaskGroup(category="new", count=1)],
+            categories={"a": cat("a", 100.0)}, max_workers=50)
+    alone = obs(workers=[worker("w1")], waiting=[TaskGroup(category="a", count=40, request=ONE)],
+                categories={"a": cat("a", 100.0)}, max_workers=50)
+    measured = QueueDrainEstimator().estimate(alone, 10.0).workers_needed
+    for u in (1, 2, 4):
+        est = QueueDrainEstimator(EstimatorOptions(unmeasured_per_worker=u)).estimate(o, 10.0)
+        assert est.workers_needed == measured + 1
+    assert QueueDrainEstimator(EstimatorOptions(busy_runtimes=2)).estimate(o, 10.0).workers_needed == \
+        QueueDrainEstimator(EstimatorOptions(busy_runtimes=2)).estimate(alone, 10.0).workers_needed + 1
 
 
 def test_hysteresis_drains_after_repeated_proposals():
@@ -248,6 +264,7 @@ def test_busy_runtimes_caps_never_measured_tasks_one_worker_per_k():
             max_workers=50)
     assert (QueueDrainEstimator(EstimatorOptions(unmeasured_per_worker=4)).estimate(m, 10.0).workers_needed
             == QueueDrainEstimator().estimate(m, 10.0).workers_needed == 20)
+    # nor when never-measured ones wait beside them: see test_never_measured_tasks_do_not_lift_the_cap_on_measured_ones
 
 
 def test_presets_and_estimator_settings_by_name():
