@@ -404,12 +404,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def run_main(main_fn, name: str, interrupted: str = "interrupted") -> None:
+    """A bench's ``__main__``: its exit code; Ctrl-C is one line, a closed pipe (piped
+    into head) a quiet 141."""
     try:
-        sys.exit(main())
+        sys.exit(main_fn())
     except KeyboardInterrupt:
-        sys.exit(f"{Path(__file__).name}: interrupted (finished runs are kept)" if "pareto" in __file__
-                 else f"{Path(__file__).name}: interrupted")
-    except BrokenPipeError:  # e.g. piped into head: stop quietly
+        sys.exit(f"{name}: {interrupted}")
+    except BrokenPipeError:
         sys.stderr.close()
         sys.exit(141)
+
+
+if __name__ == "__main__":
+    run_main(main, Path(__file__).name, "interrupted (finished runs are kept)")

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pareto import CLUSTERS, WORKLOADS, run_one, workload  # noqa: E402
+from pareto import CLUSTERS, WORKLOADS, run_main, run_one, workload  # noqa: E402
 from hta.sim.oracle import oracle_runtime_s  # noqa: E402
 from hta.sim.world import ClusterModel  # noqa: E402
 
@@ -105,11 +105,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(f"{Path(__file__).name}: interrupted (finished runs are kept)" if "pareto" in __file__
-                 else f"{Path(__file__).name}: interrupted")
-    except BrokenPipeError:  # e.g. piped into head: stop quietly
-        sys.stderr.close()
-        sys.exit(141)
+    run_main(main, Path(__file__).name)
