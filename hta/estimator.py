@@ -708,17 +708,23 @@ class QueueDrainEstimator:
         of them in a row, as a KEDA job of u tasks does); u ≤ 1: one each, no cap.
         """
         k = self.options.busy_runtimes
-        measured = [g for g in left if _runtime(obs.categories, g.category) is not None]
-        unmeasured = [g for g in left if _runtime(obs.categories, g.category) is None]
+        measured: list[tuple[TaskGroup, float]] = []
+        unmeasured: list[TaskGroup] = []
+        for g in left:
+            rt = _runtime(obs.categories, g.category)
+            if rt is None:
+                unmeasured.append(g)
+            else:
+                measured.append((g, rt))
         cap = 0
         if unmeasured:
             need = self._pack(unmeasured, obs.worker_shape)
             u = max(k, self.options.unmeasured_per_worker)
             cap += math.ceil(need / u - 1e-9) if u > 1 else need
-        tasks = sum(g.count for g in measured)
+        tasks = sum(g.count for g, _ in measured)
         if tasks == 0 or backlog_core_s <= 0:
             return cap
-        r = sum((_runtime(obs.categories, g.category) or 0.0) * g.count for g in measured) / tasks * k
+        r = sum(rt * g.count for g, rt in measured) / tasks * k
         work = backlog_core_s + sum(cores * min(seconds, r) for cores, seconds in inflight)
         capacity = sum(w.capacity.cores for w in obs.workers) + sum(p.shape.cores for p in obs.pending)
         c = obs.worker_shape.cores or 1.0

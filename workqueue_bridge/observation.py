@@ -30,9 +30,14 @@ def task_request(task: TaskStatus) -> Resources:
     values, with undeclared dimensions left 0 (Work Queue gives those a
     proportional share, which fits whenever the cores fit).
     """
-    if task.cores is None and task.memory_mb is None and task.disk_mb is None:
+    return declared_request(task.cores, task.memory_mb, task.disk_mb)
+
+
+def declared_request(cores: float | None, memory_mb: float | None, disk_mb: float | None) -> Resources:
+    """:func:`task_request` from the three declared values (None: not declared)."""
+    if cores is None and memory_mb is None and disk_mb is None:
         return Resources()
-    return Resources(cores=task.cores or 0.0, memory_mb=task.memory_mb or 0.0, disk_mb=task.disk_mb or 0.0)
+    return Resources(cores=cores or 0.0, memory_mb=memory_mb or 0.0, disk_mb=disk_mb or 0.0)
 
 
 def group_waiting(tasks: list[TaskStatus]) -> list[TaskGroup]:
@@ -113,7 +118,7 @@ def split_task_status(data: Any) -> tuple[list[TaskStatus], list[WaitingSegment]
     :func:`waiting_segments` would read it — the tasks that are not waiting, in id order,
     and the waiting ones as runs — without a model per waiting task. A read of 100k waiting
     tasks is most of a changed cycle's cost; each waiting task is here a few dict lookups
-    (``tests/test_status_scale.py`` checks both paths give the same observations)."""
+    (``tests/test_split_task_status.py`` checks both give the same, on odd input too)."""
     rows = [(int(_num(t.get("taskid"))), t) for t in data or []]
     rows.sort(key=lambda r: r[0])
     others: list[dict] = []
@@ -144,9 +149,7 @@ def split_task_status(data: Any) -> tuple[list[TaskStatus], list[WaitingSegment]
         except TypeError:  # an unhashable value: worked out, not kept
             req, raw = None, None
         if req is None:  # what task_request gives the TaskStatus parse_task_status would make
-            c, m, d = (_declared(t.get(k)) for k in ("cores", "memory", "disk"))
-            req = Resources() if c is None and m is None and d is None else \
-                Resources(cores=c or 0.0, memory_mb=m or 0.0, disk_mb=d or 0.0)
+            req = declared_request(*(_declared(t.get(k)) for k in ("cores", "memory", "disk")))
             if raw is not None:
                 requests[raw] = req
         last = out[-1] if out else None
