@@ -52,7 +52,10 @@ class MasterSource(Protocol):
     """Reads the Work Queue master: :class:`~workqueue_bridge.status.MasterStatusClient`
     in production, ``hta.sim.master.SimMaster`` in the simulator."""
 
-    async def snapshot(self, now: float) -> MasterSnapshot: ...
+    async def snapshot(self, now: float, fresh: bool = True) -> MasterSnapshot:
+        """The master now; ``fresh=False`` (no decision is due) lets a reader whose full read
+        is costly answer with the task table of its last read (see ``MasterStatusClient``)."""
+        ...
 
 
 class SummarySource(Protocol):
@@ -143,7 +146,10 @@ class Controller:
             self.log.write(CategoriesRecord(t=round(now, 3), categories=self.learner.models()))
 
     async def observe(self) -> tuple[MasterSnapshot, Observation]:
-        snap = await self.master.snapshot(self.clock())
+        at = self.clock()
+        # a decision sees the master as it is; the observations between may see a table
+        # the master's reader kept to stay within its read budget
+        snap = await self.master.snapshot(at, fresh=at - self.epoch >= self.next_decision_at)
         self.last_snapshot = snap
         now = snap.taken_at - self.epoch
         self._learn(snap, now)

@@ -5,9 +5,13 @@ waiting tasks grouped one by one). On a real Work Queue master with a few hundre
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import time
+
+import pytest
 
 from hta.model import LatencyStats, Resources
 from workqueue_bridge.observation import ObservationBuilder
@@ -157,3 +161,46 @@ async def test_observations_are_the_same_on_the_old_and_new_read_paths():
     finally:
         await reads.close()
         master.close()
+
+
+async def test_a_moved_table_is_kept_within_the_read_budget_unless_a_fresh_one_is_asked():
+    master = ChildMaster()
+    # a budget of a millionth: after any read, the next unasked one waits more than an hour
+    thrifty = MasterStatusClient("127.0.0.1", master.port, read_budget=1e-6)
+    eager = MasterStatusClient("127.0.0.1", master.port, read_budget=0)
+    try:
+        master.submit("split", 1, 500, 40)
+        for c in (thrifty, eager):
+            snap = await c.snapshot(1.0, fresh=False)  # nothing read yet: read, fresh or not
+            assert c.task_reads == 1 and len(snap.waiting_segments) == 1
+        master.submit("align", 2, 2000, 10)
+        kept = await thrifty.snapshot(2.0, fresh=False)
+        assert thrifty.task_reads == 1 and thrifty.stale_reuses == 1
+        assert sum(hi - lo + 1 for lo, hi, *_ in kept.waiting_segments) == 40  # the table of the last read
+        assert kept.queue.tasks_waiting == 50  # /queue_status is read every time
+        read = await eager.snapshot(2.0, fresh=False)  # budget 0: read at every change, as before
+        assert eager.task_reads == 2 and sum(hi - lo + 1 for lo, hi, *_ in read.waiting_segments) == 50
+        fresh = await thrifty.snapshot(3.0, fresh=True)  # a decision is due: read whatever the budget
+        assert thrifty.task_reads == 2 and sum(hi - lo + 1 for lo, hi, *_ in fresh.waiting_segments) == 50
+        await thrifty.snapshot(4.0, fresh=False)  # unchanged: nothing to read, nothing kept stale
+        assert thrifty.task_reads == 2 and thrifty.stale_reuses == 1
+
+        thrifty.read_budget = 1.0  # from its next read on, the one after may come that read's time later
+        master.submit("align", 2, 2000, 5)
+        await thrifty.snapshot(5.0, fresh=True)
+        assert thrifty.task_reads == 3
+        master.submit("align", 2, 2000, 5)
+        while time.monotonic() < thrifty._next_read_at:
+            await asyncio.sleep(0.001)
+        moved = await thrifty.snapshot(6.0, fresh=False)
+        assert thrifty.task_reads == 4 and sum(hi - lo + 1 for lo, hi, *_ in moved.waiting_segments) == 60
+    finally:
+        await thrifty.close()
+        await eager.close()
+        master.close()
+
+
+def test_a_read_budget_outside_zero_to_one_is_refused():
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="read_budget"):
+            MasterStatusClient("127.0.0.1", 1, read_budget=bad)

@@ -68,7 +68,9 @@ class SimMaster:
             out.append((lo, hi, kind[0], req))
         return out
 
-    async def snapshot(self, now: float) -> MasterSnapshot:
+    async def snapshot(self, now: float, fresh: bool = True) -> MasterSnapshot:
+        # always fresh: the world costs nothing to read (a real master's full read is
+        # rationed between decisions, which policies never see: they decide on fresh reads)
         w = self.world
         tasks: list[TaskStatus] = []
         counts: dict[str, list[int]] = {c: [n, 0] for c, n in w.waiting_by_category.items() if n}
