@@ -1,6 +1,7 @@
 """The readable estimator (``hta/estimator.py``) gives exactly the answers of the
-one it replaced (``bench/estimator_before.py``, a frozen copy), but for the two
-rules changed since, each checked on its own: ``unmeasured_floor`` (off here), and
+one it replaced (``bench/estimator_before.py``, a frozen copy), but for the
+rules changed since, each checked on its own: ``unmeasured_floor`` and
+``overdue_past_longest`` (off here; their own tests are in ``test_policy_hta.py``), and
 tail awareness (:func:`tail_cap_now`: the work tasks running at the horizon still hold
 their cores for, and never-measured tasks capped apart from measured ones).
 
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from hta.estimator import Estimate, EstimatorOptions, QueueDrainEstimator
+from hta.estimator import Estimate, EstimatorOptions, QueueDrainEstimator, outrun_categories
 from hta.model import (CategoryModel, Observation, PendingWorker, Resources, RunningTask, TaskGroup, UpcomingTasks,
                        WorkerInfo)
 
@@ -171,15 +172,15 @@ def tail_cap_now(e: Estimate, obs: Observation) -> int:
 def running_inflight(obs: Observation, horizon: float) -> list[tuple[float, float]]:
     """Worked out apart from the play: (cores, seconds past the horizon) of each measured
     running task on a known worker that is expected to end after the horizon."""
-    from hta.estimator import expected_remaining
+    from hta.estimator import expected_remaining, outrun_categories
 
-    known = {w.id for w in obs.workers}
+    known, outrun = {w.id for w in obs.workers}, outrun_categories(obs)
     out = []
     for t in obs.running:
         model = obs.categories.get(t.category)
         if model is None or before._runtime(obs.categories, t.category) is None or t.worker not in known:
             continue
-        at = obs.time + max(expected_remaining(obs.time - t.started_at, model), 0.0)
+        at = obs.time + max(expected_remaining(obs.time - t.started_at, model, t.category in outrun), 0.0)
         if at > obs.time + horizon:
             out.append((t.allocation.cores, at - obs.time - horizon))
     return out
@@ -193,8 +194,10 @@ def test_same_estimate_as_before_on_random_observations(chunk: int) -> None:
     for seed in SEEDS[chunk::6]:
         obs, horizon = random_observation(seed)
         for opts in (OPTIONS[seed % 8], OPTIONS[(seed * 5 + 3) % 8]):
-            # the rule added since (unmeasured_floor) is off: the rest must be the old estimator's
-            new = QueueDrainEstimator(EstimatorOptions(**opts, unmeasured_floor=False)).estimate(obs, horizon)
+            # the rules added since (unmeasured_floor, overdue_past_longest) are off: the rest
+            # must be the old estimator's
+            new = QueueDrainEstimator(EstimatorOptions(**opts, unmeasured_floor=False, overdue_past_longest=False)
+                                      ).estimate(obs, horizon)
             old = before.QueueDrainEstimator(before.EstimatorOptions(**opts)).estimate(obs, horizon)
             assert same_estimate(new, old, obs, opts), (seed, opts)
 
@@ -217,7 +220,7 @@ def test_inflight_of_running_tasks_is_what_they_hold_past_the_horizon() -> None:
 def test_the_random_observations_reach_every_branch() -> None:
     """The comparison above means something only if the inputs make the play do everything."""
     seen = dict(releases=0, barrier=0, left=0, whole_left=0, unused=0, tail_capped=0, never_left=0, nothing_left=0,
-                inflight_counts=0, inflight_clamped=0, mixed_left=0)
+                inflight_counts=0, inflight_clamped=0, mixed_left=0, past_longest=0)
     for seed in SEEDS:
         obs, horizon = random_observation(seed)
         e = QueueDrainEstimator().estimate(obs, horizon)
@@ -234,6 +237,7 @@ def test_the_random_observations_reach_every_branch() -> None:
         r = [before._runtime(obs.categories, g.category) for g in e.left_waiting]
         seen["inflight_clamped"] += any(s > max((x for x in r if x), default=0.0) for _, s in e.inflight)
         seen["mixed_left"] += None in r and any(x is not None for x in r) and e.workers_needed < e.packed_need
+        seen["past_longest"] += bool(outrun_categories(obs))
     assert all(n >= 10 for n in seen.values()), seen
 
 
@@ -244,6 +248,6 @@ def test_same_estimate_as_before_at_bench_scale() -> None:
         upcoming = _upcoming(random.Random(seed), waiting, big.running, list(big.categories))
         obs = big.model_copy(update={"waiting": waiting, "upcoming": upcoming})
         for opts in OPTIONS:
-            new = QueueDrainEstimator(EstimatorOptions(**opts)).estimate(obs, 157.0)
+            new = QueueDrainEstimator(EstimatorOptions(**opts, overdue_past_longest=False)).estimate(obs, 157.0)
             old = before.QueueDrainEstimator(before.EstimatorOptions(**opts)).estimate(obs, 157.0)
             assert same_estimate(new, old, obs, opts), (n, opts)

@@ -215,9 +215,59 @@ def test_a_barrier_is_released_by_its_slowest_parent():
     assert 118 < batch_last_runtime(m, 30) < 120
     assert abs(barrier_wait([(m, 0.0)] * 30) - batch_last_runtime(m, 30)) < 0.01
     # tasks that ran 50 s already: the slowest has ≈ 69 s to go; one past the longest ever
-    # seen contributes its straggler estimate
+    # seen is expected to run as long again (its straggler estimate, 10 s, without past_longest)
     assert abs(barrier_wait([(m, 50.0)] * 30) - 69.1) < 0.1
     assert barrier_wait([(m, 130.0)]) == 10.0
+    assert barrier_wait([(m, 130.0)], past_longest=frozenset({"a"})) == 130.0  # its measurements are its short ones
+
+
+def test_a_task_past_the_longest_measured_of_its_category_runs_as_long_again():
+    from hta.estimator import expected_remaining
+
+    # SoyKB's genotype tasks: the 5 measured were the first to end, 93–106 s; the rest run 491 s on average
+    m = CategoryModel(name="g", samples=5, peak=ONE, runtime_mean_s=93, runtime_median_s=95, runtime_p90_s=106,
+                      runtime_min_s=80, runtime_max_s=106)
+    assert expected_remaining(50, m, past_longest=True) == 43
+    assert abs(expected_remaining(100, m, past_longest=True) - 9.3) < 1e-9  # within what was measured: a straggler
+    assert expected_remaining(150, m, past_longest=True) == 150  # longer than any measured: nothing says it ends soon
+    assert abs(expected_remaining(150, m) - 9.3) < 1e-9  # else only past 2 × p90 (212 s)
+    assert expected_remaining(250, m) == 250
+
+
+def test_a_category_is_outrun_when_as_many_run_past_its_longest_as_were_measured():
+    from hta.estimator import outrun_categories
+
+    def o(samples, elapsed):
+        m = CategoryModel(name="g", samples=samples, peak=ONE, runtime_mean_s=93, runtime_p90_s=106,
+                          runtime_max_s=106)
+        never = CategoryModel(name="new")
+        running = [RunningTask(task_id=i, category="g", allocation=ONE, started_at=1000.0 - e, worker="w")
+                   for i, e in enumerate(elapsed)]
+        running.append(RunningTask(task_id=99, category="new", allocation=ONE, started_at=0.0, worker="w"))
+        return obs(time=1000.0, running=running, categories={"g": m, "new": never})
+
+    assert outrun_categories(o(5, [107, 150, 200, 300, 400])) == {"g"}  # 5 past the longest of 5 measured
+    assert outrun_categories(o(5, [107, 150, 200, 300, 100, 50])) == set()  # 4 of 5: not yet
+    assert outrun_categories(o(180, [107, 108, 109])) == set()  # BLAST's last stragglers: about to end
+
+
+def test_a_whole_worker_task_behind_tasks_past_their_longest_gets_a_worker():
+    # SoyKB, seed 0, t = 1,965 s: the workflow's one merge task (never measured: a whole
+    # worker) waits; every core is held by genotype tasks that ran past the 5 measured.
+    # Expected to end within 9 s at every decision, they kept it waiting 436 s for a
+    # worker that never freed; past the longest measured they count as long again.
+    g = CategoryModel(name="g", samples=5, peak=ONE, runtime_mean_s=93, runtime_median_s=95, runtime_p90_s=106,
+                      runtime_min_s=80, runtime_max_s=106)
+    workers = [worker(f"w{i}", 2, 2) for i in range(4)]
+    running = [RunningTask(task_id=i, category="g", allocation=ONE, started_at=2000.0 - 110 - 25 * i,
+                           worker=f"w{i // 2}") for i in range(8)]
+    o = obs(time=2000.0, workers=workers, running=running, categories={"g": g},
+            waiting=[TaskGroup(category="merge", count=1)], latency=LatencyStats(samples=[100.0]))
+    assert HTAPolicy().decide(o).add == 1
+    assert HTAPolicy(options=EstimatorOptions(overdue_past_longest=False)).decide(o).add == 0
+    # measured 50 times, the longest is the category's: the same tasks are stragglers about to end
+    many = o.model_copy(update={"categories": {"g": g.model_copy(update={"samples": 50})}})
+    assert HTAPolicy().decide(many).add == 0
 
 
 def test_barrier_awareness_drains_a_worker_the_mean_would_keep():
