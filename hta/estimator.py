@@ -48,6 +48,10 @@ from workqueue_bridge.dispatch import EPS, allocated, fit_count
 OVERDUE_FRACTION = 0.1
 #: a running task past this many times its category's p90 runtime is an outlier
 OUTLIER_FACTOR = 2.0
+#: a category's measurements are its short tasks (:func:`outrun_categories`) once as
+#: many of its running tasks have run this many times its longest measured runtime as
+#: were measured; a stage's tasks started together, just past the one measured, are not
+OUTRUN_MARGIN = 1.5
 #: lookahead's guess for a task of a never-measured category that has not started:
 #: short (its dependents are expected soon, so workers are kept for them), while
 #: for buying the same task is assumed to hold its worker through the horizon
@@ -124,8 +128,8 @@ def expected_remaining(elapsed: float, model: CategoryModel, past_longest: bool 
     has run longer than any of its category has. Nothing measured says how much is
     left, and the measurements are the category's first completions, its shortest:
     on SoyKB 13 genotype tasks ran past the 5 measured (93–106 s; the category's true
-    mean is 491 s), each expected to end within 9 s at every decision for 436 s, while
-    the workflow's one 3,786 s task waited for a core that "was about to free".
+    mean is 491 s), each expected to end within 10 s at every decision for 436 s,
+    while the workflow's one 3,786 s task waited for a core that "was about to free".
     """
     mean = model.runtime_mean_s or 0.0
     if elapsed < mean:
@@ -141,18 +145,22 @@ def expected_remaining(elapsed: float, model: CategoryModel, past_longest: bool 
 
 def outrun_categories(obs: Observation) -> frozenset[str]:
     """Measured categories whose measurements are their short tasks: at least as many of
-    their running tasks have run past the longest measured runtime as were measured (of
-    the tasks known to have run that long, half or more are still running).
+    their running tasks have run ``OUTRUN_MARGIN`` × the longest measured runtime as were
+    measured (the tasks still running outnumber the measured ones, and each has run half
+    as long again as any of those did).
 
     Not a category with many measurements whose last stragglers run a little past the
     longest: BLAST's align has 180 measured, 350 s at the longest, and a few running
     at 351–353 s are about to end. Counted as running as long again, the barrier they
     gate looked 350 s away, the workers waiting for it were drained, and the run took
-    1,606 s instead of 1,348."""
+    1,606 s instead of 1,348. Nor a stage whose tasks all started together and have
+    just passed its first completion (39 running at 302 s, one measured at 300 s): they
+    are that task's peers, about to end, until they run half as long again."""
     past: dict[str, int] = {}
     for t in obs.running:
         m = obs.categories.get(t.category)
-        if m is not None and m.measured and m.runtime_max_s is not None and obs.time - t.started_at > m.runtime_max_s:
+        if (m is not None and m.measured and m.runtime_max_s is not None
+                and obs.time - t.started_at > OUTRUN_MARGIN * m.runtime_max_s):
             past[t.category] = past.get(t.category, 0) + 1
     return frozenset(c for c, n in past.items() if n >= obs.categories[c].samples)
 
@@ -188,31 +196,38 @@ def runtime_cdf(model: CategoryModel) -> Callable[[float], float]:
     return cdf
 
 
-def barrier_wait(tasks: list[tuple[CategoryModel, float]], past_longest: frozenset[str] = frozenset()) -> float:
+def barrier_wait(tasks: list[tuple[CategoryModel, float]]) -> float:
     """Seconds until the last of these running tasks (model, elapsed) ends,
     as the median of that maximum: the Δ where the product of each task's
     conditional P(done within Δ | still running after its elapsed time) is ½.
     A task past its category's longest measured runtime contributes its
     :func:`expected_remaining` as a certainty. Tasks are bucketed by category
     and whole second of elapsed time, so a barrier over thousands of tasks
-    costs a few hundred distinct terms per step."""
+    costs a few hundred distinct terms per step; past the longest measured, a
+    bucket stands for its furthest-run task (an outlier's remaining time is its
+    elapsed time: the whole second would cut up to a second off it).
+
+    A parent in an outrun category (:func:`outrun_categories`) is not made
+    longer here: it holds back its own dependents through its own expected end,
+    while a barrier's time counts for all of its parents' dependents."""
     sure = 0.0
-    buckets: dict[tuple[str, int], int] = {}
+    buckets: dict[tuple[str, int], list[float]] = {}  # (category, whole second) → [count, furthest]
     by_name: dict[str, CategoryModel] = {}
     for model, elapsed in tasks:
         by_name[model.name] = model
-        key = (model.name, int(elapsed))
-        buckets[key] = buckets.get(key, 0) + 1
+        b = buckets.setdefault((model.name, int(elapsed)), [0, elapsed])
+        b[0] += 1
+        b[1] = max(b[1], elapsed)
     cdfs = {name: runtime_cdf(model) for name, model in by_name.items()}
     live: list[tuple[Callable[[float], float], float, float, int]] = []
     hi = 0.0
-    for (name, elapsed), n in buckets.items():
+    for (name, elapsed), (n, furthest) in buckets.items():
         model, cdf = by_name[name], cdfs[name]
         f0 = cdf(elapsed)
         if f0 >= 1.0:
-            sure = max(sure, expected_remaining(elapsed, model, name in past_longest))
+            sure = max(sure, expected_remaining(furthest, model))
         else:
-            live.append((cdf, elapsed, f0, n))
+            live.append((cdf, elapsed, f0, int(n)))
             hi = max(hi, (model.runtime_quantile(1.0) or 0.0) - elapsed)
     if not live:
         return sure
@@ -436,8 +451,7 @@ class _DrainPlay:
             parents = [running[ref] for ref in up.after if ref in running]
             if len(parents) < 2:
                 continue
-            at = now + barrier_wait([(models[t.category], now - t.started_at) for t in parents],
-                                    self.outrun)
+            at = now + barrier_wait([(models[t.category], now - t.started_at) for t in parents])
             for t in parents:
                 ref = f"task:{t.task_id}"
                 barrier_at[ref] = max(barrier_at.get(ref, at), at)

@@ -215,49 +215,74 @@ def test_a_barrier_is_released_by_its_slowest_parent():
     assert 118 < batch_last_runtime(m, 30) < 120
     assert abs(barrier_wait([(m, 0.0)] * 30) - batch_last_runtime(m, 30)) < 0.01
     # tasks that ran 50 s already: the slowest has ≈ 69 s to go; one past the longest ever
-    # seen is expected to run as long again (its straggler estimate, 10 s, without past_longest)
+    # seen is a straggler (10 s), past 2 × p90 an outlier, expected to run as long again
     assert abs(barrier_wait([(m, 50.0)] * 30) - 69.1) < 0.1
     assert barrier_wait([(m, 130.0)]) == 10.0
-    assert barrier_wait([(m, 130.0)], past_longest=frozenset({"a"})) == 130.0  # its measurements are its short ones
+    assert barrier_wait([(m, 250.6), (m, 250.1)]) == 250.6  # an outlier: as long again as the furthest-run
+
+
+def soykb_genotype(samples: int = 5) -> CategoryModel:
+    """SoyKB's genotype tasks: the 5 measured were the first to end, 93–106 s; the
+    category's true mean is 491 s."""
+    return CategoryModel(name="g", samples=samples, peak=ONE, runtime_mean_s=99, runtime_median_s=98,
+                         runtime_p90_s=106, runtime_min_s=93, runtime_max_s=106)
 
 
 def test_a_task_past_the_longest_measured_of_its_category_runs_as_long_again():
     from hta.estimator import expected_remaining
 
-    # SoyKB's genotype tasks: the 5 measured were the first to end, 93–106 s; the rest run 491 s on average
-    m = CategoryModel(name="g", samples=5, peak=ONE, runtime_mean_s=93, runtime_median_s=95, runtime_p90_s=106,
-                      runtime_min_s=80, runtime_max_s=106)
-    assert expected_remaining(50, m, past_longest=True) == 43
-    assert abs(expected_remaining(100, m, past_longest=True) - 9.3) < 1e-9  # within what was measured: a straggler
+    m = soykb_genotype()
+    assert expected_remaining(50, m, past_longest=True) == 49
+    assert abs(expected_remaining(100, m, past_longest=True) - 9.9) < 1e-9  # within what was measured: a straggler
     assert expected_remaining(150, m, past_longest=True) == 150  # longer than any measured: nothing says it ends soon
-    assert abs(expected_remaining(150, m) - 9.3) < 1e-9  # else only past 2 × p90 (212 s)
+    assert abs(expected_remaining(150, m) - 9.9) < 1e-9  # else only past 2 × p90 (212 s)
     assert expected_remaining(250, m) == 250
 
 
-def test_a_category_is_outrun_when_as_many_run_past_its_longest_as_were_measured():
-    from hta.estimator import outrun_categories
+def test_a_category_is_outrun_when_as_many_run_well_past_its_longest_as_were_measured():
+    from hta.estimator import OUTRUN_MARGIN, outrun_categories
 
-    def o(samples, elapsed):
-        m = CategoryModel(name="g", samples=samples, peak=ONE, runtime_mean_s=93, runtime_p90_s=106,
-                          runtime_max_s=106)
+    def o(samples, elapsed, longest=106.0):
+        m = soykb_genotype(samples).model_copy(update={"runtime_max_s": longest})
         never = CategoryModel(name="new")
         running = [RunningTask(task_id=i, category="g", allocation=ONE, started_at=1000.0 - e, worker="w")
                    for i, e in enumerate(elapsed)]
         running.append(RunningTask(task_id=99, category="new", allocation=ONE, started_at=0.0, worker="w"))
         return obs(time=1000.0, running=running, categories={"g": m, "new": never})
 
-    assert outrun_categories(o(5, [107, 150, 200, 300, 400])) == {"g"}  # 5 past the longest of 5 measured
-    assert outrun_categories(o(5, [107, 150, 200, 300, 100, 50])) == set()  # 4 of 5: not yet
-    assert outrun_categories(o(180, [107, 108, 109])) == set()  # BLAST's last stragglers: about to end
+    assert OUTRUN_MARGIN * 106 == 159
+    assert outrun_categories(o(5, [160, 170, 200, 300, 400])) == {"g"}  # 5 past 1.5 × the longest of 5 measured
+    assert outrun_categories(o(5, [159, 170, 200, 300, 400])) == set()  # one only just at it: 4 of 5
+    assert outrun_categories(o(5, [107, 150, 200, 300, 400, 500, 100])) == set()  # past the longest, 4 well past
+    assert outrun_categories(o(180, [600, 700, 800])) == set()  # BLAST's last stragglers: 3 of 180
+    # a stage started together, one measured at 300 s: its 39 peers at 302 s are about to end
+    assert outrun_categories(o(1, [302.0] * 39, longest=300.0)) == set()
+    assert outrun_categories(o(1, [451.0] * 39, longest=300.0)) == {"g"}  # half as long again: they are not
+
+
+def test_a_stage_just_past_its_first_completion_buys_nothing_for_it():
+    # 40 tasks started together at t=0 fill 20 two-core workers; one of their category
+    # ended at 300 s. At t = 302 s a task of a new category (a whole worker) waits. The 40
+    # are that one's peers, ending within seconds: the waiting task takes the first
+    # worker they free, and nothing is bought for it.
+    m = CategoryModel(name="g", samples=1, peak=ONE, runtime_mean_s=300, runtime_median_s=300,
+                      runtime_p90_s=300, runtime_min_s=300, runtime_max_s=300)
+    running = [RunningTask(task_id=i, category="g", allocation=ONE, started_at=0.0, worker=f"w{i // 2}")
+               for i in range(40)]
+    o = obs(time=302.0, workers=[worker(f"w{i}", 2, 2) for i in range(20)], running=running,
+            categories={"g": m}, waiting=[TaskGroup(category="n", count=1)], max_workers=30,
+            latency=LatencyStats(samples=[100.0]))
+    assert HTAPolicy().decide(o).add == 0
+    # at t = 451 s they have run half as long again as the one measured: it was a short one
+    assert HTAPolicy().decide(o.model_copy(update={"time": 451.0})).add == 1
 
 
 def test_a_whole_worker_task_behind_tasks_past_their_longest_gets_a_worker():
     # SoyKB, seed 0, t = 1,965 s: the workflow's one merge task (never measured: a whole
     # worker) waits; every core is held by genotype tasks that ran past the 5 measured.
-    # Expected to end within 9 s at every decision, they kept it waiting 436 s for a
-    # worker that never freed; past the longest measured they count as long again.
-    g = CategoryModel(name="g", samples=5, peak=ONE, runtime_mean_s=93, runtime_median_s=95, runtime_p90_s=106,
-                      runtime_min_s=80, runtime_max_s=106)
+    # Expected to end within 10 s at every decision, they kept it waiting 436 s for a
+    # worker that never freed; well past the longest measured they count as long again.
+    g = soykb_genotype()
     workers = [worker(f"w{i}", 2, 2) for i in range(4)]
     running = [RunningTask(task_id=i, category="g", allocation=ONE, started_at=2000.0 - 110 - 25 * i,
                            worker=f"w{i // 2}") for i in range(8)]
@@ -268,6 +293,23 @@ def test_a_whole_worker_task_behind_tasks_past_their_longest_gets_a_worker():
     # measured 50 times, the longest is the category's: the same tasks are stragglers about to end
     many = o.model_copy(update={"categories": {"g": g.model_copy(update={"samples": 50})}})
     assert HTAPolicy().decide(many).add == 0
+
+
+def test_a_reduce_waits_for_a_parent_that_outran_its_category():
+    # 3 tasks of an outrun category run (2 measured, 106 s at the longest; 2 have run
+    # 170 and 200 s); 8 tasks wait for task 0 (170 s) and task 1 (150 s). Task 0 counts
+    # as running 170 s more: the 8 are released after the 100 s horizon, and the idle
+    # worker is not kept for them. As stragglers about to end (the rule off) they would be.
+    g = soykb_genotype(samples=2)
+    running = [RunningTask(task_id=i, category="g", allocation=ONE, started_at=1000.0 - e, worker=w)
+               for i, (e, w) in enumerate([(170.0, "w0"), (150.0, "w0"), (200.0, "w1")])]
+    o = obs(time=1000.0, workers=[worker("w0", 2, 2), worker("w1", 1, 1), worker("idle")], running=running,
+            categories={"g": g}, latency=LatencyStats(samples=[100.0]), max_workers=4,
+            upcoming=[UpcomingTasks(id="u0", category="g", count=8, request=ONE, after=["task:0", "task:1"])])
+    aware = QueueDrainEstimator().estimate(o, 100.0)
+    assert aware.releases == [] and aware.unused_idle == ["idle"]
+    old = QueueDrainEstimator(EstimatorOptions(overdue_past_longest=False)).estimate(o, 100.0)
+    assert [n for _, n in old.releases] == [8] and old.unused_idle == []
 
 
 def test_barrier_awareness_drains_a_worker_the_mean_would_keep():
