@@ -52,9 +52,9 @@ class MasterSource(Protocol):
     """Reads the Work Queue master: :class:`~workqueue_bridge.status.MasterStatusClient`
     in production, ``hta.sim.master.SimMaster`` in the simulator."""
 
-    async def snapshot(self, now: float, fresh: bool = True) -> MasterSnapshot:
-        """The master now; ``fresh=False`` (no decision is due) lets a reader whose full read
-        is costly answer with the task table of its last read (see ``MasterStatusClient``)."""
+    async def snapshot(self, now: float) -> MasterSnapshot:
+        """The master now. A reader whose full read is costly may answer with the task
+        table of its last read, within a budget (see ``MasterStatusClient``)."""
         ...
 
 
@@ -146,10 +146,7 @@ class Controller:
             self.log.write(CategoriesRecord(t=round(now, 3), categories=self.learner.models()))
 
     async def observe(self) -> tuple[MasterSnapshot, Observation]:
-        at = self.clock()
-        # a decision sees the master as it is; the observations between may see a table
-        # the master's reader kept to stay within its read budget
-        snap = await self.master.snapshot(at, fresh=at - self.epoch >= self.next_decision_at)
+        snap = await self.master.snapshot(self.clock())
         self.last_snapshot = snap
         now = snap.taken_at - self.epoch
         self._learn(snap, now)

@@ -74,9 +74,9 @@ class RecordingMaster:
         if hasattr(inner, "full_tasks"):  # a replay reads the waiting tasks from ``tasks``
             inner.full_tasks = True
 
-    async def snapshot(self, now: float, fresh: bool = True) -> MasterSnapshot:
+    async def snapshot(self, now: float) -> MasterSnapshot:
         try:
-            snap = await self.inner.snapshot(now, fresh)
+            snap = await self.inner.snapshot(now)
         except Exception as exc:  # the controller reports and retries; the replay must too
             self.tape.put("snapshot" + FAILED, f"{type(exc).__name__}: {exc}")
             raise
@@ -203,7 +203,7 @@ class _Played:
     def __init__(self, tape: PlayedTape):
         self.tape = tape
 
-    async def snapshot(self, now: float, fresh: bool = True) -> MasterSnapshot:
+    async def snapshot(self, now: float) -> MasterSnapshot:
         return MasterSnapshot.model_validate(self.tape.take("snapshot"))
 
     def poll(self) -> list[TaskSummary]:

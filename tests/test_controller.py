@@ -126,24 +126,3 @@ async def test_the_loop_survives_an_unreachable_master_and_recovers(tmp_path):
         master.close()
 
 
-class FreshnessAsked(SimMaster):
-    """The simulator's master, noting what each snapshot was asked (it always answers fresh)."""
-
-    def __init__(self, world: World):
-        super().__init__(world)
-        self.asked: list[tuple[float, bool]] = []
-
-    async def snapshot(self, now: float, fresh: bool = True):
-        self.asked.append((now, fresh))
-        return await super().snapshot(now, fresh)
-
-
-def test_the_master_is_asked_for_a_fresh_table_exactly_when_a_decision_is_due():
-    policy = Asks(ScaleDecision(next_decision_s=10))
-    c, world = controller_on_world(policy)
-    c.master = FreshnessAsked(world)
-    for t in (0, 3, 9.9, 10, 15, 20, 21):
-        at(world, t)
-        run_now(c.step())
-    assert policy.calls == [0, 10, 20]
-    assert c.master.asked == [(0, True), (3, False), (9.9, False), (10, True), (15, False), (20, True), (21, False)]

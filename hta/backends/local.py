@@ -362,7 +362,10 @@ class LocalBackend:
         return "; fix that and run again"
 
     def _lost(self, w: LocalWorker, now: float, at: float, reason: str) -> None:
-        """``w`` went away while connected: its last known tasks are lost work."""
+        """``w`` went away while connected: its last known tasks are lost work. Known from
+        the last task table read, which on a large moving queue may be a budget window old
+        (``MasterStatusClient.read_budget``: up to ~15 s at 100k tasks), so the figure is
+        the work lost as of then: a report's estimate, not what the master re-runs."""
         w.state = "gone"
         lost_core_s = sum(max(0.0, at - started) * cores for started, cores in w.tasks.values())
         w.events.append(WorkerRecord(t=now, worker=w.id, event="lost", cores=w.shape.cores, tasks_lost=len(w.tasks),

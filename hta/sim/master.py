@@ -68,9 +68,10 @@ class SimMaster:
             out.append((lo, hi, kind[0], req))
         return out
 
-    async def snapshot(self, now: float, fresh: bool = True) -> MasterSnapshot:
-        # always fresh: the world costs nothing to read (a real master's full read is
-        # rationed between decisions, which policies never see: they decide on fresh reads)
+    async def snapshot(self, now: float) -> MasterSnapshot:
+        # always current: the world costs nothing to read. A real master's task table is
+        # read within a budget (MasterStatusClient.read_budget): at 100k tasks a decision
+        # may see one up to ~15 s old, its counts current; here it never is
         w = self.world
         tasks: list[TaskStatus] = []
         counts: dict[str, list[int]] = {c: [n, 0] for c, n in w.waiting_by_category.items() if n}
