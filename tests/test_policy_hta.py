@@ -250,14 +250,14 @@ def test_a_category_is_outrun_when_as_many_run_well_past_its_longest_as_were_mea
         running.append(RunningTask(task_id=99, category="new", allocation=ONE, started_at=0.0, worker="w"))
         return obs(time=1000.0, running=running, categories={"g": m, "new": never})
 
-    assert OUTRUN_MARGIN * 106 == 159
-    assert outrun_categories(o(5, [160, 170, 200, 300, 400])) == {"g"}  # 5 past 1.5 × the longest of 5 measured
-    assert outrun_categories(o(5, [159, 170, 200, 300, 400])) == set()  # one only just at it: 4 of 5
-    assert outrun_categories(o(5, [107, 150, 200, 300, 400, 500, 100])) == set()  # past the longest, 4 well past
+    assert OUTRUN_MARGIN * 100 == 120
+    assert outrun_categories(o(5, [121, 170, 200, 300, 400], longest=100)) == {"g"}  # 5 past 1.2 × the longest of 5
+    assert outrun_categories(o(5, [120, 170, 200, 300, 400], longest=100)) == set()  # one only just at it: 4 of 5
+    assert outrun_categories(o(5, [107, 120, 200, 300, 400, 500, 100])) == set()  # past the longest, 4 well past
     assert outrun_categories(o(180, [600, 700, 800])) == set()  # BLAST's last stragglers: 3 of 180
     # a stage started together, one measured at 300 s: its 39 peers at 302 s are about to end
     assert outrun_categories(o(1, [302.0] * 39, longest=300.0)) == set()
-    assert outrun_categories(o(1, [451.0] * 39, longest=300.0)) == {"g"}  # half as long again: they are not
+    assert outrun_categories(o(1, [361.0] * 39, longest=300.0)) == {"g"}  # a fifth as long again: they are not
 
 
 def test_a_stage_just_past_its_first_completion_buys_nothing_for_it():
@@ -273,8 +273,8 @@ def test_a_stage_just_past_its_first_completion_buys_nothing_for_it():
             categories={"g": m}, waiting=[TaskGroup(category="n", count=1)], max_workers=30,
             latency=LatencyStats(samples=[100.0]))
     assert HTAPolicy().decide(o).add == 0
-    # at t = 451 s they have run half as long again as the one measured: it was a short one
-    assert HTAPolicy().decide(o.model_copy(update={"time": 451.0})).add == 1
+    # at t = 361 s they have run a fifth as long again as the one measured: it was a short one
+    assert HTAPolicy().decide(o.model_copy(update={"time": 361.0})).add == 1
 
 
 def test_a_whole_worker_task_behind_tasks_past_their_longest_gets_a_worker():
