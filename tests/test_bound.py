@@ -1,16 +1,19 @@
 """The oracle is a lower bound: no policy, not even the largest cluster present from
-t = 0, finishes a workflow sooner (hta/sim/oracle.py). Random small DAGs on random
-clusters, every policy; and the bound's parts by hand."""
+t = 0, finishes a workflow sooner, nor pays fewer node·s than the floor at its own
+runtime (hta/sim/oracle.py). Random small DAGs on random clusters, every policy; and
+the bounds' parts by hand."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
 from hta.policies.base import make_policy
 from hta.scaling_log import ScalingLogWriter
-from hta.sim.oracle import barriers, critical_path_s, oracle_runtime_s, phases
+from hta.sim.oracle import (NodeSecondsFloor, barriers, critical_path_s, least_mean_runtime_s,
+                            mean_node_seconds_floor, node_seconds_floor, oracle_runtime_s, phases)
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload, WorkloadError, parse_wfformat, topological_order
 from hta.sim.world import ClusterModel
@@ -67,6 +70,8 @@ def test_no_policy_beats_the_bound(seed):
     s = Simulation(wl, make_policy(policy), cluster, seed=seed, log=ScalingLogWriter()).run()
     assert s.exit_code == 0, (policy, cluster)
     assert s.runtime_s >= bound - 1e-6, (policy, cluster, s.runtime_s, bound)
+    floor = node_seconds_floor(wl, cluster).at(s.runtime_s)
+    assert s.node_s >= floor - 1e-6, (policy, cluster, s.runtime_s, s.node_s, floor)
 
 
 @pytest.mark.slow
@@ -121,6 +126,52 @@ def test_barriers_cut_the_workflow_into_phases_that_add_up():
     # no node at the start: nothing runs before the first one can connect
     c = ClusterModel(max_nodes=2, start_nodes=0, latency_mean_s=50, latency_sd_s=0, pull_s=5)
     assert oracle_runtime_s(wl, c) == 55 + 10 + 100 + 10 + 100 + 5
+
+
+def test_the_node_seconds_floor_by_hand():
+    # 6 tasks of 100 s on 1 core; one node of 3 cores from the start, a second one after a
+    # fixed 50 s: the starting node alone runs them in two rounds (200 s, 200 node·s: the
+    # work itself, the floor from then on); to finish by 150 s (the bound: three start on
+    # the second node at 50 s) the bought node must run 200 − 150 = 50 of the 200 node·s
+    # of work, so half a node's 100 s from 50 s to 150 s, paying L = 50 s for it: 225
+    wl = Workload("w", [SimTask(f"a{i}", "a", 100) for i in range(6)], declared=True)  # no whole-worker first task
+    c = ClusterModel(max_nodes=2, start_nodes=1, latency_mean_s=50, latency_sd_s=0, teardown_s=0.0)
+    floor = node_seconds_floor(wl, c)
+    assert (floor.busy_node_s, floor.work_node_s, floor.latency_s, floor.runtime_bound_s) == (200, 200, 50, 150)
+    assert floor.at(149) == math.inf  # sooner than the bound: no policy
+    assert floor.at(150) == 225 and floor.at(175) == pytest.approx(200 + 50 * 25 / 125)
+    assert floor.at(200) == floor.at(10_000) == 200
+    # the one node that never scales is the floor exactly; buying the second at once costs more
+    s = Simulation(wl, make_policy("observe"), c, log=ScalingLogWriter()).run()
+    assert (s.runtime_s, s.node_s) == (200, 200) == (s.runtime_s, floor.at(s.runtime_s))
+    s = Simulation(wl, make_policy("max-then-drain"), c, log=ScalingLogWriter()).run()
+    assert s.runtime_s < 200 and s.node_s >= floor.at(s.runtime_s)
+    # a chain on no starting node: one node bought (L) and connected for the whole path
+    chain = Workload("chain", [SimTask("a", "x", 10), SimTask("b", "x", 20, parents=["a"])])
+    c0 = ClusterModel(max_nodes=2, start_nodes=0, latency_mean_s=50, latency_sd_s=0)
+    assert node_seconds_floor(chain, c0).at(80) == 30 + 50 * 10 / 30  # 30/3 node·s of work by 80 s
+    assert node_seconds_floor(chain, c0).at(1e12) == pytest.approx(30)  # the path, not 30/3: one task at a time
+    # no node can be bought: the starting nodes alone, or no policy
+    fixed = ClusterModel(max_nodes=1, start_nodes=1)
+    assert node_seconds_floor(wl, fixed).at(200) == 200 and node_seconds_floor(wl, fixed).at(199) == math.inf
+
+
+def test_the_mean_floor_lets_one_run_be_slower_than_another():
+    # two seeds: a mean runtime may come from one fast, dear run and one slow, cheap one;
+    # the dual finds the cheapest split, as a search over every split does
+    a = NodeSecondsFloor(busy_node_s=300, work_node_s=250, start_nodes=1, latency_s=140.6, runtime_bound_s=160)
+    b = NodeSecondsFloor(busy_node_s=1000, work_node_s=900, start_nodes=0, latency_s=140.6, runtime_bound_s=300)
+    for mean in (230, 300, 500, 1000, 5000):
+        split = min((a.at(t) + b.at(2 * mean - t)) / 2 for t in [160 + i / 4 for i in range(int((2 * mean - 160) * 4))])
+        got = mean_node_seconds_floor([a, b], mean)
+        assert got <= split + 1e-6 and got == pytest.approx(split, rel=1e-3), mean
+        assert got <= (a.at(mean) + b.at(mean)) / 2 + 1e-6  # never above both at the mean
+    assert mean_node_seconds_floor([a, b], 229) == math.inf  # the bounds' mean is 230
+    assert mean_node_seconds_floor([a, b], math.inf) == 650  # the work (and paths) alone
+    # and back: the least mean runtime at a mean node·s
+    t = least_mean_runtime_s([a, b], 700)
+    assert mean_node_seconds_floor([a, b], t) >= 700 - 1e-6 and mean_node_seconds_floor([a, b], t * 1.001) <= 700
+    assert least_mean_runtime_s([a, b], 649) == math.inf and least_mean_runtime_s([a, b], 1e9) == 230
 
 
 def test_a_cycle_is_refused_in_one_line_naming_its_tasks():

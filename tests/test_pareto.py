@@ -6,6 +6,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("pareto", ROOT / "bench" / "pareto.py")
 pareto = importlib.util.module_from_spec(spec)
@@ -40,3 +42,16 @@ def test_goals_against_the_bound_and_max_then_drain():
     missed = pareto.goals(P("hta", 1101, 100, 7501), bound_s=1000, mtd=mtd)
     assert [ok for _, ok, _ in missed] == [False, False]
     assert "(1.10 ×)" in missed[0][2] and "(1.101 ×)" in missed[1][2]
+
+
+def test_goal_3_is_out_of_every_policys_reach_when_the_node_seconds_floor_says_so():
+    from hta.sim.oracle import NodeSecondsFloor
+
+    # io-bound on 20 nodes: 8,702 node·s of work, one starting node, L = 140.6 s; within
+    # 1.02 × 675 s the starting node runs 689 of them and bought nodes the rest, each at
+    # most 548 s after paying L: 8,702 + 140.6 × 8,013 / 548 ≈ 10,760 node·s at least
+    io = NodeSecondsFloor(busy_node_s=8702, work_node_s=8702, start_nodes=1, latency_s=140.6, runtime_bound_s=569)
+    at_least, out_of_reach = pareto.saving_floor([io], P("max-then-drain", 675, 2400, 12600))
+    assert at_least == pytest.approx(8702 + 140.6 * (8702 - 1.02 * 675) / (1.02 * 675 - 140.6))
+    assert out_of_reach  # the goal asks ≤ 9,450
+    assert not pareto.saving_floor([io], P("max-then-drain", 675, 2400, 15000))[1]  # ≤ 11,250 is within reach

@@ -1,4 +1,5 @@
-"""The oracle: a lower bound on any policy's runtime for a workload on a cluster.
+"""The oracle: lower bounds on any policy's runtime, and on the node·s it pays to
+finish by a deadline, for a workload on a cluster.
 
 No policy, not even the largest cluster present from t = 0, finishes sooner:
 
@@ -27,13 +28,29 @@ the bound leaves out only makes real runs slower (a never-measured category's
 first tasks on whole workers, retries, memory, placement), so a simulated
 runtime below the bound is a bug (``tests/test_bound.py`` looks for one).
 
+The node·s floor (:func:`node_seconds_floor`) is the companion bound on cost: the fewest
+node·s any policy pays to finish by a deadline T. A node connected for t seconds runs at
+most ``node_cores`` × t core·s, and a phase's critical path runs one task after another
+on some connected node, so each phase holds nodes connected for at least the larger of
+its work over ``node_cores`` and its critical path; and every node bought is paid at least
+the smallest latency L before it connects. The starting nodes can run at most
+``start_nodes`` × ``node_cores`` × T core·s, a bought node ``node_cores`` × (T − L), so
+finishing by T takes at least (work − that of the starting nodes) over the latter bought
+nodes. The faster a policy, the more nodes it must buy, each paying L: the floor falls as
+T grows, to the work itself. What it leaves out (idle cores beside a stage's last tasks,
+a never-measured task on a whole worker, teardown) only adds node·s, so a run paying
+less than the floor at its own runtime is a bug (``tests/test_bound.py``).
+
 Everything here walks the DAG iteratively in topological order: a chain of
 100k tasks is fine.
 """
 
 from __future__ import annotations
 
+import math
+from statistics import fmean
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from hta.sim.workload import SimTask, Workload, topological_order
 from hta.sim.world import ClusterModel, min_draw_s
@@ -183,3 +200,107 @@ def oracle_runtime_s(w: Workload, cluster: ClusterModel) -> float:
             end = max(end, until + ph.durations_s[0])  # some task starts no sooner than ``until``
         t = end
     return t
+
+
+@dataclass(frozen=True)
+class NodeSecondsFloor:
+    """The fewest node·s any policy pays to finish one workload on one cluster by a
+    deadline (see the module's note): :meth:`at`. Its parts, from :func:`node_seconds_floor`."""
+
+    #: node time the phases hold at least: Σ max(work / node cores, critical path)
+    busy_node_s: float
+    #: all the work over one node's cores (node·s)
+    work_node_s: float
+    start_nodes: int
+    #: the soonest a bought node connects (inf: none can be bought)
+    latency_s: float
+    #: no policy finishes sooner (:func:`oracle_runtime_s`)
+    runtime_bound_s: float
+
+    def at(self, deadline_s: float) -> float:
+        """node·s at least, to finish by ``deadline_s`` (inf if no policy can)."""
+        if deadline_s < self.runtime_bound_s * (1 - 1e-9):  # (the bound itself, summed in another order)
+            return math.inf
+        need = self.work_node_s - self.start_nodes * deadline_s  # node·s the bought nodes must run
+        if need <= 1e-9 * self.work_node_s:
+            return self.busy_node_s
+        if deadline_s <= self.latency_s:
+            return math.inf
+        return self.busy_node_s + self.latency_s * need / (deadline_s - self.latency_s)
+
+    def _cheapest_past(self) -> float:
+        """The deadline from which :meth:`at` is the work alone (no node need be bought)."""
+        return max(self.runtime_bound_s, self.work_node_s / self.start_nodes if self.start_nodes else math.inf)
+
+    def _best_deadline(self, price: float) -> float:
+        """argmin over T of at(T) + price × T (at is convex and falls with T): a second of
+        runtime priced at ``price`` node·s."""
+        lo, hi = self.runtime_bound_s, self._cheapest_past()
+        if hi <= lo:
+            return lo
+        left = self.work_node_s - self.start_nodes * self.latency_s  # what bought nodes must run by L
+        if left <= 0:  # the starting nodes finish before a bought node could come: at() is inf below hi
+            return hi
+        # d/dT of L × (B − sT)/(T − L) is −L(B − sL)/(T − L)²: equal to −price at
+        return min(max(self.latency_s + math.sqrt(self.latency_s * left / price), lo), hi)
+
+
+def node_seconds_floor(w: Workload, cluster: ClusterModel) -> NodeSecondsFloor:
+    cores = cluster.node_cores
+    ph = phases(w, cluster)
+    return NodeSecondsFloor(
+        busy_node_s=sum(max(p.work_core_s / cores, p.critical_path_s) for p in ph),
+        work_node_s=sum(p.work_core_s for p in ph) / cores,
+        start_nodes=cluster.start_nodes,
+        latency_s=min_latency_s(cluster) if cluster.max_nodes > cluster.start_nodes else math.inf,
+        runtime_bound_s=oracle_runtime_s(w, cluster))
+
+
+def mean_node_seconds_floor(floors: Sequence[NodeSecondsFloor], mean_runtime_s: float) -> float:
+    """The fewest node·s, as a mean over runs (one floor each: seeds), any policy pays whose
+    mean runtime over them is at most ``mean_runtime_s``: a run may be slower than the
+    mean and another faster. Each floor is convex and falls with its deadline, so the
+    Lagrangian dual gives it: for a price p of a second, each run's best deadline
+    minimises at(T) + pT, and mean(at(T) + pT) − p × mean_runtime_s is a lower bound for
+    every p ≥ 0 (weak duality) — the price is searched for the deadlines to average
+    ``mean_runtime_s``, but any price found still gives a true floor."""
+    if not floors:
+        return 0.0
+    if fmean([f.runtime_bound_s for f in floors]) > mean_runtime_s:
+        return math.inf
+    if fmean([f._cheapest_past() for f in floors]) <= mean_runtime_s:
+        return fmean([f.busy_node_s for f in floors])
+
+    def mean_deadline(price: float) -> float:
+        return fmean([f._best_deadline(price) for f in floors])
+
+    lo, hi = -40.0, 40.0  # log2 of the price: mean_deadline falls as the price rises
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if mean_deadline(2.0 ** mid) > mean_runtime_s:
+            lo = mid
+        else:
+            hi = mid
+    price = 2.0 ** hi
+    ts = [f._best_deadline(price) for f in floors]
+    return fmean([f.at(t) + price * t for f, t in zip(floors, ts)]) - price * mean_runtime_s
+
+
+def least_mean_runtime_s(floors: Sequence[NodeSecondsFloor], node_s: float) -> float:
+    """The least mean runtime of any policy whose mean node·s is at most ``node_s`` (inf if
+    none: less than the work itself); from :func:`mean_node_seconds_floor`, so a bound too."""
+    if not floors or mean_node_seconds_floor(floors, math.inf) > node_s:
+        return math.inf
+    lo = fmean([f.runtime_bound_s for f in floors])
+    if mean_node_seconds_floor(floors, lo) <= node_s:
+        return lo
+    hi = 2 * lo
+    while mean_node_seconds_floor(floors, hi) > node_s:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if mean_node_seconds_floor(floors, mid) > node_s:
+            lo = mid
+        else:
+            hi = mid
+    return lo
