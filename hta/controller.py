@@ -130,7 +130,7 @@ class Controller:
     def _record_workers(self, events: list[WorkerRecord]) -> None:
         for e in events:
             if e.event == "connected" and e.latency_s is not None:
-                self.latency.samples.append(e.latency_s)
+                self.latency.add(e.latency_s, e.phases)
             self.worker_events.append(e)
             self.log.write(e)
 

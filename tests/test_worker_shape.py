@@ -1,6 +1,8 @@
 """Worker shape (issue 16 §3): nodes and worker pods apart in the simulator, several pods
 per node, and HTA choosing the pods' shape from what it learned."""
 
+import asyncio
+
 import pytest
 
 from hta.model import CategoryModel, LatencyStats, Observation, PendingWorker, Resources, TaskGroup, WorkerInfo
@@ -194,3 +196,47 @@ def test_a_never_measured_task_that_waits_beside_idle_pods_gets_a_node_next():
     assert d.shape == NODE and d.add == 1
     # a fresh policy, never having seen that, probes with a third
     assert make_policy("hta-time:worker_shape=learned,probe_split=3").decide(obs([big], {})).shape == THIRD
+
+
+def test_a_pod_bound_to_a_node_already_there_is_not_a_sample_of_the_preparation_latency():
+    # two thirds on one node being prepared (50 s), a third beside them once it is there
+    w = world()
+    first = [w.request_node(0.0, shape=THIRD) for _ in range(2)]
+    w.env.run(until=60)
+    beside = w.request_node(60.0, shape=THIRD)
+    w.env.run(until=100)
+    assert [p.node_wait_s for p in first] == [50.0, 50.0] and beside.node_wait_s == 0.0
+    from hta.sim.backend import SimBackend
+
+    events = [e for e in asyncio.run(SimBackend(w).refresh(None, w.env.now)) if e.event == "connected"]
+    # (the node phase counts from the request to the pod's start there, as before)
+    assert [(e.latency_s, e.phases["node"]) for e in events] == [(52.0, 52.0), (52.0, 52.0), (2.0, 0.0)]
+    stats = LatencyStats(prior_s=30.0)
+    for e in events:
+        stats.add(e.latency_s, e.phases)
+    assert (stats.samples, stats.room_samples, stats.estimate()) == ([52.0, 52.0], [2.0], 52.0)
+    # only pods that found room (a cluster of fixed size): those are how workers come
+    fixed = LatencyStats(prior_s=30.0)
+    fixed.add(3.0, {"node": 0.4, "start": 2.0})
+    fixed.add(5.0, {"node": 0.1, "start": 4.0})
+    assert fixed.estimate() == 4.0 and fixed.estimate("last") == 5.0
+    local = LatencyStats()
+    local.add(7.0, {"provisioning": 5.0})  # a backend that does not tell the node apart
+    assert local.samples == [7.0]
+
+
+def test_pods_that_land_beside_others_leave_hta_s_horizon_at_the_node_latency():
+    # BLAST on 200 nodes with 1/3-node pods: a purchase for the third stage lands partly on
+    # nodes the second stage's pods still hold; counted in L, those made it 0 s, and HTA
+    # drained them a second later as idle workers no task needed within it (1,634 s)
+    from hta.sim.workload import load_workload
+
+    log = ScalingLogWriter()
+    cluster = ClusterModel(max_nodes=200)
+    s = Simulation(load_workload("blast-3stage", 0), make_policy("hta:worker_shape=learned,probe_split=3"),
+                   cluster, seed=0, log=log).run()
+    decided = [r.latency_s for r in log.records if type(r).__name__ == "DecisionRecord" and r.latency_s is not None]
+    assert min(decided) >= 140.0  # never below the world's smallest draw (157.4 − 4 × 4.2)
+    whole = Simulation(load_workload("blast-3stage", 0), make_policy("hta"), cluster, seed=0,
+                       log=ScalingLogWriter()).run()
+    assert s.runtime_s <= 1.01 * whole.runtime_s and s.node_s < 0.6 * whole.node_s

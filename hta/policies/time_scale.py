@@ -36,7 +36,8 @@ def dilate(obs: Observation, k: float) -> Observation:
                                          "idle_since": _scaled(w.idle_since, k)}) for w in obs.workers],
         "pending": [p.model_copy(update={"requested_at": p.requested_at * k}) for p in obs.pending],
         "categories": cats,
-        "latency": LatencyStats(samples=[s * k for s in obs.latency.samples], prior_s=obs.latency.prior_s * k),
+        "latency": LatencyStats(samples=[s * k for s in obs.latency.samples],
+                                room_samples=[s * k for s in obs.latency.room_samples], prior_s=obs.latency.prior_s * k),
     })
 
 

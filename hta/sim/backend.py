@@ -77,11 +77,14 @@ class SimBackend:
                 self._record(node, "connected", node.connected_at)
                 continue
             lat = node.connected_at - node.requested_at
-            pull = self.world.cluster.pull_s
             room = (node.placed_at or node.requested_at) - node.requested_at  # waiting for room on a node
             phases = {"room": round(room, 3)} if room > 0 else {}
-            self._record(node, "connected", node.connected_at, latency_s=round(lat, 3),
-                         phases={**phases, "node": round(lat - pull - room, 3), "pull": pull})
+            if node.node_wait_s > 0:  # a node prepared for it (and its image pulled there)
+                pull = self.world.cluster.pull_s
+                phases.update(node=round(lat - pull - room, 3), pull=pull)
+            else:  # bound to a node already there: as Kubernetes tells, scheduled at once
+                phases.update(node=0.0, start=round(lat - room, 3))
+            self._record(node, "connected", node.connected_at, latency_s=round(lat, 3), phases=phases)
         # workers that ran to completion and left by themselves (a job's worker, idle)
         exited, self.world.exited = self.world.exited, []
         for node in exited:

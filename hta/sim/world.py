@@ -239,6 +239,8 @@ class SimNode:
     idle_token: int = 0
     #: when it was bound to a node (later than ``requested_at`` if it waited for room)
     placed_at: float | None = None
+    #: how long after it was bound its node was still being prepared (0: one already there)
+    node_wait_s: float = 0.0
 
     @property
     def address(self) -> str:
@@ -417,7 +419,8 @@ class World:
             self.unplaced.append(node.id)  # unschedulable until a node has room
             return
         self._place(node, host)
-        self.env.process(self._provision(node, max(host.ready_at, now) - now + self.cluster.pod_start_s))
+        node.node_wait_s = max(host.ready_at, now) - now
+        self.env.process(self._provision(node, node.node_wait_s + self.cluster.pod_start_s))
 
     def _place(self, node: SimNode, host: SimHost) -> None:
         node.host = host.id
