@@ -12,7 +12,7 @@ import statistics
 from pydantic import BaseModel
 
 from hta.accounting import CoreSample, integrate, node_seconds, node_seconds_after, split_totals
-from hta.model import CategoryModel
+from hta.model import CategoryModel, LatencyStats
 from hta.scaling_log import (
     CategoriesRecord,
     DecisionRecord,
@@ -126,7 +126,13 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
     node_s = node_seconds(intervals, t_end)
 
     connected = [w for w in workers if w.event == "connected"]
-    lat = [w.latency_s for w in connected if w.latency_s is not None]
+    # the preparation latency as HTA's policy reads it: workers that waited for a node
+    # (pods bound at once beside others only when none did; hta.model.LatencyStats)
+    waited = LatencyStats()
+    for w in connected:
+        if w.latency_s is not None:
+            waited.add(w.latency_s, w.phases)
+    lat = waited.samples or waited.room_samples
     phase_names = sorted({k for w in connected for k in w.phases})
     phases = {
         k: statistics.median([w.phases[k] for w in connected if k in w.phases]) for k in phase_names
