@@ -10,14 +10,20 @@ goes over and is retried on a node). The simulator packs several worker pods per
 For each workload × cluster × seed this runs HTA's default, ``hta-time`` and ``hta-cost``
 with each shape and prints runtime, waste (idle cores inside workers, during the run and
 after it) and node-seconds, and the ratios to whole nodes. The rule the issue set: keep
-the learned shape only where it lowers node-seconds at no cost in runtime. Goal line:
-HTA's default shape (whole nodes) is the right default — no other shape lowers
-node-seconds by 1 % or more at a runtime no longer than the default's on most
-(workload, cluster) cases; and every run finishes. Exit 1 if either misses (in the first
-case, the default should change).
+the learned shape only where it lowers node-seconds at no cost in runtime. A default is
+chosen before anything is measured, so it must also hold where its guess is wrong:
+``blast-3stage-2core`` (2-core aligns, which do not fit a third of a node) is among the
+cases. Goal line: HTA's default shape (whole nodes) is the right default — no other shape
+both lowers node-seconds by 1 % or more at a runtime no longer than the default's on most
+(workload, cluster) cases and costs at most 5 % more runtime and node-seconds on every
+case; and every run finishes. Exit 1 if either misses (in the first case, the default
+should change).
 
-    .venv/bin/python bench/worker_shape.py                 # blast-3stage, io-bound, montage; 2 seeds
+    .venv/bin/python bench/worker_shape.py                 # blast-3stage, io-bound, montage, blast-3stage-2core; 2 seeds
     .venv/bin/python bench/worker_shape.py --workloads blast-3stage --seeds 5
+
+Each finished run is appended to ``OUT/runs.jsonl``; a second call with the same ``--out``
+reuses it.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pareto import CLUSTERS, WORKLOADS, run_main, run_one, workload  # noqa: E402
+from pareto import CLUSTERS, WORKLOADS, Store, run_main, run_one, workload  # noqa: E402
 from hta.sim.oracle import oracle_runtime_s  # noqa: E402
 from hta.sim.world import ClusterModel  # noqa: E402
 
@@ -40,23 +46,31 @@ SETTINGS = ["hta", "hta-time", "hta-cost"]
 SHAPES = {"node": "", "learned": ":worker_shape=learned", "probe": ":worker_shape=learned,probe_split=3"}
 #: node-seconds the learned shape must save to count as better (at no runtime cost)
 BETTER_BY = 0.01
+#: what a default may cost, runtime or node-seconds, on any case (where its guess is wrong)
+WORST_ALLOWED = 1.05
+#: beside the Pareto workloads: one whose never-measured tasks do not fit a third of a node
+SHAPE_WORKLOADS = [*WORKLOADS, "blast-3stage-2core"]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", default="blast-3stage,io-bound,montage", help=f"of: {', '.join(WORKLOADS)}")
+    ap.add_argument("--workloads", default="blast-3stage,io-bound,montage,blast-3stage-2core",
+                    help=f"of: {', '.join(SHAPE_WORKLOADS)}")
     ap.add_argument("--clusters", default=",".join(CLUSTERS))
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--tasks", type=int, default=600)
     ap.add_argument("--out", type=Path, default=Path("/tmp/hta-worker-shape"))
     args = ap.parse_args()
-    unknown = [n for n in args.workloads.split(",") if n not in WORKLOADS] + \
+    unknown = [n for n in args.workloads.split(",") if n not in SHAPE_WORKLOADS] + \
         [c for c in args.clusters.split(",") if c not in CLUSTERS]
     if unknown:
-        ap.error(f"unknown workload or cluster: {', '.join(unknown)} (workloads: {', '.join(WORKLOADS)}; "
+        ap.error(f"unknown workload or cluster: {', '.join(unknown)} (workloads: {', '.join(SHAPE_WORKLOADS)}; "
                  f"clusters: {', '.join(CLUSTERS)})")
+    args.out.mkdir(parents=True, exist_ok=True)
+    store = Store(args.out / "runs.jsonl")  # finished runs, reused by the next call with this --out
     t0 = time.perf_counter()
     better = {shape: 0 for shape in SHAPES if shape != "node"}
+    worst = {shape: (0.0, "", 0.0, "") for shape in better}  # (runtime ×, case, node·s ×, case)
     cases = 0
     unfinished: list[str] = []
     print(f"{'workload':14} {'cluster':12} {'setting':9} {'shape':8} {'runtime s':>10} {'waste run':>10} "
@@ -72,7 +86,8 @@ def main() -> int:
                     runs = []
                     for seed in range(args.seeds):
                         wl = workload(wl_name, seed, args.tasks, args.out / "workloads")
-                        runs.append(run_one(wl_name, wl, spec, cluster, seed, oracle_runtime_s(wl, cluster)))
+                        runs.append(store.get((wl_name, cl_name, spec, seed), lambda: run_one(
+                            wl_name, wl, spec, cluster, seed, oracle_runtime_s(wl, cluster))))
                         if not runs[-1]["finished"]:
                             unfinished.append(f"{wl_name}/{cl_name}/{spec}/seed {seed}")
                     means[shape] = {k: statistics.fmean(r[k] for r in runs)
@@ -93,14 +108,26 @@ def main() -> int:
                 m = default_means[shape]
                 if m["node_s"] <= (1 - BETTER_BY) * n["node_s"] and m["runtime_s"] <= n["runtime_s"]:
                     better[shape] += 1
+                rt, rt_case, ns, ns_case = worst[shape]
+                case = f"{wl_name} {cl_name}"
+                if m["runtime_s"] / n["runtime_s"] > rt:
+                    rt, rt_case = m["runtime_s"] / n["runtime_s"], case
+                if m["node_s"] / n["node_s"] > ns:
+                    ns, ns_case = m["node_s"] / n["node_s"], case
+                worst[shape] = (rt, rt_case, ns, ns_case)
     print(f"({args.seeds} seed(s) each; waste counts idle cores inside workers: a learned shape leaves a node's "
           f"unused cores outside any worker, so its waste can fall while node·s do not; {time.perf_counter() - t0:.0f} s)")
     if unfinished:
         print(f"goal MISS: every run finishes; unfinished within 30 × the bound: {', '.join(unfinished)}")
-    ok = all(b * 2 <= cases for b in better.values()) and not unfinished
-    print(f"goal {'met' if ok else 'MISS'}: whole nodes stay HTA's default shape — another shape lowers node·s "
-          f"by ≥ {BETTER_BY:.0%} at no runtime cost in " + ", ".join(f"{b} of {cases} ({s})" for s, b in better.items())
-          + " cases (the default would change at more than half)")
+    for shape, (rt, rt_case, ns, ns_case) in worst.items():
+        print(f"{shape}: lowers node·s by ≥ {BETTER_BY:.0%} at no runtime cost in {better[shape]} of {cases} cases; "
+              f"at worst runtime {rt:.3f} × ({rt_case}), node·s {ns:.3f} × ({ns_case})")
+    robust = {s: w[0] <= WORST_ALLOWED and w[2] <= WORST_ALLOWED for s, w in worst.items()}
+    switch = [s for s, b in better.items() if b * 2 > cases and robust[s]]
+    ok = not switch and not unfinished
+    print(f"goal {'met' if ok else 'MISS'}: whole nodes stay HTA's default shape — no other shape lowers node·s at no "
+          f"runtime cost on more than half the cases while costing at most {WORST_ALLOWED:g} × runtime and node·s on "
+          "every one" + (f" (the default should change to: {', '.join(switch)})" if switch else ""))
     return 0 if ok else 1
 
 

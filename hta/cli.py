@@ -163,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "comparison table (mean ± sd over seeds). Each run writes a scaling log.")
     src = s.add_mutually_exclusive_group()
     src.add_argument("--workload", default="blast-3stage",
-                     help="built-in generator: blast-3stage (default) or io-bound")
+                     help="built-in generator: blast-3stage (default), io-bound, or blast-3stage-2core "
+                          "(its aligns take 2 cores)")
     src.add_argument("--workflow", type=Path, metavar="FILE", help="a WfCommons WfFormat JSON instance")
     s.add_argument("--policies", default="hta,hpa-20,hpa-50,keda-3,factory",
                    help="comma-separated: hta, hta-time, hta-cost (HTA's presets), hpa-<cpu %%>, keda-job[-<tasks per job>] (KEDA ScaledJob), "

@@ -246,3 +246,18 @@ def test_pods_that_land_beside_others_leave_hta_s_horizon_at_the_node_latency():
     whole = Simulation(load_workload("blast-3stage", 0), make_policy("hta"), cluster, seed=0,
                        log=ScalingLogWriter()).run()
     assert s.runtime_s <= 1.01 * whole.runtime_s and s.node_s < 0.6 * whole.node_s
+
+
+def test_small_pods_for_never_measured_tasks_cost_where_those_tasks_need_more():
+    # why whole nodes stay the default: with 2-core aligns, every first-wave align on a
+    # third of a node goes over it, fails halfway and runs again on a node
+    from hta.sim.workload import load_workload
+
+    wl = load_workload("blast-3stage-2core", 0)
+    assert {t.cores for t in wl.tasks if t.category == "align"} == {2}
+    cluster = ClusterModel(max_nodes=200)
+    whole = Simulation(wl, make_policy("hta"), cluster, seed=0, log=ScalingLogWriter()).run()
+    probe = Simulation(wl, make_policy("hta:worker_shape=learned,probe_split=3"), cluster, seed=0,
+                       log=ScalingLogWriter()).run()
+    assert whole.lost_work_core_s == 0 and probe.lost_work_core_s > 0
+    assert probe.runtime_s > 1.2 * whole.runtime_s and probe.node_s > whole.node_s
