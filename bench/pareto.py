@@ -42,7 +42,7 @@ nor memory: the simulator's defaults apply (100 % CPU, 512 MB).
     .venv/bin/python bench/pareto.py --quick             # 1 seed, 3 workloads (minutes)
     .venv/bin/python bench/pareto.py --seeds 5 --out /tmp/pareto
 
-Each finished run is appended to ``OUT/runs.jsonl``; a second call with the same
+Each run, once simulated, is appended to ``OUT/runs.jsonl``; a second call with the same
 ``--out`` reuses it (a long run can be resumed).
 """
 
@@ -194,19 +194,23 @@ def run_one(wl_name: str, wl: Workload, spec: str, cluster: ClusterModel, seed: 
 
 
 class Store:
-    """runs.jsonl: one finished run a line, keyed by workload, cluster, label, seed."""
+    """runs.jsonl: one run a line (unfinished ones too, marked), keyed by workload, cluster,
+    label, seed; only the lines of this ``tasks`` count (the WfCommons instances' size;
+    a line without one was written at the default, 600)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, tasks: int = 600):
         self.path = path
+        self.tasks = tasks
         self.runs: dict[tuple, dict] = {}
         if path.is_file():
             for line in path.read_text().splitlines():
                 d = json.loads(line)
-                self.runs[(d["workload"], d["cluster"], d["label"], d["seed"])] = d
+                if d.get("tasks", 600) == tasks:
+                    self.runs[(d["workload"], d["cluster"], d["label"], d["seed"])] = d
 
     def get(self, key: tuple, make) -> dict:
         if key not in self.runs:
-            d = {"workload": key[0], "cluster": key[1], "label": key[2], "seed": key[3], **make()}
+            d = {"workload": key[0], "cluster": key[1], "label": key[2], "seed": key[3], "tasks": self.tasks, **make()}
             with self.path.open("a") as f:
                 f.write(json.dumps(d) + "\n")
             self.runs[key] = d
@@ -317,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             args.markdown.touch()
     except OSError as exc:
         ap.error(f"cannot write {exc.filename} ({exc.strerror}): choose another --out or --markdown")
-    store = Store(args.out / "runs.jsonl")
+    store = Store(args.out / "runs.jsonl", args.tasks)
     misses: list[str] = []
     infeasible = 0  # goal lines no policy can meet
     summary: list[str] = []

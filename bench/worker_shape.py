@@ -22,7 +22,7 @@ should change).
     .venv/bin/python bench/worker_shape.py                 # blast-3stage, io-bound, montage, blast-3stage-2core; 2 seeds
     .venv/bin/python bench/worker_shape.py --workloads blast-3stage --seeds 5
 
-Each finished run is appended to ``OUT/runs.jsonl``; a second call with the same ``--out``
+Each run, once simulated, is appended to ``OUT/runs.jsonl``; a second call with the same ``--out``
 reuses it.
 """
 
@@ -67,7 +67,7 @@ def main() -> int:
         ap.error(f"unknown workload or cluster: {', '.join(unknown)} (workloads: {', '.join(SHAPE_WORKLOADS)}; "
                  f"clusters: {', '.join(CLUSTERS)})")
     args.out.mkdir(parents=True, exist_ok=True)
-    store = Store(args.out / "runs.jsonl")  # finished runs, reused by the next call with this --out
+    store = Store(args.out / "runs.jsonl", args.tasks)  # runs, reused by the next call with this --out
     t0 = time.perf_counter()
     better = {shape: 0 for shape in SHAPES if shape != "node"}
     worst = {shape: (0.0, "", 0.0, "") for shape in better}  # (runtime ×, case, node·s ×, case)

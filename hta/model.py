@@ -205,35 +205,51 @@ class UpcomingTasks(BaseModel):
         return self.request.cores <= 0 and self.request.memory_mb <= 0 and self.request.disk_mb <= 0
 
 
-#: a worker bound to a node within this long of its request found room on a node already
-#: there: it did not wait for one to be prepared (see :class:`LatencyStats`)
+#: without an ``unschedulable`` phase, a worker bound to a node within this long of its
+#: request found room on a node already there (see :class:`LatencyStats`)
 FOUND_ROOM_S = 2.0
 
 
 class LatencyStats(BaseModel):
     """Resource preparation latency L: request → worker connected, for a worker that waited
-    for its node to be prepared (``samples``).
+    for a node (``samples``).
 
-    A worker bound at once to a node that had room (its ``node`` phase under
-    ``FOUND_ROOM_S``: pods smaller than a node, or a node the cluster autoscaler keeps a
-    while after its last pod left) connects in seconds; what it measured is not how long
-    new capacity takes, so it goes to ``room_samples``, used only while no worker has waited
-    for a node (a cluster of fixed size, where that is how every worker comes). Mixed in,
-    a purchase of 130 small pods, 51 of which landed beside others, made L 0 s: HTA's
-    horizon shrank to nothing and it drained the 51 a second later, as idle workers no task
-    needed within it (BLAST, 200 nodes, 1/3-node pods: 1,634 s instead of 1,346)."""
+    A worker the scheduler bound at once to a node that had room (pods smaller than a node,
+    or a node the cluster autoscaler keeps a while after its last pod left) connects in
+    seconds; what it measured is not how long new capacity takes, so it goes to
+    ``room_samples``, used only while no worker has waited for a node (a cluster of fixed
+    size, where that is how every worker comes). Mixed in, a purchase of 130 small pods, 51
+    of which landed beside others, made L 0 s: HTA's horizon shrank to nothing and it
+    drained the 51 a second later, as idle workers no task needed within it — while the
+    room they had found went with the last pods beside them (BLAST, 200 nodes, 1/3-node
+    pods: 1,634 s instead of 1,346). See :meth:`waited_for_node`."""
 
     samples: list[float] = Field(default_factory=list)
     room_samples: list[float] = Field(default_factory=list)
     prior_s: float = 60.0
 
+    @staticmethod
+    def waited_for_node(phases: dict[str, float] | None) -> bool:
+        """Did this worker wait for a node, by the phases its backend measured? Kubernetes
+        (and the simulator) say it: ``unschedulable`` > 0, the pod was unschedulable until
+        a node had room. Else a ``node`` phase (request → bound) of ``FOUND_ROOM_S`` or
+        more; a backend that tells neither (local processes): yes."""
+        phases = phases or {}
+        if "unschedulable" in phases:
+            return phases["unschedulable"] > 0
+        return phases.get("node", FOUND_ROOM_S) >= FOUND_ROOM_S
+
     def add(self, latency_s: float, phases: dict[str, float] | None = None) -> None:
         """One connected worker's latency; ``phases`` as its backend measured them."""
-        node = (phases or {}).get("node")
-        (self.room_samples if node is not None and node < FOUND_ROOM_S else self.samples).append(latency_s)
+        (self.samples if self.waited_for_node(phases) else self.room_samples).append(latency_s)
+
+    @property
+    def measured(self) -> list[float]:
+        """The samples :meth:`estimate` reads: those that waited for a node, else the others."""
+        return self.samples or self.room_samples
 
     def estimate(self, statistic: Literal["last", "median"] = "median", window: int = 10) -> float:
-        samples = self.samples or self.room_samples
+        samples = self.measured
         if not samples:
             return self.prior_s
         if statistic == "last":

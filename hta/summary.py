@@ -126,16 +126,14 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
     node_s = node_seconds(intervals, t_end)
 
     connected = [w for w in workers if w.event == "connected"]
-    # the preparation latency as HTA's policy reads it: workers that waited for a node
-    # (pods bound at once beside others only when none did; hta.model.LatencyStats)
-    waited = LatencyStats()
-    for w in connected:
-        if w.latency_s is not None:
-            waited.add(w.latency_s, w.phases)
-    lat = waited.samples or waited.room_samples
-    phase_names = sorted({k for w in connected for k in w.phases})
+    # the preparation latency as HTA's policy reads it, and its phases: workers that waited
+    # for a node (pods bound at once beside others only when none did; LatencyStats)
+    timed = [w for w in connected if w.latency_s is not None]
+    measured = [w for w in timed if LatencyStats.waited_for_node(w.phases)] or timed
+    lat = [w.latency_s for w in measured]
+    phase_names = sorted({k for w in measured for k in w.phases})
     phases = {
-        k: statistics.median([w.phases[k] for w in connected if k in w.phases]) for k in phase_names
+        k: statistics.median([w.phases[k] for w in measured if k in w.phases]) for k in phase_names
     }
     gone_with_work = [w for w in workers if w.event in ("lost", "removed", "failed")]
     tasks_lost = sum(w.tasks_lost for w in gone_with_work)

@@ -452,6 +452,9 @@ class KubernetesBackend:
         out = {}
         if sched is not None:
             out["node"] = round(max(0.0, sched - tr.requested_at), 3)
+            # how long it was unschedulable: waiting for a node (0: bound at once, it found room)
+            unsched = self._rel(st.unschedulable_at)
+            out["unschedulable"] = round(max(0.0, sched - unsched), 3) if unsched is not None else 0.0
         if sched is not None and run is not None:
             out["start"] = round(max(0.0, run - sched), 3)
         if run is not None:

@@ -154,6 +154,15 @@ def test_the_node_seconds_floor_by_hand():
     # no node can be bought: the starting nodes alone, or no policy
     fixed = ClusterModel(max_nodes=1, start_nodes=1)
     assert node_seconds_floor(wl, fixed).at(200) == 200 and node_seconds_floor(wl, fixed).at(199) == math.inf
+    # no deadline, no work: no NaN from 0 × inf
+    none = NodeSecondsFloor(busy_node_s=0, work_node_s=0, start_nodes=0, latency_s=50, runtime_bound_s=50)
+    assert node_seconds_floor(chain, c0).at(math.inf) == 30 and none.at(math.inf) == 0
+    assert mean_node_seconds_floor([none], 100) == 0 and mean_node_seconds_floor([none], math.inf) == 0
+    # the starting node alone finishes (100 s) before any bought node could come (140 s):
+    # sooner than that, no policy can, whatever the runtime bound says
+    alone = NodeSecondsFloor(busy_node_s=100, work_node_s=100, start_nodes=1, latency_s=140, runtime_bound_s=90)
+    assert alone.at(95) == math.inf and alone.at(100) == 100
+    assert mean_node_seconds_floor([alone], 95) > 1e6 and mean_node_seconds_floor([alone], 100) == 100
 
 
 def test_the_mean_floor_lets_one_run_be_slower_than_another():

@@ -94,6 +94,7 @@ def test_blast_on_kubernetes_scales_pods_and_leaves_nothing(cluster, core, blast
     assert measured[-1] <= 2 * PROVISION_S + POD_START_S + 0.2 * (PROVISION_S + POD_START_S), fresh
     for x in fresh:
         assert abs(x["phases"]["start"] - POD_START_S) <= 0.2 * POD_START_S + 0.5, x
+        assert x["phases"]["unschedulable"] > 0, x  # seen unschedulable: a sample of L (hta.model.LatencyStats)
     assert hta_pods(core) == []
     assert wait(lambda: not stand_in_nodes(core), EMPTY_TTL_S + 20), "stand-in nodes outlived the run"
     assert not cctools_processes(str(blast_copy))

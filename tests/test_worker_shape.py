@@ -210,11 +210,20 @@ def test_a_pod_bound_to_a_node_already_there_is_not_a_sample_of_the_preparation_
 
     events = [e for e in asyncio.run(SimBackend(w).refresh(None, w.env.now)) if e.event == "connected"]
     # (the node phase counts from the request to the pod's start there, as before)
-    assert [(e.latency_s, e.phases["node"]) for e in events] == [(52.0, 52.0), (52.0, 52.0), (2.0, 0.0)]
+    assert [(e.latency_s, e.phases["node"], e.phases["unschedulable"]) for e in events] == \
+        [(52.0, 52.0, 50.0), (52.0, 52.0, 50.0), (2.0, 0.0, 0.0)]
     stats = LatencyStats(prior_s=30.0)
     for e in events:
         stats.add(e.latency_s, e.phases)
     assert (stats.samples, stats.room_samples, stats.estimate()) == ([52.0, 52.0], [2.0], 52.0)
+    # outnumbered by pods that found room, the one that waited still sets L
+    few = LatencyStats()
+    for lat, unsched in [(150.0, 148.0), (3.0, 0.0), (2.0, 0.0)]:
+        few.add(lat, {"node": lat - 2, "unschedulable": unsched})
+    assert few.estimate() == 150.0 and few.measured == [150.0]
+    # Kubernetes tells by the unschedulable phase, whatever the node phase (a slow scheduler)
+    assert not LatencyStats.waited_for_node({"node": 5.0, "unschedulable": 0.0})
+    assert LatencyStats.waited_for_node({"node": 1.0, "unschedulable": 0.5})
     # only pods that found room (a cluster of fixed size): those are how workers come
     fixed = LatencyStats(prior_s=30.0)
     fixed.add(3.0, {"node": 0.4, "start": 2.0})
@@ -242,7 +251,9 @@ def test_pods_that_land_beside_others_leave_hta_s_horizon_at_the_node_latency():
     found_room = [r for r in log.records if type(r).__name__ == "WorkerRecord" and r.event == "connected"
                   and r.latency_s is not None and r.phases.get("node") == 0.0]
     report = summarize(log.records)  # the report's L reads the same way
-    assert found_room and report.latency_median_s >= 140.0
+    waited = [r for r in log.records if type(r).__name__ == "WorkerRecord" and r.event == "connected"
+              and r.latency_s is not None and r.phases["unschedulable"] > 0]
+    assert found_room and report.latency_count == len(waited) and report.latency_median_s >= 140.0
     whole = Simulation(load_workload("blast-3stage", 0), make_policy("hta"), cluster, seed=0,
                        log=ScalingLogWriter()).run()
     assert s.runtime_s <= 1.01 * whole.runtime_s and s.node_s < 0.6 * whole.node_s

@@ -82,8 +82,11 @@ class SimBackend:
             if node.node_wait_s > 0:  # a node prepared for it (and its image pulled there)
                 pull = self.world.cluster.pull_s
                 phases.update(node=round(lat - pull - room, 3), pull=pull)
-            else:  # bound to a node already there: as Kubernetes tells, scheduled at once
-                phases.update(node=0.0, start=round(lat - room, 3))
+            else:  # bound to a node already there
+                phases.update(node=round(room, 3), start=round(lat - room, 3))
+            # as Kubernetes tells it: unschedulable until a node had room (being prepared, or
+            # at the cap until a pod left one); 0 for a pod bound at once
+            phases["unschedulable"] = round(room + node.node_wait_s, 3)
             self._record(node, "connected", node.connected_at, latency_s=round(lat, 3), phases=phases)
         # workers that ran to completion and left by themselves (a job's worker, idle)
         exited, self.world.exited = self.world.exited, []

@@ -241,8 +241,8 @@ def build_snapshot(controller: "Controller", info: RunInfo, *, last: int = 20, n
     return StatusSnapshot(
         run=info, elapsed_s=round(now, 3), observed_at=None if obs is None else round(obs.time, 3),
         tasks=_tasks(controller), workers=_workers(controller), cores=cores,
-        latency=Latency(estimate_s=lat.estimate(), prior_s=lat.prior_s, count=len(lat.samples),
-                        samples_s=list(lat.samples)),
+        latency=Latency(estimate_s=lat.estimate(), prior_s=lat.prior_s, count=len(lat.measured),
+                        samples_s=list(lat.measured)),
         decisions=[decision_view(d) for d in recent_decisions(controller.decisions, last)],
         decision_counts=counts,
         worker_events=[e.model_copy() for e in controller.worker_events[-last:]] if last else [],
