@@ -3,7 +3,8 @@ one it replaced (``bench/estimator_before.py``, a frozen copy), but for the
 rules changed since, each checked on its own: ``unmeasured_floor`` and
 ``overdue_past_longest`` (off here; their own tests are in ``test_policy_hta.py``), and
 tail awareness (:func:`tail_cap_now`: the work tasks running at the horizon still hold
-their cores for, and never-measured tasks capped apart from measured ones).
+their cores for, never-measured tasks capped apart from measured ones, and the work
+over the share of a worker's cores the tasks that fit in it use).
 
 Inputs are ``bench/scenarios.py``'s random observations, widened with what those
 lack: lookahead (upcoming groups waiting for waiting groups, for other upcoming
@@ -166,6 +167,19 @@ def tail_cap_now(e: Estimate, obs: Observation) -> int:
         return cap
     r = sum(runtime(obs.categories, g.category) * g.count for g in measured) / tasks
     work = e.backlog_core_s + sum(c * min(s, r) for c, s in e.inflight)
+    # ... over the share of a worker's cores those tasks can use, as many as fit in one
+    shape, used, taken = obs.worker_shape, 0.0, 0.0
+    for g in measured:
+        per = 1 if g.whole_worker else min(int(shape.cores / g.request.cores + 1e-9) if g.request.cores else 10**9,
+                                           int(shape.memory_mb / g.request.memory_mb + 1e-9)
+                                           if g.request.memory_mb else 10**9,
+                                           int(shape.disk_mb / g.request.disk_mb + 1e-9) if g.request.disk_mb else 10**9)
+        if per > 0:
+            w = g.count * runtime(obs.categories, g.category)
+            used += w * (shape.cores if g.whole_worker else g.request.cores)
+            taken += w * shape.cores / per
+    if used > 0 and taken > 0:
+        work /= min(1.0, used / taken)
     return cap + before.QueueDrainEstimator._tail_cap(obs, measured, work)
 
 
@@ -220,7 +234,7 @@ def test_inflight_of_running_tasks_is_what_they_hold_past_the_horizon() -> None:
 def test_the_random_observations_reach_every_branch() -> None:
     """The comparison above means something only if the inputs make the play do everything."""
     seen = dict(releases=0, barrier=0, left=0, whole_left=0, unused=0, tail_capped=0, never_left=0, nothing_left=0,
-                inflight_counts=0, inflight_clamped=0, mixed_left=0, past_longest=0)
+                inflight_counts=0, inflight_clamped=0, mixed_left=0, past_longest=0, part_of_worker=0)
     for seed in SEEDS:
         obs, horizon = random_observation(seed)
         e = QueueDrainEstimator().estimate(obs, horizon)
@@ -238,6 +252,8 @@ def test_the_random_observations_reach_every_branch() -> None:
         seen["inflight_clamped"] += any(s > max((x for x in r if x), default=0.0) for _, s in e.inflight)
         seen["mixed_left"] += None in r and any(x is not None for x in r) and e.workers_needed < e.packed_need
         seen["past_longest"] += bool(outrun_categories(obs))
+        measured = [(g, x) for g, x in zip(e.left_waiting, r) if x is not None]
+        seen["part_of_worker"] += bool(measured) and QueueDrainEstimator._usable_share(measured, obs.worker_shape) < 1
     assert all(n >= 10 for n in seen.values()), seen
 
 

@@ -393,3 +393,22 @@ def test_a_just_started_task_of_an_unmeasured_category_is_expected_to_run_as_lon
     # the old prior: a task just started ends in about a second, its 9 dependents take the idle workers
     old = QueueDrainEstimator(EstimatorOptions(unmeasured_floor=False)).estimate(o, 160.0)
     assert old.unused_idle == [] and old.releases and old.releases[0][1] == 9
+
+
+def test_tail_awareness_counts_a_worker_as_the_tasks_that_fit_in_it():
+    # 3-core workers and 10 waiting tasks of 2 cores, 300 s each, nothing running: a worker
+    # holds one at a time, so the 10 need 10 workers, each busy a whole runtime; counted by
+    # cores (6,000 core·s over 3-core workers) the cap bought 7, and 3 tasks waited a round
+    three = Resources(cores=3, memory_mb=15000, disk_mb=100000)
+    two = Resources(cores=2, memory_mb=1024, disk_mb=100)
+    m = CategoryModel(name="align", samples=5, peak=two, runtime_mean_s=300.0, runtime_median_s=300.0,
+                      runtime_p90_s=300.0)
+    o = obs(worker_shape=three, waiting=[TaskGroup(category="align", count=10, request=two)],
+            categories={"align": m}, max_workers=50)
+    est = QueueDrainEstimator().estimate(o, 10.0)
+    assert (est.packed_need, est.workers_needed) == (10, 10)
+    # 1-core tasks fill the worker: the cap as before (30 tasks, 3 to a worker)
+    one = Resources(cores=1, memory_mb=1024, disk_mb=100)
+    o1 = o.model_copy(update={"waiting": [TaskGroup(category="align", count=30, request=one)],
+                              "categories": {"align": m.model_copy(update={"peak": one})}})
+    assert QueueDrainEstimator().estimate(o1, 10.0).workers_needed == 10
