@@ -403,6 +403,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"            {why}")
                     goal += f" ({why})"
                     infeasible += 1
+                elif i == 1:
+                    print(f"            (any policy within {RUNTIME_SLACK:g} × its runtime pays {at_least:,.0f} node·s "
+                          f"at least (floor): the goal leaves {1 - at_least / ((1 - MTD_SAVING) * mtd.node_s):.1%} "
+                          "of room above it)")
                 if not met:
                     misses.append(f"{name}/{cname}: {goal}")
             print(f"  reference, not a goal: the maximum cluster from t=0 (no latency paid) runs in "
