@@ -150,12 +150,11 @@ def goals(hta: Point, bound_s: float, mtd: Point) -> list[tuple[str, bool, str]]
     ]
 
 
-def saving_floor(floors: list, mtd: Point) -> tuple[float, bool]:
+def saving_floor(floors: list, mtd: Point) -> tuple[float, float]:
     """The fewest node·s any policy pays at a mean runtime within ``RUNTIME_SLACK`` ×
-    max-then-drain's (the floor), and whether that is above what goal 3 allows: then no
-    policy meets it, HTA or another."""
-    at_least = mean_node_seconds_floor(floors, RUNTIME_SLACK * mtd.runtime_s)
-    return at_least, at_least > (1 - MTD_SAVING) * mtd.node_s
+    max-then-drain's (the floor), and the most goal 3 allows: above it, no policy meets
+    the goal, HTA or another."""
+    return mean_node_seconds_floor(floors, RUNTIME_SLACK * mtd.runtime_s), (1 - MTD_SAVING) * mtd.node_s
 
 
 # -- workloads and runs ---------------------------------------------------------------------
@@ -203,10 +202,15 @@ class Store:
         self.tasks = tasks
         self.runs: dict[tuple, dict] = {}
         if path.is_file():
-            for line in path.read_text().splitlines():
-                d = json.loads(line)
+            for n, line in enumerate(path.read_text().splitlines(), start=1):
+                try:
+                    d = json.loads(line)
+                    key = (d["workload"], d["cluster"], d["label"], d["seed"])
+                except (ValueError, TypeError, KeyError):
+                    raise ValueError(f"{path}, line {n}, is not a stored run (cut short?): delete that line "
+                                     "or the file, or choose another --out") from None
                 if d.get("tasks", 600) == tasks:
-                    self.runs[(d["workload"], d["cluster"], d["label"], d["seed"])] = d
+                    self.runs[key] = d
 
     def get(self, key: tuple, make) -> dict:
         if key not in self.runs:
@@ -321,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             args.markdown.touch()
     except OSError as exc:
         ap.error(f"cannot write {exc.filename} ({exc.strerror}): choose another --out or --markdown")
-    store = Store(args.out / "runs.jsonl", args.tasks)
+    store = open_store(ap, args.out, args.tasks)
     misses: list[str] = []
     infeasible = 0  # goal lines no policy can meet
     summary: list[str] = []
@@ -394,18 +398,19 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"      a tuned setting dominates it: {', '.join(by)}" if by else
                           "      no tuned setting dominates it either")
             mtd = points["max-then-drain"]
-            at_least, no_policy_saves = saving_floor(floors, mtd)
+            at_least, allowed = saving_floor(floors, mtd)
+            no_policy_saves = at_least > allowed
             for i, (goal, met, figures) in enumerate(goals(hta, bound, mtd)):
                 print(f"  goal {'met ' if met else 'MISS'}: {goal}: {figures}")
                 if not met and i == 1 and no_policy_saves:
                     why = (f"no policy can meet it: within {RUNTIME_SLACK:g} × {mtd.runtime_s:,.0f} s any pays "
-                           f"{at_least:,.0f} node·s at least (floor), the goal asks ≤ {(1 - MTD_SAVING) * mtd.node_s:,.0f}")
+                           f"{at_least:,.0f} node·s at least (floor), the goal asks ≤ {allowed:,.0f}")
                     print(f"            {why}")
                     goal += f" ({why})"
                     infeasible += 1
                 elif i == 1:
                     print(f"            (any policy within {RUNTIME_SLACK:g} × its runtime pays {at_least:,.0f} node·s "
-                          f"at least (floor): the goal leaves {1 - at_least / ((1 - MTD_SAVING) * mtd.node_s):.1%} "
+                          f"at least (floor): the goal leaves {1 - at_least / allowed:.1%} "
                           "of room above it)")
                 if not met:
                     misses.append(f"{name}/{cname}: {goal}")
@@ -455,6 +460,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print("\nevery goal met")
     return 0
+
+
+def open_store(ap: argparse.ArgumentParser, out: Path, tasks: int) -> Store:
+    """``OUT/runs.jsonl``, ``OUT`` made if missing; a folder that cannot be written or a
+    file that is not a store is one usage line."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return Store(out / "runs.jsonl", tasks)
+    except OSError as exc:
+        ap.error(f"cannot write {exc.filename} ({exc.strerror}): choose another --out")
+    except ValueError as exc:
+        ap.error(str(exc))
 
 
 def run_main(main_fn, name: str, interrupted: str = "interrupted") -> None:

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pareto import CLUSTERS, WORKLOADS, Store, run_main, run_one, workload  # noqa: E402
+from pareto import CLUSTERS, WORKLOADS, open_store, run_main, run_one, workload  # noqa: E402
 from hta.sim.oracle import oracle_runtime_s  # noqa: E402
 from hta.sim.world import ClusterModel  # noqa: E402
 
@@ -66,11 +66,10 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown workload or cluster: {', '.join(unknown)} (workloads: {', '.join(SHAPE_WORKLOADS)}; "
                  f"clusters: {', '.join(CLUSTERS)})")
-    args.out.mkdir(parents=True, exist_ok=True)
-    store = Store(args.out / "runs.jsonl", args.tasks)  # runs, reused by the next call with this --out
+    store = open_store(ap, args.out, args.tasks)  # runs, reused by the next call with this --out
     t0 = time.perf_counter()
     better = {shape: 0 for shape in SHAPES if shape != "node"}
-    worst = {shape: (0.0, "", 0.0, "") for shape in better}  # (runtime ×, case, node·s ×, case)
+    vs_node: dict[str, list[tuple[float, float, str]]] = {s: [] for s in better}  # (runtime ×, node·s ×, case)
     cases = 0
     unfinished: list[str] = []
     print(f"{'workload':14} {'cluster':12} {'setting':9} {'shape':8} {'runtime s':>10} {'waste run':>10} "
@@ -108,21 +107,18 @@ def main() -> int:
                 m = default_means[shape]
                 if m["node_s"] <= (1 - BETTER_BY) * n["node_s"] and m["runtime_s"] <= n["runtime_s"]:
                     better[shape] += 1
-                rt, rt_case, ns, ns_case = worst[shape]
-                case = f"{wl_name} {cl_name}"
-                if m["runtime_s"] / n["runtime_s"] > rt:
-                    rt, rt_case = m["runtime_s"] / n["runtime_s"], case
-                if m["node_s"] / n["node_s"] > ns:
-                    ns, ns_case = m["node_s"] / n["node_s"], case
-                worst[shape] = (rt, rt_case, ns, ns_case)
+                vs_node[shape].append((m["runtime_s"] / n["runtime_s"], m["node_s"] / n["node_s"],
+                                       f"{wl_name} {cl_name}"))
     print(f"({args.seeds} seed(s) each; waste counts idle cores inside workers: a learned shape leaves a node's "
           f"unused cores outside any worker, so its waste can fall while node·s do not; {time.perf_counter() - t0:.0f} s)")
     if unfinished:
         print(f"goal MISS: every run finishes; unfinished within 30 × the bound: {', '.join(unfinished)}")
-    for shape, (rt, rt_case, ns, ns_case) in worst.items():
+    robust = {}
+    for shape, rs in vs_node.items():
+        rt, ns = max(rs, key=lambda r: r[0]), max(rs, key=lambda r: r[1])
         print(f"{shape}: lowers node·s by ≥ {BETTER_BY:.0%} at no runtime cost in {better[shape]} of {cases} cases; "
-              f"at worst runtime {rt:.3f} × ({rt_case}), node·s {ns:.3f} × ({ns_case})")
-    robust = {s: w[0] <= WORST_ALLOWED and w[2] <= WORST_ALLOWED for s, w in worst.items()}
+              f"at worst runtime {rt[0]:.3f} × ({rt[2]}), node·s {ns[1]:.3f} × ({ns[2]})")
+        robust[shape] = rt[0] <= WORST_ALLOWED and ns[1] <= WORST_ALLOWED
     switch = [s for s, b in better.items() if b * 2 > cases and robust[s]]
     ok = not switch and not unfinished
     print(f"goal {'met' if ok else 'MISS'}: whole nodes stay HTA's default shape — no other shape lowers node·s at no "

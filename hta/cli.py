@@ -403,6 +403,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         result = compare(workload, policies, args.seeds, cluster, args.out)
     except (ValueError, WorkloadError) as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # --out: the scaling logs
+        raise UsageError(f"cannot write the scaling logs in {args.out} ({exc.strerror}): choose another --out") from None
     if args.format == "json":
         print(json.dumps(result.as_json(), indent=1))
     else:

@@ -251,6 +251,12 @@ def barrier_wait(tasks: list[tuple[CategoryModel, float]]) -> float:
     return max(sure, hi)
 
 
+def _per_worker(g: TaskGroup, shape: Resources) -> int:
+    """How many of the group's tasks a worker of ``shape`` holds at once (a whole-worker
+    task: one; 0: none ever fits)."""
+    return 1 if g.whole_worker else g.request.count_in(shape)
+
+
 def _runtime(models: dict[str, CategoryModel], category: str) -> float | None:
     m = models.get(category)
     if m is None or not m.measured:
@@ -735,7 +741,7 @@ class QueueDrainEstimator:
         """Workers of ``shape`` that hold the leftover tasks (fractional bin packing, rounded up)."""
         need = 0.0
         for g in left:
-            per = 1 if g.whole_worker else g.request.count_in(shape)
+            per = _per_worker(g, shape)
             if per <= 0:
                 continue  # never fits a worker of this shape: buying does not help
             need += g.count / per
@@ -794,7 +800,7 @@ class QueueDrainEstimator:
         cores; a whole-worker task uses it all. 1 when nothing tells."""
         used = taken = 0.0
         for g, rt in measured:
-            per = 1 if g.whole_worker else g.request.count_in(shape)
+            per = _per_worker(g, shape)
             if per <= 0 or shape.cores <= 0:
                 continue  # never fits: buying does not help (see _pack)
             cores = shape.cores if g.whole_worker else g.request.cores

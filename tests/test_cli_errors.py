@@ -103,3 +103,11 @@ def test_policy_specs_with_several_settings_survive_the_comma_split():
         "hta", "factory:tasks_per_worker=2,idle_timeout_s=60", "hpa-20"]
     assert split_policies("keda-job:tasks_per_job=3,max_replicas=20,m.mod:make:a=1,b=2") == [
         "keda-job:tasks_per_job=3,max_replicas=20", "m.mod:make:a=1,b=2"]
+
+
+def test_simulate_into_a_folder_that_cannot_be_made(tmp_path: Path):
+    (tmp_path / "file").write_text("")
+    r = run_hta("simulate", "--workload", "io-bound", "--seeds", "1", "--policies", "hta",
+                "--out", str(tmp_path / "file" / "logs"))
+    assert r.returncode == 2
+    one_error_line(r, "cannot write the scaling logs", "choose another --out")

@@ -51,7 +51,16 @@ def test_goal_3_is_out_of_every_policys_reach_when_the_node_seconds_floor_says_s
     # 1.02 × 675 s the starting node runs 689 of them and bought nodes the rest, each at
     # most 548 s after paying L: 8,702 + 140.6 × 8,013 / 548 ≈ 10,760 node·s at least
     io = NodeSecondsFloor(busy_node_s=8702, work_node_s=8702, start_nodes=1, latency_s=140.6, runtime_bound_s=569)
-    at_least, out_of_reach = pareto.saving_floor([io], P("max-then-drain", 675, 2400, 12600))
+    at_least, allowed = pareto.saving_floor([io], P("max-then-drain", 675, 2400, 12600))
     assert at_least == pytest.approx(8702 + 140.6 * (8702 - 1.02 * 675) / (1.02 * 675 - 140.6))
-    assert out_of_reach  # the goal asks ≤ 9,450
-    assert not pareto.saving_floor([io], P("max-then-drain", 675, 2400, 15000))[1]  # ≤ 11,250 is within reach
+    assert allowed == 9450 and at_least > allowed  # out of every policy's reach
+    at_least, allowed = pareto.saving_floor([io], P("max-then-drain", 675, 2400, 15000))
+    assert at_least < allowed == 11250  # within reach
+
+
+def test_a_store_cut_short_is_one_usage_line(tmp_path, capsys):
+    (tmp_path / "runs.jsonl").write_text('{"workload": "io-bound", "cluster": "cap20", "label": "hta", "seed": 0}\n{"work')
+    with pytest.raises(SystemExit) as e:
+        pareto.main(["--workloads", "io-bound", "--seeds", "1", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and "runs.jsonl, line 2, is not a stored run" in err and "Traceback" not in err
