@@ -325,10 +325,17 @@ def test_hta_worker_runs_mixed_tasks_with_css(tmp_path):
     cap = json.loads(next(x for x in err.splitlines() if '"hta_worker"' in x))
     assert cap["cores"] == 2 and cap["sources"]["cores"] == "flag" and "memory" in cap["sources"]
     recs = [json.loads(x) for x in log.read_text().splitlines()]
+    # the two tasks (14 s each, a record every 3 s); a child the worker forks as it starts
+    # them can be caught in one record and is gone by the next (seen in CI: a third
+    # "container" of 2 processes, 0 futex calls, at the dispatch): not a task
+    seen: dict[str, int] = {}
+    for r in recs:
+        seen[r["container"]] = seen.get(r["container"], 0) + 1
     classes = {}
     for r in recs:
-        classes.setdefault(r["container"], set()).add(r["class"])
-    assert len(classes) == 2, classes
+        if seen[r["container"]] >= 2:
+            classes.setdefault(r["container"], set()).add(r["class"])
+    assert len(classes) == 2, (classes, seen)
     assert sorted("io" in c for c in classes.values()) == [False, True], classes  # one io task, one cpu task
     io_cpus = {tuple(r["cpus"]) for r in recs if r["class"] == "io"}
     assert io_cpus == {(0,)}
