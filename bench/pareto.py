@@ -9,7 +9,8 @@ For each workload × cluster it runs, over seeds, every setting a user would try
 - max-then-drain; static (the cap, asked for at the first decision);
 - HTA: its default and its two named presets (``hta.policies.hta_policy.PRESETS``):
   ``hta-time`` (no tail awareness: buy for all that still waits at the horizon) and
-  ``hta-cost`` (buy a worker only if the backlog keeps it busy for 10 task runtimes),
+  ``hta-cost`` (buy a worker only if the backlog keeps it busy for 5 task runtimes, cut
+  to what the waiting tasks measured, a third of a node for a never-measured task),
 
 and prints one table (mean over seeds: runtime, waste during the run and after its end,
 node-seconds, shortage) with the references: the lower bound (``hta.sim.oracle``), the
@@ -74,14 +75,14 @@ MTD_SAVING = 0.25
 BEST_FIXED_WITHIN = 1.10
 
 HTA_SETTINGS = {"hta": "hta", "hta-time": "hta-time", "hta-cost": "hta-cost"}
-#: ``--sweep``: HTA's cost knobs between its default and ``hta-cost``, to show which rivals
+#: ``--sweep``: HTA's cost knobs around its default and ``hta-cost``, to show which rivals
 #: a user who tunes them would beat; not presets, so not counted in the goals.
-#: ``busy_runtimes`` (default 1, ``hta-cost`` 10) caps every purchase by how long the
-#: backlog keeps a worker busy; ``unmeasured_per_worker`` (default 1) buys one worker per
-#: that many never-measured tasks, the first wave only; ``hta-cost`` with learned shapes
-#: and probes (a third of a node for a never-measured task) is cheaper and slower still
-SWEEP = {spec: spec for spec in [*(f"hta:busy_runtimes={k}" for k in (2, 3, 5)), "hta:unmeasured_per_worker=2",
-                                 "hta-cost:worker_shape=learned,probe_split=3"]}
+#: ``busy_runtimes`` (default 1, ``hta-cost`` 5) caps every purchase by how long the
+#: backlog keeps a worker busy (10 on whole nodes: the cost preset before this one);
+#: ``unmeasured_per_worker`` (default 1) buys one worker per that many never-measured
+#: tasks, the first wave only; ``hta-cost`` at 3 and 10 task runtimes brackets its 5
+SWEEP = {spec: spec for spec in [*(f"hta:busy_runtimes={k}" for k in (2, 3, 5, 10)), "hta:unmeasured_per_worker=2",
+                                 "hta-cost:busy_runtimes=3", "hta-cost:busy_runtimes=10"]}
 CLUSTERS = {"cap20": 20, "uncapped200": 200}
 WFCOMMONS = {"montage": "MontageRecipe", "epigenomics": "EpigenomicsRecipe", "1000genome": "GenomeRecipe",
              "soykb": "SoykbRecipe", "cycles": "CyclesRecipe"}
@@ -241,9 +242,9 @@ HEADER = (f"    {'setting':34} {'runtime s':>9} {'waste run':>11} {'waste end':>
 
 
 def short_label(spec: str) -> str:
-    """A tuned setting's name on a front: ``busy 3``, ``unmeasured 2``, ``hta-cost, probes``."""
+    """A tuned setting's name on a front: ``busy 3``, ``unmeasured 2``, ``hta-cost, busy 3``."""
     return (spec.replace("hta:busy_runtimes=", "busy ").replace("hta:unmeasured_per_worker=", "unmeasured ")
-            .replace(":worker_shape=learned,probe_split=3", ", probes"))
+            .replace("hta-cost:busy_runtimes=", "hta-cost, busy "))
 
 
 def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dict[str, Point], bound: float,

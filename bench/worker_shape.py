@@ -8,7 +8,7 @@ goes over and is retried on a node). The simulator packs several worker pods per
 (first fit, a node leaves with its last pod, node-seconds paid per node: ``hta.sim.world``).
 
 For each workload × cluster × seed this runs HTA's default, ``hta-time`` and ``hta-cost``
-with each shape and prints runtime, waste (idle cores inside workers, during the run and
+with each shape (``hta-cost``'s own is ``probe``) and prints runtime, waste (idle cores inside workers, during the run and
 after it) and node-seconds, and the ratios to whole nodes. The rule the issue set: keep
 the learned shape only where it lowers node-seconds at no cost in runtime. A default is
 chosen before anything is measured, so it must also hold where its guess is wrong:
@@ -39,17 +39,30 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from pareto import CLUSTERS, WORKLOADS, open_store, run_main, run_one, workload  # noqa: E402
+from hta.policies import make_policy  # noqa: E402
 from hta.sim.oracle import oracle_runtime_s  # noqa: E402
 from hta.sim.world import ClusterModel  # noqa: E402
 
 SETTINGS = ["hta", "hta-time", "hta-cost"]
-SHAPES = {"node": "", "learned": ":worker_shape=learned", "probe": ":worker_shape=learned,probe_split=3"}
+#: shape → (worker_shape, probe_split)
+SHAPES = {"node": ("node", 1), "learned": ("learned", 1), "probe": ("learned", 3)}
 #: node-seconds the learned shape must save to count as better (at no runtime cost)
 BETTER_BY = 0.01
 #: what a default may cost, runtime or node-seconds, on any case (where its guess is wrong)
 WORST_ALLOWED = 1.05
 #: beside the Pareto workloads: one whose never-measured tasks do not fit a third of a node
 SHAPE_WORKLOADS = [*WORKLOADS, "blast-3stage-2core"]
+
+
+def shaped(setting: str, shape: str) -> str:
+    """``setting`` with ``shape``, naming only what differs from the setting's own (``hta``:
+    whole nodes; ``hta-cost``: probes), so a run is stored under one name here and in
+    the Pareto bench (``hta-cost`` there is ``hta-cost`` with probes here)."""
+    own = make_policy(setting)
+    worker_shape, probe_split = SHAPES[shape]
+    changes = ([f"worker_shape={worker_shape}"] if own.worker_shape != worker_shape else []) + \
+        ([f"probe_split={probe_split}"] if own.probe_split != probe_split else [])
+    return f"{setting}{',' if ':' in setting else ':'}{','.join(changes)}" if changes else setting
 
 
 def main() -> int:
@@ -81,7 +94,7 @@ def main() -> int:
             for setting in SETTINGS:
                 means = {}
                 for shape, suffix in SHAPES.items():
-                    spec = setting + (suffix if ":" not in setting or not suffix else "," + suffix[1:])
+                    spec = shaped(setting, shape)
                     runs = []
                     for seed in range(args.seeds):
                         wl = workload(wl_name, seed, args.tasks, args.out / "workloads")

@@ -196,3 +196,20 @@ def test_makeflow_not_installed_is_one_line(tmp_path: Path):
     venv_bin = str(Path(HTA[0]).parent)
     r = run_hta("makeflow", str(wf / "Makeflow"), env={"PATH": venv_bin})
     assert r.returncode == 2 and "makeflow not found on PATH" in r.stderr and "setup.sh" in r.stderr
+
+
+def test_cost_preset_runs_a_workflow_on_probe_pods_a_third_of_a_node(blast_copy: Path):
+    """``hta-cost`` buys a third of a node for a never-measured task (probes) and cuts
+    later workers to what the tasks measured: on the real stack the workflow still
+    completes, every output right, with workers smaller than the node shape."""
+    r = run_hta("makeflow", "--policy", "hta-cost", "--max-workers", "4", "--worker-cores", "3",
+                "--provision-delay", "2", "--min-interval", "1", str(blast_copy / "Makeflow"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    for s in (1, 2, 3):
+        queries, correct = (blast_copy / f"result{s}.txt").read_text().splitlines()[0].split()[2::2]
+        assert queries == correct and int(queries) > 0
+    recs = records(blast_copy / "Makeflow.scaling.jsonl")
+    assert recs[0]["policy"] == "hta-cost" and recs[-1]["exit_code"] == 0
+    requested = [x["cores"] for x in recs if x["kind"] == "worker" and x["event"] == "requested"]
+    assert requested and min(requested) < 3, f"no worker smaller than a node was asked for: {requested}"
+    assert not wait_gone(str(blast_copy))

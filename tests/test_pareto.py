@@ -64,3 +64,20 @@ def test_a_store_cut_short_is_one_usage_line(tmp_path, capsys):
         pareto.main(["--workloads", "io-bound", "--seeds", "1", "--out", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert e.value.code == 2 and "runs.jsonl, line 2, is not a stored run" in err and "Traceback" not in err
+
+
+def test_worker_shape_bench_names_each_shape_by_what_differs_from_the_settings_own():
+    """hta-cost is probe-shaped of its own: its whole-node run must say so, or the
+    worker-shape bench would compare hta-cost's probes with themselves."""
+    from hta.policies import make_policy
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    ws_spec = importlib.util.spec_from_file_location("worker_shape", ROOT / "bench" / "worker_shape.py")
+    ws = importlib.util.module_from_spec(ws_spec)
+    ws_spec.loader.exec_module(ws)
+    for setting in ws.SETTINGS:
+        for shape, (worker_shape, probe_split) in ws.SHAPES.items():
+            p = make_policy(ws.shaped(setting, shape))
+            assert (p.worker_shape, p.probe_split) == (worker_shape, probe_split), (setting, shape)
+    assert ws.shaped("hta", "node") == "hta" and ws.shaped("hta-cost", "probe") == "hta-cost"
+    assert ws.shaped("hta:busy_runtimes=3", "learned") == "hta:busy_runtimes=3,worker_shape=learned"
