@@ -317,6 +317,18 @@ def test_simulate_command_json_and_logs(tmp_path: Path):
             assert key in run
         assert Path(run["log"]).exists()
     assert len(list(tmp_path.glob("*.jsonl"))) == 4
+    # the node·s floor at each policy's mean runtime: below what it paid, and the same
+    # figure hta.sim.oracle gives for those runtimes
+    from hta.sim.oracle import mean_node_seconds_floor, node_seconds_floor
+    from hta.sim.workload import load_workload
+    from hta.sim.world import ClusterModel
+
+    floors = [node_seconds_floor(load_workload("io-bound", s), ClusterModel()) for s in (0, 1)]
+    for policy, floor in data["oracle"]["node_s_floor_at_mean_runtime"].items():
+        mine = [x for x in data["runs"] if x["policy"] == policy]
+        mean = lambda k: sum(x[k] for x in mine) / len(mine)  # noqa: E731
+        assert 0 < floor <= mean("node_s")
+        assert floor == pytest.approx(mean_node_seconds_floor(floors, mean("runtime_s")), rel=1e-3)
     bad = subprocess.run([hta, "simulate", "--policies", "hta,nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown policy 'nope'" in bad.stderr
 

@@ -7,7 +7,7 @@ policy object and writes its own scaling log (same format as ``hta makeflow``).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -15,7 +15,9 @@ from rich.table import Table
 
 from hta.policies.base import make_policy
 from hta.scaling_log import ScalingLogWriter
-from hta.sim.oracle import oracle_runtime_s
+import math
+
+from hta.sim.oracle import NodeSecondsFloor, mean_node_seconds_floor, node_seconds_floor, oracle_runtime_s
 from hta.sim.workload import load_workload
 from hta.sim.run import Simulation
 from hta.sim.world import ClusterModel
@@ -33,6 +35,8 @@ class Comparison:
     workload: str
     runs: list[RunSummary]
     oracle_runtime_s: float
+    #: one per seed; empty where the floor does not hold (nodes kept empty: ``empty_node_ttl_s`` > 0)
+    floors: list[NodeSecondsFloor] = field(default_factory=list)
 
     def by_policy(self) -> dict[str, list[RunSummary]]:
         out: dict[str, list[RunSummary]] = {}
@@ -43,6 +47,12 @@ class Comparison:
     def mean(self, policy: str, metric: str) -> float:
         return statistics.fmean(getattr(r, metric) for r in self.by_policy()[policy])
 
+    def floor_node_s(self, policy: str) -> float | None:
+        """The fewest node·s any policy pays at ``policy``'s mean runtime (None: no floor here)."""
+        if not self.floors:
+            return None
+        return mean_node_seconds_floor(self.floors, self.mean(policy, "runtime_s"))
+
     def as_json(self) -> dict:
         runs = []
         for r in self.runs:
@@ -51,7 +61,11 @@ class Comparison:
                       for m in METRICS})
             d["log"] = r.source
             runs.append(d)
-        return {"runs": runs, "oracle": {"workload": self.workload, "runtime_s": round(self.oracle_runtime_s, 3)}}
+        floors = {p: self.floor_node_s(p) for p in self.by_policy()}
+        return {"runs": runs, "oracle": {"workload": self.workload, "runtime_s": round(self.oracle_runtime_s, 3),
+                                         "node_s_floor_at_mean_runtime": {
+                                             p: round(f, 3) if f is not None and math.isfinite(f) else None
+                                             for p, f in floors.items()}}}
 
 
 def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterModel | None = None,
@@ -61,11 +75,13 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
         make_policy(p)  # fail fast on a bad name
     runs = []
     oracle = []
+    floors = []
     label = Path(workload).stem if workload.endswith(".json") else workload
     for seed in range(seeds):
         wl = load_workload(workload, seed)
         bound = oracle_runtime_s(wl, cluster)
         oracle.append(bound)
+        floors.append(node_seconds_floor(wl, cluster))
         # a run far slower than the lower bound is reported unfinished (a policy that never
         # scales); 30 ×, since the barrier-aware bound is tighter than the old one, under
         # which HPA on io-bound (8,845 s, 20.4 × today's bound) finished within 20 ×
@@ -75,7 +91,7 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
             sim = Simulation(load_workload(workload, seed), make_policy(p), run_cluster, seed=seed,
                              log=ScalingLogWriter(path))
             runs.append(sim.run(label))
-    return Comparison(label, runs, statistics.fmean(oracle))
+    return Comparison(label, runs, statistics.fmean(oracle), floors if cluster.empty_node_ttl_s <= 0 else [])
 
 
 def _ms(values: list[float]) -> str:
@@ -85,21 +101,34 @@ def _ms(values: list[float]) -> str:
     return f"{m:,.0f} ± {statistics.stdev(values):,.0f}"
 
 
+def _floor(c: Comparison, policy: str) -> str:
+    floor = c.floor_node_s(policy)
+    if floor is None:
+        return "n/a (empty nodes kept)"
+    if not math.isfinite(floor) or floor <= 0:
+        return "–"
+    return f"{floor:,.0f} ({c.mean(policy, 'node_s') / floor:.2f}×)"
+
+
 def comparison_table(c: Comparison) -> Table:
     """One row per policy. Waste and node·s count through the teardown (the cluster left
-    after the workflow's last task, until the policy let it go); "after the end" is that part."""
+    after the workflow's last task, until the policy let it go); "after the end" is that part.
+    "node·s floor" is the fewest node·s any policy pays at the row's mean runtime, and how
+    many times it the row paid (``hta.sim.oracle.mean_node_seconds_floor``)."""
     t = Table(title=f"{c.workload}: mean ± sd over {len(next(iter(c.by_policy().values())))} seeds",
               title_justify="left")
     for col in ("policy", "runtime s", "waste core·s", "on idle workers", "after the end", "shortage core·s",
-                "node·s", "node·s after the end", "lost core·s", "actions"):
+                "node·s", "node·s after the end", "node·s floor", "lost core·s", "actions"):
         t.add_column(col, justify="left" if col == "policy" else "right")
     for policy, runs in c.by_policy().items():
         unfinished = sum(1 for r in runs if r.exit_code != 0)
         name = policy + (f" ({unfinished} unfinished)" if unfinished else "")
-        t.add_row(name, *(_ms([getattr(r, m) for r in runs]) for m in METRICS))
-    t.add_row("oracle bound", f"{c.oracle_runtime_s:,.0f}", *[""] * (len(METRICS) - 1))
+        cells = [_ms([getattr(r, m) for r in runs]) for m in METRICS]
+        cells.insert(METRICS.index("teardown_node_s") + 1, _floor(c, policy))
+        t.add_row(name, *cells)
+    t.add_row("oracle bound", f"{c.oracle_runtime_s:,.0f}", *[""] * len(METRICS))
     return t
 
 
 def print_comparison(c: Comparison, console: Console | None = None) -> None:
-    (console or Console(width=170)).print(comparison_table(c))
+    (console or Console(width=190)).print(comparison_table(c))
