@@ -203,3 +203,17 @@ def test_a_100k_task_chain_loads_and_is_bounded_without_recursion():
     wl = parse_wfformat({"name": "chain", "workflow": {"tasks": tasks}})
     assert critical_path_s(wl) == n
     assert oracle_runtime_s(wl, ClusterModel()) == n
+
+
+def test_the_tasks_that_start_after_the_first_node_comes_include_a_long_one():
+    # 1 node of 3 cores at the start, a second no sooner than a fixed 50 s: at most 3 of
+    # the 6 tasks start before it (none ends by then), so one of the 4 longest (all 100 s)
+    # starts at 50 s at the soonest: the stage ends at 150 s, not 50 + its shortest (90 s)
+    durations = [100, 100, 100, 100, 100, 90]
+    wl = Workload("w", [SimTask(f"a{i}", "a", d) for i, d in enumerate(durations)], declared=True)
+    c = ClusterModel(max_nodes=2, start_nodes=1, latency_mean_s=50, latency_sd_s=0, pull_s=0, pod_start_s=0,
+                     task_overhead_s=0, teardown_s=0)
+    assert oracle_runtime_s(wl, c) == 150
+    # and it is reached: the starting node takes three 100 s tasks, the second node the rest
+    s = Simulation(wl, make_policy("max-then-drain"), c, log=ScalingLogWriter()).run()
+    assert s.runtime_s == pytest.approx(150, abs=1.0)

@@ -19,9 +19,11 @@ No policy, not even the largest cluster present from t = 0, finishes sooner:
   assumes the clip; a fixed latency (``latency_sd_s = 0``) is used as it is.
 - **Tasks are whole.** A phase whose tasks cannot all start on the starting
   nodes before the first bought node can arrive (each core holds one task at
-  a time, and starts the next only after the last ended) has a task that
-  starts no sooner than that arrival, and ends at least its shortest task's
-  runtime later.
+  a time, and starts the next only after the last ended) has tasks that start
+  no sooner than that arrival: if at most K can start before it, one of the
+  phase's K + 1 longest does, and the phase ends at least that task's runtime
+  after the arrival. (A policy cannot choose which tasks the starting nodes
+  run; the bound lets it choose the best: the K longest.)
 
 Each task counts its runtime plus the per-task overhead the world adds. What
 the bound leaves out only makes real runs slower (a never-measured category's
@@ -123,24 +125,34 @@ class Phase:
     durations_s: list[float] = field(default_factory=list)
     min_cores: float = 1.0
 
-    def all_start_before(self, start: float, cores: float, until: float) -> bool:
-        """Could every task of the phase begun at ``start`` start before ``until`` on
-        ``cores`` cores? Not if more tasks than ``slots × (1 + m)`` must start, where a
-        slot holds one task at a time (``cores / min_cores`` of them) and m shortest
-        tasks in a row end before ``until`` (a slot starts a task only once the one
-        before has ended)."""
+    def most_started_before(self, start: float, cores: float, until: float) -> int:
+        """At most how many tasks of the phase, begun at ``start`` on ``cores`` cores, start
+        before ``until``: ``slots × (1 + m)``, where a slot holds one task at a time
+        (``cores / min_cores`` of them) and m shortest tasks in a row end before ``until``
+        (a slot starts a task only once the one before has ended). All of them if
+        ``until`` never comes."""
         if until == float("inf"):
-            return True
+            return self.tasks
         slots = int(cores / self.min_cores + 1e-9) if self.min_cores > 0 else self.tasks
         if slots <= 0:
-            return False
+            return 0
         m, used = 0, 0.0
         for d in self.durations_s:
             if used + d >= until - start:
                 break
             used += d
             m += 1
-        return self.tasks <= slots * (1 + m)
+        return min(self.tasks, slots * (1 + m))
+
+    def end_after(self, start: float, cores: float, until: float) -> float:
+        """The phase ends no sooner than this when it begins at ``start`` on ``cores`` cores
+        until ``until``: if more tasks than :meth:`most_started_before` must start, then
+        of its K + 1 longest tasks one starts no sooner than ``until`` (at most K start
+        before it), and that one lasts at least the (K + 1)-th longest duration."""
+        k = self.most_started_before(start, cores, until)
+        if k >= self.tasks:
+            return start
+        return until + self.durations_s[self.tasks - 1 - k]
 
 
 def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
@@ -200,8 +212,8 @@ def oracle_runtime_s(w: Workload, cluster: ClusterModel) -> float:
     t = 0.0 if c0 > 0 else until  # no worker at all before the first one arrives
     for ph in phases(w, cluster):
         end = max(t + ph.critical_path_s, _work_done_by(t, ph.work_core_s, c0, c, until))
-        if t < until and not ph.all_start_before(t, c0, until):
-            end = max(end, until + ph.durations_s[0])  # some task starts no sooner than ``until``
+        if t < until:
+            end = max(end, ph.end_after(t, c0, until))  # a long task starts no sooner than ``until``
         t = end
     return t
 
