@@ -217,3 +217,19 @@ def test_the_tasks_that_start_after_the_first_node_comes_include_a_long_one():
     # and it is reached: the starting node takes three 100 s tasks, the second node the rest
     s = Simulation(wl, make_policy("max-then-drain"), c, log=ScalingLogWriter()).run()
     assert s.runtime_s == pytest.approx(150, abs=1.0)
+
+
+def test_a_task_with_a_long_tail_that_must_start_late_ends_the_phase_late():
+    # four chains head (60 s) → body (100 s); 1 node of 3 cores at the start, a second no
+    # sooner than a fixed 50 s. No head ends by 50 s, so at most 3 heads start before it;
+    # the fourth starts at 50 s at the soonest and its chain ends 160 s later: 210 s (by
+    # runtimes alone the bound was the critical path, 160 s)
+    tasks = [SimTask(f"h{i}", "h", 60) for i in range(4)] + \
+        [SimTask(f"b{i}", "b", 100, parents=[f"h{i}"]) for i in range(4)]
+    wl = Workload("w", tasks, declared=True)
+    c = ClusterModel(max_nodes=2, start_nodes=1, latency_mean_s=50, latency_sd_s=0, pull_s=0, pod_start_s=0,
+                     task_overhead_s=0, teardown_s=0)
+    assert [p.tasks for p in phases(wl, c)] == [8]
+    assert oracle_runtime_s(wl, c) == 210
+    s = Simulation(wl, make_policy("max-then-drain"), c, log=ScalingLogWriter()).run()
+    assert s.runtime_s == pytest.approx(210, abs=1.0)

@@ -21,9 +21,10 @@ No policy, not even the largest cluster present from t = 0, finishes sooner:
   nodes before the first bought node can arrive (each core holds one task at
   a time, and starts the next only after the last ended) has tasks that start
   no sooner than that arrival: if at most K can start before it, one of the
-  phase's K + 1 longest does, and the phase ends at least that task's runtime
-  after the arrival. (A policy cannot choose which tasks the starting nodes
-  run; the bound lets it choose the best: the K longest.)
+  K + 1 tasks with the longest *tails* (a task's runtime plus the longest
+  chain of its descendants inside the phase) does, and the phase ends at
+  least that tail after the arrival. (A policy cannot choose which tasks the
+  starting nodes run; the bound lets them run the best: the K longest tails.)
 
 Each task counts its runtime plus the per-task overhead the world adds. What
 the bound leaves out only makes real runs slower (a never-measured category's
@@ -53,6 +54,7 @@ Everything here walks the DAG iteratively in topological order: a chain of
 
 from __future__ import annotations
 
+import heapq
 import math
 from statistics import fmean
 from dataclasses import dataclass, field
@@ -124,58 +126,69 @@ class Phase:
     #: the phase's task durations, shortest first, and the fewest cores a task of it asks
     durations_s: list[float] = field(default_factory=list)
     min_cores: float = 1.0
-
-    def most_started_before(self, start: float, cores: float, until: float) -> int:
-        """At most how many tasks of the phase, begun at ``start`` on ``cores`` cores, start
-        before ``until``: ``slots × (1 + m)``, where a slot holds one task at a time
-        (``cores / min_cores`` of them) and m shortest tasks in a row end before ``until``
-        (a slot starts a task only once the one before has ended). All of them if
-        ``until`` never comes."""
-        if until == float("inf"):
-            return self.tasks
-        slots = int(cores / self.min_cores + 1e-9) if self.min_cores > 0 else self.tasks
-        if slots <= 0:
-            return 0
-        m, used = 0, 0.0
-        for d in self.durations_s:
-            if used + d >= until - start:
-                break
-            used += d
-            m += 1
-        return min(self.tasks, slots * (1 + m))
+    #: (tail, runtime) of each task, longest tail first: a task's tail is its runtime plus
+    #: the longest chain of its descendants inside the phase (the phase ends no sooner
+    #: than the task starts + its tail)
+    by_tail: list[tuple[float, float]] = field(default_factory=list)
 
     def end_after(self, start: float, cores: float, until: float) -> float:
         """The phase ends no sooner than this when it begins at ``start`` on ``cores`` cores
-        until ``until``: if more tasks than :meth:`most_started_before` must start, then
-        of its K + 1 longest tasks one starts no sooner than ``until`` (at most K start
-        before it), and that one lasts at least the (K + 1)-th longest duration."""
-        k = self.most_started_before(start, cores, until)
-        if k >= self.tasks:
-            return start
-        return until + self.durations_s[self.tasks - 1 - k]
+        until ``until`` (only the starting nodes work before it).
 
+        Take the X tasks with the longest tails. A slot (one task at a time: ``cores /
+        min_cores`` of them) starts one of them before ``until`` only after the ones of
+        them it started before have ended, so it starts at most 1 + m of them, m the most
+        of their runtimes, shortest first, that fit in ``until − start``. If X > slots ×
+        (1 + m), one of the X starts no sooner than ``until`` and the phase lasts its tail
+        after that: at least the X-th longest tail. The first such X gives the longest.
+        (m for each X: the shortest runtimes that fit, kept in a max-heap.)"""
+        if until == float("inf") or start >= until:
+            return start
+        slots = int(cores / self.min_cores + 1e-9) if self.min_cores > 0 else self.tasks
+        by_tail = self.by_tail or [(d, d) for d in sorted(self.durations_s, reverse=True)]
+        budget = until - start
+        fit: list[float] = []  # negated runtimes that fit in a row within the budget
+        used = 0.0
+        for x, (tail, runtime) in enumerate(by_tail, start=1):
+            heapq.heappush(fit, -runtime)
+            used += runtime
+            while fit and used >= budget:
+                used += heapq.heappop(fit)  # (negated: drops the longest)
+            if x > slots * (1 + len(fit)):
+                return until + tail
+        return start
 
 def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
     """The workflow cut at its barriers, in order (each barrier a phase of its own)."""
     order = topological_order(w)
     dur = _durations(w, cluster)
     is_barrier = barriers(order)
+    children: dict[str, list[str]] = {}
+    for t in order:
+        for p in t.parents:
+            children.setdefault(p, []).append(t.id)
     out: list[Phase] = []
     finish: dict[str, float] = {}  # within the current phase
+    members: list[str] = []
     count, cp, work, durations, min_cores = 0, 0.0, 0.0, [], float("inf")
 
     def close() -> None:
-        out.append(Phase(count, cp, work, sorted(durations), min_cores))
+        tail: dict[str, float] = {}  # within the phase, from its last task back
+        for tid in reversed(members):
+            tail[tid] = dur[tid] + max((tail[c] for c in children.get(tid, ()) if c in tail), default=0.0)
+        by_tail = sorted(((tail[tid], dur[tid]) for tid in members), reverse=True)
+        out.append(Phase(count, cp, work, sorted(durations), min_cores, by_tail))
 
     for t, bar in zip(order, is_barrier):
         if bar:
             if count:
                 close()
-            out.append(Phase(1, dur[t.id], dur[t.id] * t.cores, [dur[t.id]], t.cores))
-            finish, count, cp, work, durations, min_cores = {}, 0, 0.0, 0.0, [], float("inf")
+            out.append(Phase(1, dur[t.id], dur[t.id] * t.cores, [dur[t.id]], t.cores, [(dur[t.id], dur[t.id])]))
+            finish, members, count, cp, work, durations, min_cores = {}, [], 0, 0.0, 0.0, [], float("inf")
             continue
         f = dur[t.id] + max((finish[p] for p in t.parents if p in finish), default=0.0)
         finish[t.id] = f
+        members.append(t.id)
         count += 1
         cp = max(cp, f)
         work += dur[t.id] * t.cores
