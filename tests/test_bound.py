@@ -233,3 +233,18 @@ def test_a_task_with_a_long_tail_that_must_start_late_ends_the_phase_late():
     assert oracle_runtime_s(wl, c) == 210
     s = Simulation(wl, make_policy("max-then-drain"), c, log=ScalingLogWriter()).run()
     assert s.runtime_s == pytest.approx(210, abs=1.0)
+
+
+def test_work_that_cannot_start_before_its_ancestors_end_is_counted_after_them():
+    # A (10 s) → B1..B6 (10 s each), and Z (5 s) on its own (so A is no barrier), on one
+    # node of 3 cores from the start: the B's cannot start before 10 s, and their 60 core·s
+    # take 20 s on 3 cores, so the run lasts 30 s — more than the critical path (20 s) and
+    # all the work over the cores (75 / 3 = 25 s)
+    tasks = [SimTask("A", "a", 10), SimTask("Z", "z", 5)] + \
+        [SimTask(f"B{i}", "b", 10, parents=["A"]) for i in range(6)]
+    wl = Workload("w", tasks, declared=True)
+    c = ClusterModel(max_nodes=1, start_nodes=1, task_overhead_s=0, teardown_s=0)
+    assert [p.tasks for p in phases(wl, c)] == [8]
+    assert oracle_runtime_s(wl, c) == 30
+    s = Simulation(wl, make_policy("observe"), c, log=ScalingLogWriter()).run()
+    assert s.runtime_s == pytest.approx(30, abs=1.0)

@@ -64,6 +64,10 @@ from hta.sim.workload import SimTask, Workload, topological_order
 from hta.sim.world import ClusterModel, min_draw_s
 
 
+#: heads tried per phase by :meth:`Phase.end_by_chains` (each a pass over the phase's tasks)
+CHAIN_HEADS = 48
+
+
 def _durations(w: Workload, cluster: ClusterModel | None) -> dict[str, float]:
     if cluster is None:
         return {t.id: t.runtime_s for t in w.tasks}
@@ -130,6 +134,31 @@ class Phase:
     #: the longest chain of its descendants inside the phase (the phase ends no sooner
     #: than the task starts + its tail)
     by_tail: list[tuple[float, float]] = field(default_factory=list)
+    #: (head, after, core·s) of each task, longest ``after`` first: its head is the longest
+    #: chain of its ancestors inside the phase (it starts no sooner than that after the
+    #: phase begins), ``after`` the longest chain of its descendants (they run after it ends)
+    chains: list[tuple[float, float, float]] = field(default_factory=list)
+
+    def end_by_chains(self, start: float, c0: float, c: float, until: float) -> float:
+        """The phase ends no sooner than this (it begins at ``start``; ``c0`` cores until
+        ``until``, ``c`` after): for a head h and an after a, the tasks whose heads are h or
+        more and whose afters are a or more run no sooner than ``start + h``, all their
+        core·s W on the cores there are, and the last of them to end is followed by a
+        chain of a seconds at least — so the phase lasts past (the end of W begun at
+        start + h) + a. Heads tried: every distinct one, or ``CHAIN_HEADS`` quantiles."""
+        if len(self.chains) < 2:
+            return start
+        heads = sorted({h for h, _, _ in self.chains})
+        if len(heads) > CHAIN_HEADS:
+            heads = [heads[round(i * (len(heads) - 1) / (CHAIN_HEADS - 1))] for i in range(CHAIN_HEADS)]
+        best = start
+        for h in heads:
+            work = 0.0
+            for head, after, core_s in self.chains:  # longest after first
+                if head >= h:
+                    work += core_s
+                    best = max(best, _work_done_by(start + h, work, c0, c, until) + after)
+        return best
 
     def end_after(self, start: float, cores: float, until: float) -> float:
         """The phase ends no sooner than this when it begins at ``start`` on ``cores`` cores
@@ -163,6 +192,7 @@ def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
     order = topological_order(w)
     dur = _durations(w, cluster)
     is_barrier = barriers(order)
+    cores = {t.id: t.cores for t in order}
     children: dict[str, list[str]] = {}
     for t in order:
         for p in t.parents:
@@ -177,7 +207,9 @@ def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
         for tid in reversed(members):
             tail[tid] = dur[tid] + max((tail[c] for c in children.get(tid, ()) if c in tail), default=0.0)
         by_tail = sorted(((tail[tid], dur[tid]) for tid in members), reverse=True)
-        out.append(Phase(count, cp, work, sorted(durations), min_cores, by_tail))
+        chains = sorted(((finish[tid] - dur[tid], tail[tid] - dur[tid], dur[tid] * cores[tid]) for tid in members),
+                        key=lambda x: -x[1])
+        out.append(Phase(count, cp, work, sorted(durations), min_cores, by_tail, chains))
 
     for t, bar in zip(order, is_barrier):
         if bar:
@@ -227,6 +259,7 @@ def oracle_runtime_s(w: Workload, cluster: ClusterModel) -> float:
         end = max(t + ph.critical_path_s, _work_done_by(t, ph.work_core_s, c0, c, until))
         if t < until:
             end = max(end, ph.end_after(t, c0, until))  # a long task starts no sooner than ``until``
+        end = max(end, ph.end_by_chains(t, c0, c, until))
         t = end
     return t
 
