@@ -25,6 +25,13 @@ No policy, not even the largest cluster present from t = 0, finishes sooner:
   chain of its descendants inside the phase) does, and the phase ends at
   least that tail after the arrival. (A policy cannot choose which tasks the
   starting nodes run; the bound lets them run the best: the K longest tails.)
+- **Work waits for its ancestors.** A task starts no sooner than its *head*
+  (the longest chain of its ancestors inside the phase) after the phase
+  begins; so the tasks with heads of h or more and *afters* (the longest
+  chain of descendants) of a or more run all their core·s after h, and the
+  last of them to end is followed by a more seconds (the heads as release
+  dates and the afters as delivery times of the classic bound for parallel
+  machines, r + Σp/m + q, on the capacity over time above).
 
 Each task counts its runtime plus the per-task overhead the world adds. What
 the bound leaves out only makes real runs slower (a never-measured category's
