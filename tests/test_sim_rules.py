@@ -491,3 +491,16 @@ def test_an_idle_factory_worker_reads_its_timer_every_5_s():
     assert FactoryPolicy(idle_timeout_s=62, worker_wakeup_s=5).idle_for() == 65
     assert FactoryPolicy(idle_timeout_s=59, worker_wakeup_s=5).idle_for() == 60
     assert FactoryPolicy(idle_timeout_s=60).idle_for() == 60
+
+
+def test_no_node_seconds_floor_for_a_policy_whose_runs_were_cut_off():
+    # "observe" never scales: on io-bound it is cut off at 30 × the bound, so its runtime
+    # is the cutoff, not a finishing time, and a floor there would be no floor
+    from hta.sim.compare import _floor, compare
+    from hta.sim.world import ClusterModel
+
+    c = compare("io-bound", ["observe", "hta"], 1, ClusterModel(max_nodes=200))
+    assert c.by_policy()["observe"][0].exit_code != 0
+    assert c.floor_node_s("observe") is None and _floor(c, "observe") == "–"
+    assert c.as_json()["oracle"]["node_s_floor_at_mean_runtime"]["observe"] is None
+    assert 0 < c.floor_node_s("hta") <= c.mean("hta", "node_s")

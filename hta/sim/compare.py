@@ -6,6 +6,7 @@ policy object and writes its own scaling log (same format as ``hta makeflow``).
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +16,7 @@ from rich.table import Table
 
 from hta.policies.base import make_policy
 from hta.scaling_log import ScalingLogWriter
-import math
-
-from hta.sim.oracle import NodeSecondsFloor, mean_node_seconds_floor, node_seconds_floor, oracle_runtime_s
+from hta.sim.oracle import NodeSecondsFloor, mean_node_seconds_floor, node_seconds_floor
 from hta.sim.workload import load_workload
 from hta.sim.run import Simulation
 from hta.sim.world import ClusterModel
@@ -48,8 +47,10 @@ class Comparison:
         return statistics.fmean(getattr(r, metric) for r in self.by_policy()[policy])
 
     def floor_node_s(self, policy: str) -> float | None:
-        """The fewest node·s any policy pays at ``policy``'s mean runtime (None: no floor here)."""
-        if not self.floors:
+        """The fewest node·s any policy pays at ``policy``'s mean runtime. None where there is
+        no floor (empty nodes kept) or no finishing time (a run cut off unfinished: its
+        runtime is the cutoff)."""
+        if not self.floors or any(r.exit_code != 0 for r in self.by_policy()[policy]):
             return None
         return mean_node_seconds_floor(self.floors, self.mean(policy, "runtime_s"))
 
@@ -79,9 +80,10 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
     label = Path(workload).stem if workload.endswith(".json") else workload
     for seed in range(seeds):
         wl = load_workload(workload, seed)
-        bound = oracle_runtime_s(wl, cluster)
+        floor = node_seconds_floor(wl, cluster)  # (it holds the runtime bound too)
+        bound = floor.runtime_bound_s
         oracle.append(bound)
-        floors.append(node_seconds_floor(wl, cluster))
+        floors.append(floor)
         # a run far slower than the lower bound is reported unfinished (a policy that never
         # scales); 30 ×, since the barrier-aware bound is tighter than the old one, under
         # which HPA on io-bound (8,845 s, 20.4 × today's bound) finished within 20 ×
@@ -104,7 +106,7 @@ def _ms(values: list[float]) -> str:
 def _floor(c: Comparison, policy: str) -> str:
     floor = c.floor_node_s(policy)
     if floor is None:
-        return "n/a (empty nodes kept)"
+        return "–" if c.floors else "n/a (empty nodes kept)"
     if not math.isfinite(floor) or floor <= 0:
         return "–"
     return f"{floor:,.0f} ({c.mean(policy, 'node_s') / floor:.2f}×)"
