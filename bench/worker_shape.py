@@ -8,8 +8,8 @@ goes over and is retried on a node). The simulator packs several worker pods per
 (first fit, a node leaves with its last pod, node-seconds paid per node: ``hta.sim.world``).
 
 For each workload × cluster × seed this runs HTA's default, ``hta-time`` and ``hta-cost``
-with each shape (``hta-cost``'s own is ``probe``) and prints runtime, waste (idle cores inside workers, during the run and
-after it) and node-seconds, and the ratios to whole nodes. The rule the issue set: keep
+with each shape (``hta-cost``'s own is ``probe``) and prints runtime, waste (idle cores
+inside workers, during the run and after it) and node-seconds, and the ratios to whole nodes. The rule the issue set: keep
 the learned shape only where it lowers node-seconds at no cost in runtime. A default is
 chosen before anything is measured, so it must also hold where its guess is wrong:
 ``blast-3stage-2core`` (2-core aligns, which do not fit a third of a node) is among the

@@ -191,7 +191,9 @@ def _configure(policy: Policy, spec: str, settings: str) -> Policy:
                 value = text.strip() if isinstance(current, str) else int(text) if isinstance(current, int) \
                     else float(text)
         except ValueError:
-            raise ValueError(f"policy {spec!r}: {key}={text!r} is not a {type(current).__name__}") from None
+            kind = {"int": "an int (a whole number)", "float": "a float (a number)", "bool": "a bool (true or false)"}.get(
+                type(current).__name__, f"a {type(current).__name__}")
+            raise ValueError(f"policy {spec!r}: {key}={text!r} is not {kind}") from None
         setattr(holder, key, value)
     if "name" in {f.name for f in dataclasses.fields(policy)}:
         policy.name = spec  # the run record names the settings

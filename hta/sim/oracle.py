@@ -134,8 +134,7 @@ class Phase:
     tasks: int
     critical_path_s: float
     work_core_s: float
-    #: the phase's task durations, shortest first, and the fewest cores a task of it asks
-    durations_s: list[float] = field(default_factory=list)
+    #: the fewest cores a task of it asks
     min_cores: float = 1.0
     #: (tail, runtime) of each task, longest tail first: a task's tail is its runtime plus
     #: the longest chain of its descendants inside the phase (the phase ends no sooner
@@ -181,11 +180,10 @@ class Phase:
         if until == float("inf") or start >= until:
             return start
         slots = int(cores / self.min_cores + 1e-9) if self.min_cores > 0 else self.tasks
-        by_tail = self.by_tail or [(d, d) for d in sorted(self.durations_s, reverse=True)]
         budget = until - start
         fit: list[float] = []  # negated runtimes that fit in a row within the budget
         used = 0.0
-        for x, (tail, runtime) in enumerate(by_tail, start=1):
+        for x, (tail, runtime) in enumerate(self.by_tail, start=1):
             heapq.heappush(fit, -runtime)
             used += runtime
             while fit and used >= budget:
@@ -193,6 +191,7 @@ class Phase:
             if x > slots * (1 + len(fit)):
                 return until + tail
         return start
+
 
 def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
     """The workflow cut at its barriers, in order (each barrier a phase of its own)."""
@@ -207,7 +206,7 @@ def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
     out: list[Phase] = []
     finish: dict[str, float] = {}  # within the current phase
     members: list[str] = []
-    count, cp, work, durations, min_cores = 0, 0.0, 0.0, [], float("inf")
+    count, cp, work, min_cores = 0, 0.0, 0.0, float("inf")
 
     def close() -> None:
         tail: dict[str, float] = {}  # within the phase, from its last task back
@@ -216,14 +215,14 @@ def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
         by_tail = sorted(((tail[tid], dur[tid]) for tid in members), reverse=True)
         chains = sorted(((finish[tid] - dur[tid], tail[tid] - dur[tid], dur[tid] * cores[tid]) for tid in members),
                         key=lambda x: -x[1])
-        out.append(Phase(count, cp, work, sorted(durations), min_cores, by_tail, chains))
+        out.append(Phase(count, cp, work, min_cores, by_tail, chains))
 
     for t, bar in zip(order, is_barrier):
         if bar:
             if count:
                 close()
-            out.append(Phase(1, dur[t.id], dur[t.id] * t.cores, [dur[t.id]], t.cores, [(dur[t.id], dur[t.id])]))
-            finish, members, count, cp, work, durations, min_cores = {}, [], 0, 0.0, 0.0, [], float("inf")
+            out.append(Phase(1, dur[t.id], dur[t.id] * t.cores, t.cores, [(dur[t.id], dur[t.id])]))
+            finish, members, count, cp, work, min_cores = {}, [], 0, 0.0, 0.0, float("inf")
             continue
         f = dur[t.id] + max((finish[p] for p in t.parents if p in finish), default=0.0)
         finish[t.id] = f
@@ -231,7 +230,6 @@ def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
         count += 1
         cp = max(cp, f)
         work += dur[t.id] * t.cores
-        durations.append(dur[t.id])
         min_cores = min(min_cores, t.cores)
     if count:
         close()
@@ -263,10 +261,9 @@ def oracle_runtime_s(w: Workload, cluster: ClusterModel) -> float:
     until = min_latency_s(cluster) if cluster.max_nodes > cluster.start_nodes else float("inf")
     t = 0.0 if c0 > 0 else until  # no worker at all before the first one arrives
     for ph in phases(w, cluster):
-        end = max(t + ph.critical_path_s, _work_done_by(t, ph.work_core_s, c0, c, until))
-        if t < until:
-            end = max(end, ph.end_after(t, c0, until))  # a long task starts no sooner than ``until``
-        end = max(end, ph.end_by_chains(t, c0, c, until))
+        end = max(t + ph.critical_path_s, _work_done_by(t, ph.work_core_s, c0, c, until),
+                  ph.end_after(t, c0, until),  # a long-tailed task starts no sooner than ``until``
+                  ph.end_by_chains(t, c0, c, until))  # work that waits for its ancestors
         t = end
     return t
 
