@@ -351,6 +351,11 @@ class KubernetesBackend:
         self._adopt(pods)
         by_host = {w.hostname: w for w in snap.workers}
         listed = {w.address for w in snap.workers}
+        late = [tr.name for tr in self._tracked.values()
+                if tr.state == "pending" and not tr.adopted and tr.name in by_host
+                and (tr.name not in pods or pods[tr.name].running_at is None)]
+        if late:  # connected before the watch told us it runs: its phases come from one read of it
+            pods.update(await self._read_pods(late))
         running: dict[str, dict[int, tuple[float, float]]] = {}
         for t in snapshot_running(snap):  # not every task: a master may hold 100k waiting ones
             if t.worker in listed:
@@ -409,6 +414,22 @@ class KubernetesBackend:
                     tr.stuck_since, tr.stuck = None, None
         self._check_blocked()
         return self._flush()
+
+    async def _read_pods(self, names: list[str]) -> dict[str, PodState]:
+        """Each named pod as the API server has it now (a worker can connect within the informer's
+        lag, ~0.5 s median, of its pod running); those that cannot be read are left out."""
+        out: dict[str, PodState] = {}
+        if self.informer is None or self.api is None:
+            return out
+        for name in names:
+            try:
+                pod = await acall(self.api.read_namespaced_pod, name, self.namespace, budget_s=self.api_budget_s,
+                                  counter=self.counter, what=f"read pod {name}")
+            except K8sError as exc:
+                log.debug("could not read pod %s for its phases: %s", name, exc)
+                continue
+            out[name] = self.informer.observe(pod)
+        return out
 
     def _gone(self, tr: Tracked, now: float, at: float, event: str, why: str) -> None:
         tr.state = "gone"

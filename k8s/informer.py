@@ -106,6 +106,14 @@ class PodInformer:
         with self.lock:
             return {k: PodState(**{f: getattr(v, f) for f in v.__dataclass_fields__}) for k, v in self.pods.items()}
 
+    def observe(self, pod: client.V1Pod) -> PodState:
+        """Take a pod read outside the watch (one GET) and return its state as now known: for a
+        pod whose worker connected before the watch delivered its Running event."""
+        self._apply("READ", pod, time.time())
+        with self.lock:
+            st = self.pods[pod.metadata.name]
+            return PodState(**{f: getattr(st, f) for f in st.__dataclass_fields__})
+
     @staticmethod
     def _when(now: float, api_time: float | None) -> float:
         """``now``, unless the pod's status says it happened clearly earlier (seen late)."""

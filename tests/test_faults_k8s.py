@@ -117,6 +117,37 @@ def test_phases_seen_late_come_from_the_pods_status(cluster, core):
         inf.stop()
 
 
+def test_a_worker_connected_before_the_watch_saw_its_pod_run_still_gets_its_phases(cluster, core):
+    """A worker can connect within the informer's lag (~0.5 s) of its pod running: its connected
+    record then had no phases (a real-node CI run failed so). The backend reads the pod once."""
+    import asyncio
+
+    from hta.model import Resources
+    from k8s.backend import KubernetesBackend
+    from k8s.informer import PodInformer
+    from workqueue_bridge.status import MasterSnapshot, QueueStatus, WorkerStatus
+
+    async def connect_one() -> list:
+        b = KubernetesBackend(run_id="race", epoch=time.time(), kubeconfig=cluster["kubeconfig"],
+                              master_host="127.0.0.1")
+        b.connect()
+        b.informer = PodInformer(b.api, "default", b.selector)  # never started: as far behind as it gets
+        try:
+            [name] = await b.request(1, Resources(cores=1, memory_mb=100, disk_mb=100), b._now())
+            assert await asyncio.to_thread(wait, lambda: core.read_namespaced_pod(name, "default").status.phase
+                                           in ("Running", "Failed", "Succeeded"), 120, 0.2)
+            worker = WorkerStatus(address="127.0.0.1:4000", hostname=name, cores=1, memory_mb=100, disk_mb=100)
+            snap = MasterSnapshot(taken_at=b._now(), queue=QueueStatus(), tasks=[], workers=[worker])
+            return await b.refresh(snap, b._now())
+        finally:
+            await b.stop_all(b._now())
+
+    recs = asyncio.run(connect_one())
+    [rec] = [r for r in recs if r.event == "connected"]
+    assert {"node", "start", "connect"} <= set(rec.phases), rec
+    assert rec.phases["node"] + rec.phases["start"] <= rec.latency_s + 0.01, rec
+
+
 # -- item 10: pods stuck Terminating at the end ------------------------------------------------
 
 def test_end_of_run_force_deletes_pods_stuck_terminating(cluster, core, caplog):
