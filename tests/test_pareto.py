@@ -44,6 +44,14 @@ def test_goals_against_the_bound_and_max_then_drain():
     assert "(1.10 ×)" in missed[0][2] and "(1.101 ×)" in missed[1][2]
 
 
+def test_a_missed_goal_says_whether_max_then_drain_misses_it_too_and_how_much_room_the_floor_leaves():
+    bound = 1000
+    slow = pareto.why_missed(0, bound, P("max-then-drain", 1210, 0, 0), 0, 1)
+    assert "misses it too: 1.21 ×" in slow
+    assert "meets it: 1.05 ×" in pareto.why_missed(0, bound, P("max-then-drain", 1050, 0, 0), 0, 1)
+    assert "leaves 4.7% of room" in pareto.why_missed(1, bound, P("max-then-drain", 1000, 0, 0), 41862, 43922)
+
+
 def test_goal_3_is_out_of_every_policys_reach_when_the_node_seconds_floor_says_so():
     from hta.sim.oracle import NodeSecondsFloor
 
