@@ -1,0 +1,91 @@
+"""List schedules of a workload on a fixed pool of cores, present from t = 0.
+
+References, not policies: they split the distance between a run and the runtime bound
+(:mod:`hta.sim.oracle`) into what the master's dispatch order costs and what scaling
+costs. Work Queue, as Makeflow drives it, hands out waiting tasks first come, first
+served: Makeflow's submit (``batch_job_wq_submit`` in CCTools'
+``batch_job/src/batch_job_work_queue.c``) gives a task its command, files, environment,
+category and resources, never a priority (``work_queue_task_specify_priority``), and
+no autoscaling policy changes that order. So:
+
+- ``fifo``: each ready task in the order it became ready (ties: the workflow's order),
+  as the simulated master and a real one dispatch;
+- ``critical-path``: the ready task with the longest tail first (its runtime plus its
+  longest chain of descendants), the classic list-scheduling priority.
+
+Both start every ready task that fits the free cores, in their order (a task that does
+not fit is passed over, as Work Queue passes it over). The cores are one pool: a task
+never waits for room on one node, no category's first tasks take a whole worker, and
+no node is ever waited for — so a run on the same cluster is slower than ``fifo`` here
+for reasons of scaling, packing and measurement, and ``fifo`` slower than
+``critical-path`` for the order alone. Each task counts its runtime plus the cluster's
+per-task overhead, as the bound does.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Literal
+
+from hta.sim.oracle import _durations
+from hta.sim.workload import Workload, topological_order
+from hta.sim.world import ClusterModel
+
+Order = Literal["fifo", "critical-path"]
+
+
+def list_schedule_s(w: Workload, cores: float, order: Order = "fifo", cluster: ClusterModel | None = None, *,
+                    start_cores: float | None = None, more_at_s: float = 0.0) -> float:
+    """When the last task ends, every task started as soon as its parents have ended and
+    it is first (by ``order``) among the ready tasks that fit the free cores. The pool has
+    ``start_cores`` (default: all) until ``more_at_s``, ``cores`` from then on: the
+    bound's own capacity over time, with ``more_at_s`` the soonest a bought node comes."""
+    tasks = topological_order(w)
+    if any(t.cores > cores + 1e-9 for t in tasks):
+        raise ValueError(f"a task asks for more than the {cores:g} cores there are")
+    dur = _durations(w, cluster)
+    pos = {t.id: i for i, t in enumerate(tasks)}
+    need = {t.id: t.cores for t in tasks}
+    children: dict[str, list[str]] = {}
+    parents_left = {t.id: len(set(t.parents)) for t in tasks}
+    for t in tasks:
+        for p in set(t.parents):
+            children.setdefault(p, []).append(t.id)
+    tail: dict[str, float] = {}
+    for t in reversed(tasks):
+        tail[t.id] = dur[t.id] + max((tail[c] for c in children.get(t.id, ())), default=0.0)
+
+    def key(tid: str, ready_at: float) -> tuple[float, int]:
+        return (ready_at, pos[tid]) if order == "fifo" else (-tail[tid], pos[tid])
+
+    ready = [(*key(t.id, 0.0), t.id) for t in tasks if parents_left[t.id] == 0]
+    heapq.heapify(ready)
+    running: list[tuple[float, str]] = []
+    first = float(cores) if start_cores is None or more_at_s <= 0 else min(float(start_cores), float(cores))
+    free, now, more = first, 0.0, float(cores) - first  # ``more`` cores come at more_at_s
+    while ready or running:
+        passed = []
+        while ready and free > 1e-9:
+            item = heapq.heappop(ready)
+            tid = item[-1]
+            if need[tid] <= free + 1e-9:
+                free -= need[tid]
+                heapq.heappush(running, (now + dur[tid], tid))
+            else:
+                passed.append(item)
+        for item in passed:
+            heapq.heappush(ready, item)
+        if more > 0 and (not running or more_at_s <= running[0][0]):
+            now, free, more = max(now, more_at_s), free + more, 0.0
+            continue
+        now, tid = heapq.heappop(running)
+        done = [tid]
+        while running and running[0][0] <= now:
+            done.append(heapq.heappop(running)[1])
+        for tid in done:
+            free += need[tid]
+            for c in children.get(tid, ()):
+                parents_left[c] -= 1
+                if parents_left[c] == 0:
+                    heapq.heappush(ready, (*key(c, now), c))
+    return now

@@ -1,0 +1,55 @@
+"""List schedules (hta/sim/list_schedule.py): the references that split a run's distance
+from the runtime bound into the master's dispatch order and scaling."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hta.sim.list_schedule import list_schedule_s
+from hta.sim.oracle import oracle_runtime_s
+from hta.sim.workload import SimTask, Workload
+from test_bound import random_cluster, random_workload
+
+
+def test_first_come_first_served_loses_to_the_critical_path_first_where_the_bound_is_reached():
+    # two cores; the two short independent tasks come first in the workflow, the chain a → c after
+    wl = Workload("fifo-trap", [SimTask("b1", "b", 10), SimTask("b2", "b", 10), SimTask("a", "a", 10),
+                                SimTask("c", "c", 10, parents=["a"])])
+    assert list_schedule_s(wl, 2, "fifo") == 30  # b1, b2; then a; then c
+    assert list_schedule_s(wl, 2, "critical-path") == 20  # a, b1; then c, b2
+    from hta.sim.world import ClusterModel
+
+    assert oracle_runtime_s(wl, ClusterModel(max_nodes=1, start_nodes=1, node_cores=2)) == 20
+
+
+def test_a_task_that_does_not_fit_is_passed_over_not_waited_for():
+    wl = Workload("pass", [SimTask("big", "x", 10, cores=2), SimTask("wide", "x", 10, cores=3),
+                           SimTask("small", "x", 10, cores=1)])
+    # 3 cores: big (2) starts, wide (3) does not fit and is passed over, small (1) starts beside big
+    assert list_schedule_s(wl, 3, "fifo") == 20
+    with pytest.raises(ValueError, match="more than the 2 cores"):
+        list_schedule_s(wl, 2)
+
+
+def test_the_cores_that_come_later_come_at_their_time():
+    wl = Workload("later", [SimTask(f"t{i}", "x", 10) for i in range(4)])
+    assert list_schedule_s(wl, 4) == 10
+    assert list_schedule_s(wl, 4, start_cores=1, more_at_s=5) == 15  # one from 0 to 10; three from 5 to 15
+    assert list_schedule_s(wl, 4, start_cores=0, more_at_s=5) == 15  # nothing runs before 5
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_no_list_schedule_beats_the_bound_on_the_bounds_own_capacity(seed):
+    from hta.sim.oracle import min_latency_s
+
+    rng = random.Random(seed)
+    wl, cluster = random_workload(rng), random_cluster(rng)
+    cores = cluster.max_nodes * cluster.node_cores
+    whole = cluster.model_copy(update={"start_nodes": cluster.max_nodes})
+    later = {"start_cores": cluster.start_nodes * cluster.node_cores, "more_at_s": min_latency_s(cluster)}
+    for c, kw in ((whole, {}), (cluster, later)):
+        bound = oracle_runtime_s(wl, c)
+        fifo, cp = (list_schedule_s(wl, cores, o, c, **kw) for o in ("fifo", "critical-path"))
+        assert fifo >= bound - 1e-6 and cp >= bound - 1e-6, (fifo, cp, bound, kw)
