@@ -248,3 +248,16 @@ def test_work_that_cannot_start_before_its_ancestors_end_is_counted_after_them()
     assert oracle_runtime_s(wl, c) == 30
     s = Simulation(wl, make_policy("observe"), c, log=ScalingLogWriter()).run()
     assert s.runtime_s == pytest.approx(30, abs=1.0)
+
+
+def test_tasks_after_the_first_bought_node_come_in_whole_waves():
+    # 13 tasks of 10 s, 3 cores until 10 s, 6 from then on: 3 run before, then 6 and 4 —
+    # a fluid 30 + 100 / 6 would end at 26.7 s; two waves after 10 s end at 30 s, as a run does
+    wl = Workload("waves", [SimTask(f"t{i}", "x", 10) for i in range(13)])
+    cluster = ClusterModel(max_nodes=2, start_nodes=1, node_cores=3, latency_mean_s=10, latency_sd_s=0,
+                           teardown_s=0.0)
+    [ph] = phases(wl, cluster)
+    assert ph.end_in_waves(0, 3, 6, 10) == 30
+    assert oracle_runtime_s(wl, cluster) == 30
+    s = Simulation(wl, make_policy("max-then-drain"), cluster, log=ScalingLogWriter()).run()
+    assert s.runtime_s == pytest.approx(30)

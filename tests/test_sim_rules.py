@@ -211,10 +211,13 @@ def test_wfformat_14_and_defaults(tmp_path: Path):
 
 def test_oracle_bound():
     # 1200 core·s of independent work: 3 cores until the second node can connect (a fixed
-    # 50 s latency), 6 after: 150 core·s by t = 50, the other 1050 take 175 s more
+    # 50 s latency), 6 after: as a fluid, 150 core·s by t = 50 and the other 1050 in 175 s
+    # more (225 s); as whole tasks, 3 start before 50 s and the other 9 after it on 6 cores,
+    # one core running two of them: 50 + 2 × 100 (the first node's cores run one each from
+    # 100 s, the second's two each from 50 s)
     wl = Workload("w", [SimTask(f"t{i}", "a", 100) for i in range(12)])
     c = ClusterModel(max_nodes=2, start_nodes=1, node_cores=3, latency_mean_s=50, latency_sd_s=0)
-    assert oracle_runtime_s(wl, c) == pytest.approx(50 + 1050 / 6)
+    assert oracle_runtime_s(wl, c) == pytest.approx(250)
 
 
 # -- the rivals -----------------------------------------------------------------------------

@@ -25,6 +25,11 @@ No policy, not even the largest cluster present from t = 0, finishes sooner:
   chain of its descendants inside the phase) does, and the phase ends at
   least that tail after the arrival. (A policy cannot choose which tasks the
   starting nodes run; the bound lets them run the best: the K longest tails.)
+- **Whole tasks come in waves.** At most K of a phase's tasks can start before the
+  first bought node can arrive; the rest — at worst its shortest tasks — start after,
+  at most ``cores / min_cores`` at a time, so one slot runs k + 1 of any k × slots + 1
+  of them one after another: the phase lasts that arrival plus k + 1 times the
+  (k × slots + 1)-th longest of them (the last wave of 200 tasks of 130 s on 60 cores).
 - **Work waits for its ancestors.** A task starts no sooner than its *head*
   (the longest chain of its ancestors inside the phase) after the phase
   begins; so the tasks with heads of h or more and *afters* (the longest
@@ -166,6 +171,34 @@ class Phase:
                     best = max(best, _work_done_by(start + h, work, c0, c, until) + after)
         return best
 
+    def end_in_waves(self, start: float, c0: float, c: float, until: float) -> float:
+        """The phase ends no sooner than this (it begins at ``start``; ``c0`` cores until
+        ``until``, ``c`` after), counting the tasks that start after ``until`` in waves.
+
+        At most K of its tasks start before ``until`` (as in :meth:`end_after`, over all its
+        tasks: a slot starts 1 + m, m the most runtimes that fit in a row), so the rest, R,
+        start after it — at worst R is the phase's shortest tasks. At most S = ``c /
+        min_cores`` of them run at once, so they can be laid on S tracks, one task after
+        another on each (tasks as intervals: S colours suffice); then some track runs k + 1
+        of any k·S + 1 of them, and the phase lasts at least ``until`` + (k + 1) × the
+        (k·S + 1)-th longest of R. (With nothing before ``until`` the same holds from
+        ``start``.) Where the work is whole tasks, not a fluid, this is the last wave."""
+        runtimes = sorted(r for _, r in self.by_tail)  # shortest first
+        t0, k_before = start, 0
+        if until != float("inf") and start < until:
+            slots0 = int(c0 / self.min_cores + 1e-9) if self.min_cores > 0 else 0
+            used, fit = 0.0, 0
+            for r in runtimes:
+                if used + r >= until - start:
+                    break
+                used, fit = used + r, fit + 1
+            t0, k_before = until, slots0 * (1 + fit)
+        rest = runtimes[:max(0, len(runtimes) - k_before)][::-1]  # the shortest, longest first
+        slots = int(c / self.min_cores + 1e-9) if self.min_cores > 0 else len(rest)
+        if not rest or slots <= 0:
+            return start
+        return max(t0 + (k + 1) * rest[k * slots] for k in range((len(rest) - 1) // slots + 1))
+
     def end_after(self, start: float, cores: float, until: float) -> float:
         """The phase ends no sooner than this when it begins at ``start`` on ``cores`` cores
         until ``until`` (only the starting nodes work before it).
@@ -263,7 +296,8 @@ def oracle_runtime_s(w: Workload, cluster: ClusterModel) -> float:
     for ph in phases(w, cluster):
         end = max(t + ph.critical_path_s, _work_done_by(t, ph.work_core_s, c0, c, until),
                   ph.end_after(t, c0, until),  # a long-tailed task starts no sooner than ``until``
-                  ph.end_by_chains(t, c0, c, until))  # work that waits for its ancestors
+                  ph.end_by_chains(t, c0, c, until),  # work that waits for its ancestors
+                  ph.end_in_waves(t, c0, c, until))  # whole tasks after the first bought node
         t = end
     return t
 
