@@ -60,7 +60,16 @@ class Tracked:
     #: while its pod cannot start by itself: since when (Unix time) and (kind, reason)
     stuck_since: float | None = None
     stuck: tuple[str, str] | None = None
+    #: its "connected" record, held until the watch has told us when its pod ran (the worker
+    #: can connect within the watch's lag of its pod running), and until when (Unix time)
+    unannounced: WorkerRecord | None = None
+    announce_by: float = 0.0
 
+
+#: how long a connected worker's record waits for the watch to say when its pod ran: a
+#: kubelet reports Running about a second after the container starts, and the watch adds
+#: its own lag (median 0.5 s, p90 0.9 s at 1,000 pods: bench/k8s_scale.py)
+PHASES_WAIT_S = 10.0
 
 #: the resource metrics API, as the HPA controller reads it
 METRICS_GROUP, METRICS_VERSION = "metrics.k8s.io", "v1beta1"
@@ -137,6 +146,7 @@ class KubernetesBackend:
         stuck_after_s: float | None = None,
         force_delete_after_s: float = FORCE_DELETE_AFTER_S,
         api_budget_s: float = STEP_BUDGET_S,
+        phases_wait_s: float = PHASES_WAIT_S,
     ):
         self.run_id = run_id
         self.epoch = epoch
@@ -164,6 +174,7 @@ class KubernetesBackend:
                                                                                  self.start_timeout_s / 4)
         self.force_delete_after_s = force_delete_after_s
         self.api_budget_s = api_budget_s
+        self.phases_wait_s = phases_wait_s
         #: set when no worker can ever start: one line naming the cause and the fix (ends the run)
         self.fatal: str | None = None
         #: pods in a row that ended before their worker connected
@@ -351,11 +362,6 @@ class KubernetesBackend:
         self._adopt(pods)
         by_host = {w.hostname: w for w in snap.workers}
         listed = {w.address for w in snap.workers}
-        late = [tr.name for tr in self._tracked.values()
-                if tr.state == "pending" and not tr.adopted and tr.name in by_host
-                and (tr.name not in pods or pods[tr.name].running_at is None)]
-        if late:  # connected before the watch told us it runs: its phases come from one read of it
-            pods.update(await self._read_pods(late))
         running: dict[str, dict[int, tuple[float, float]]] = {}
         for t in snapshot_running(snap):  # not every task: a master may hold 100k waiting ones
             if t.worker in listed:
@@ -369,10 +375,13 @@ class KubernetesBackend:
                     self.start_failures = 0
                     if tr.shape == Resources() or not tr.shape.disk_mb:
                         tr.shape = Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb)
-                    self._events.append(WorkerRecord(
+                    tr.unannounced = WorkerRecord(
                         t=round(now, 3), worker=tr.name, event="connected", cores=w.cores,
-                        latency_s=None if tr.adopted else round(now - tr.requested_at, 3),
-                        phases={} if tr.adopted else self._phases(tr, st, now)))
+                        latency_s=None if tr.adopted else round(now - tr.requested_at, 3))
+                    tr.announce_by = time.time() + self.phases_wait_s
+            if tr.unannounced is not None and (tr.adopted or (st is not None and st.running_at is not None)
+                                               or time.time() >= tr.announce_by):
+                self._announce(tr, st)
             if tr.state == "connected":
                 if tr.address in listed:
                     tr.missing_since = None
@@ -415,23 +424,8 @@ class KubernetesBackend:
         self._check_blocked()
         return self._flush()
 
-    async def _read_pods(self, names: list[str]) -> dict[str, PodState]:
-        """Each named pod as the API server has it now (a worker can connect within the informer's
-        lag, ~0.5 s median, of its pod running); those that cannot be read are left out."""
-        out: dict[str, PodState] = {}
-        if self.informer is None or self.api is None:
-            return out
-        for name in names:
-            try:
-                pod = await acall(self.api.read_namespaced_pod, name, self.namespace, budget_s=self.api_budget_s,
-                                  counter=self.counter, what=f"read pod {name}")
-            except K8sError as exc:
-                log.debug("could not read pod %s for its phases: %s", name, exc)
-                continue
-            out[name] = self.informer.observe(pod)
-        return out
-
     def _gone(self, tr: Tracked, now: float, at: float, event: str, why: str) -> None:
+        self._announce(tr)
         tr.state = "gone"
         lost = len(tr.tasks)  # a connected worker's last known tasks: the master runs them again
         core_s = sum(max(0.0, at - started) * cores for started, cores in tr.tasks.values()) if lost else 0.0
@@ -465,11 +459,27 @@ class KubernetesBackend:
             self.fatal = self._fatal_line(*youngest.stuck)
             log.info("%s", self.fatal)  # the run ends with this line
 
+    def _announce(self, tr: Tracked, st: PodState | None = None) -> None:
+        """Emit ``tr``'s held "connected" record, if any, with the phases known by now (``st``:
+        its pod's state, read from the informer if not given)."""
+        rec, tr.unannounced = tr.unannounced, None
+        if rec is None:
+            return
+        if st is None and self.informer is not None:
+            st = self.informer.snapshot().get(tr.name)
+        if not tr.adopted and tr.connected_at is not None:
+            rec.phases = self._phases(tr, st, tr.connected_at)
+        self._events.append(rec)
+
     def _phases(self, tr: Tracked, st: PodState | None, now: float) -> dict[str, float]:
+        """The phases of ``tr``'s latency, its worker having connected at ``now``: its pod
+        ran by then, whatever time the watch saw it at (it can see it up to a second late)."""
         if st is None:
             return {}
-        sched = self._rel(st.scheduled_at)
         run = self._rel(st.running_at)
+        run = None if run is None else min(run, now)
+        sched = self._rel(st.scheduled_at)
+        sched = None if sched is None else min(sched, run if run is not None else now)
         out = {}
         if sched is not None:
             out["node"] = round(max(0.0, sched - tr.requested_at), 3)
@@ -534,6 +544,7 @@ class KubernetesBackend:
             await self._delete_all(picked)
         finally:
             for tr in picked:
+                self._announce(tr)
                 if tr.state == "deleting":
                     self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event="drained",
                                                      cores=tr.shape.cores))
@@ -547,6 +558,7 @@ class KubernetesBackend:
             await self._delete_all(picked)
         finally:
             for tr in picked:
+                self._announce(tr)
                 if tr.state == "deleting":
                     self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event="removed",
                                                      cores=tr.shape.cores, tasks_lost=running.get(tr.address or "", 0)))
@@ -567,7 +579,9 @@ class KubernetesBackend:
         finally:
             if self.informer:
                 self.informer.stop()
+            pods = self.informer.snapshot() if self.informer else {}
             for tr in self._tracked.values():
+                self._announce(tr, pods.get(tr.name))
                 if tr.state != "gone":
                     self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event="stopped",
                                                      cores=tr.shape.cores))

@@ -106,23 +106,14 @@ class PodInformer:
         with self.lock:
             return {k: PodState(**{f: getattr(v, f) for f in v.__dataclass_fields__}) for k, v in self.pods.items()}
 
-    def observe(self, pod: client.V1Pod) -> PodState:
-        """Take a pod read outside the watch (one GET) and return its state as now known: for a
-        pod whose worker connected before the watch delivered its Running event."""
-        self._apply("READ", pod, time.time(), late=True)
-        with self.lock:
-            st = self.pods[pod.metadata.name]
-            return PodState(**{f: getattr(st, f) for f in st.__dataclass_fields__})
-
     @staticmethod
-    def _when(now: float, api_time: float | None, late: bool = False) -> float:
-        """``now``, unless the pod's status says it happened clearly earlier (seen late), or
-        the pod was read ``late`` (after the fact): then its status's time, if it has one."""
-        if api_time is not None and (late or api_time < now - LATE_S):
+    def _when(now: float, api_time: float | None) -> float:
+        """``now``, unless the pod's status says it happened clearly earlier (seen late)."""
+        if api_time is not None and api_time < now - LATE_S:
             return api_time
         return now
 
-    def _apply(self, kind: str, pod: client.V1Pod, now: float, late: bool = False) -> None:
+    def _apply(self, kind: str, pod: client.V1Pod, now: float) -> None:
         name = pod.metadata.name
         with self.lock:
             st = self.pods.get(name)
@@ -142,13 +133,13 @@ class PodInformer:
             if pod.spec.node_name and st.node is None:
                 st.node = pod.spec.node_name
                 api_t = _ts(sched.last_transition_time) if sched is not None and sched.status == "True" else None
-                st.scheduled_at = self._when(now, api_t, late)
+                st.scheduled_at = self._when(now, api_t)
             if pod.spec.node_name:
                 st.unschedulable = None
             elif sched is not None and sched.status == "False" and sched.reason == "Unschedulable":
                 st.unschedulable = sched.message or "unschedulable"
                 if st.unschedulable_at is None:
-                    st.unschedulable_at = self._when(now, _ts(sched.last_transition_time), late)
+                    st.unschedulable_at = self._when(now, _ts(sched.last_transition_time))
             st.waiting_reason, st.waiting_message = None, ""
             started: float | None = None
             for cs in (status.init_container_statuses or []) + (status.container_statuses or []):
@@ -165,7 +156,7 @@ class PodInformer:
                                      + (f": {t.message.strip()}" if t.message and t.message.strip() else ""))
                     started = started or _ts(t.started_at)
             if st.phase in ("Running", "Succeeded", "Failed") and st.running_at is None and st.node is not None:
-                st.running_at = self._when(now, started, late)
+                st.running_at = self._when(now, started)
                 if st.scheduled_at is not None and st.running_at < st.scheduled_at:
                     st.running_at = st.scheduled_at
             if kind == "DELETED":
