@@ -261,3 +261,54 @@ def test_tasks_after_the_first_bought_node_come_in_whole_waves():
     assert oracle_runtime_s(wl, cluster) == 30
     s = Simulation(wl, make_policy("max-then-drain"), cluster, log=ScalingLogWriter()).run()
     assert s.runtime_s == pytest.approx(30)
+
+
+def test_tasks_that_take_no_core_are_not_counted_in_waves():
+    # (a reviewer's case) 4 tasks of 10 s and 0 cores run at once, all on the starting node
+    wl = Workload("free", [SimTask(f"t{i}", "x", 10, cores=0) for i in range(4)])
+    cluster = ClusterModel(max_nodes=2, start_nodes=1, latency_mean_s=50, latency_sd_s=0, teardown_s=0.0)
+    assert oracle_runtime_s(wl, cluster) == 10
+
+
+def wave_case(rng: random.Random) -> tuple[Workload, ClusterModel]:
+    """Where whole waves bind: alike tasks, a few more than a whole number of waves of the
+    largest cluster's slots, sometimes after a split task; starting nodes with and without
+    workers, overheads per category."""
+    most = rng.randint(1, 5)
+    start = rng.randint(0, most)
+    cluster = ClusterModel(max_nodes=most, start_nodes=start, start_workers=rng.choice([None, None, rng.randint(0, start)]),
+                           node_cores=3.0, latency_mean_s=rng.choice([5.0, 20.0, 30.0, 60.0]),
+                           latency_sd_s=rng.choice([0.0, 2.0]), pull_s=rng.choice([0.0, 3.0]),
+                           pod_start_s=rng.choice([0.0, 2.0]), task_overhead_s=rng.choice([0.0, 0.5]),
+                           task_overhead_by_category_s=rng.choice([{}, {"a": 2.0}]), teardown_s=0.0, horizon_s=20000.0)
+    cores = rng.choice([1, 1, 1, 2])
+    slots = max(1, int(most * 3 // cores))
+    n = slots * rng.randint(1, 4) + rng.randint(1, 3) + rng.randint(0, 6)
+    base = rng.uniform(5, 80)
+    split = rng.random() < 0.3
+    tasks = [SimTask("split", "s", round(rng.uniform(0, 30), 2))] if split else []
+    for i in range(n):
+        rt = (round(base * rng.uniform(0.85, 1.15), 2) if rng.random() < 0.9
+              else rng.choice([0.0, round(base * rng.uniform(0.1, 2), 2)]))
+        tasks.append(SimTask(f"t{i}", rng.choice(["a", "b"]), rt, cores=cores if rng.random() < 0.9 else rng.choice([1, 2, 3]),
+                             memory_mb=rng.choice([100, 512, 4000, 9000]), parents=["split"] if split else []))
+    return Workload("waves", tasks, declared=rng.random() < 0.4), cluster
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_no_policy_beats_the_bound_where_whole_waves_bind(seed):
+    rng = random.Random(seed)
+    wl, cluster = wave_case(rng)
+    policy = POLICIES[seed % len(POLICIES)]
+    if policy == "observe":
+        cluster = cluster.model_copy(update={"start_nodes": cluster.max_nodes, "start_workers": None})
+    bound = oracle_runtime_s(wl, cluster)
+    s = Simulation(wl, make_policy(policy), cluster, seed=seed, log=ScalingLogWriter()).run()
+    assert s.exit_code == 0, (policy, cluster)
+    assert s.runtime_s >= bound - 1e-6, (policy, cluster, s.runtime_s, bound)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(150, 1500))
+def test_no_policy_beats_the_bound_where_whole_waves_bind_many(seed):
+    test_no_policy_beats_the_bound_where_whole_waves_bind(seed)

@@ -183,10 +183,12 @@ class Phase:
         of any k·S + 1 of them, and the phase lasts at least ``until`` + (k + 1) × the
         (k·S + 1)-th longest of R. (With nothing before ``until`` the same holds from
         ``start``.) Where the work is whole tasks, not a fluid, this is the last wave."""
+        if self.min_cores <= 0:  # tasks that take no core: no limit on how many run at once
+            return start
         runtimes = sorted(r for _, r in self.by_tail)  # shortest first
         t0, k_before = start, 0
         if until != float("inf") and start < until:
-            slots0 = int(c0 / self.min_cores + 1e-9) if self.min_cores > 0 else 0
+            slots0 = int(c0 / self.min_cores + 1e-9)
             used, fit = 0.0, 0
             for r in runtimes:
                 if used + r >= until - start:
@@ -194,7 +196,7 @@ class Phase:
                 used, fit = used + r, fit + 1
             t0, k_before = until, slots0 * (1 + fit)
         rest = runtimes[:max(0, len(runtimes) - k_before)][::-1]  # the shortest, longest first
-        slots = int(c / self.min_cores + 1e-9) if self.min_cores > 0 else len(rest)
+        slots = int(c / self.min_cores + 1e-9)
         if not rest or slots <= 0:
             return start
         return max(t0 + (k + 1) * rest[k * slots] for k in range((len(rest) - 1) // slots + 1))
