@@ -1,12 +1,11 @@
-"""List schedules of a workload on a fixed pool of cores, present from t = 0.
+"""List schedules of a workload on one pool of cores (optionally fewer until a time).
 
-References, not policies: they split the distance between a run and the runtime bound
-(:mod:`hta.sim.oracle`) into what the master's dispatch order costs and what scaling
-costs. Work Queue, as Makeflow drives it, hands out waiting tasks first come, first
-served: Makeflow's submit (``batch_job_wq_submit`` in CCTools'
-``batch_job/src/batch_job_work_queue.c``) gives a task its command, files, environment,
-category and resources, never a priority (``work_queue_task_specify_priority``), and
-no autoscaling policy changes that order. So:
+References, not policies: how much of a run's distance from the runtime bound
+(:mod:`hta.sim.oracle`) the master's dispatch order alone accounts for. Work Queue, as
+Makeflow drives it, hands out waiting tasks first come, first served: Makeflow's submit
+(``batch_job_wq_submit`` in CCTools' ``batch_job/src/batch_job_work_queue.c``) gives a
+task its command, files, environment, category and resources, never a priority
+(``work_queue_task_specify_priority``), and no autoscaling policy changes that order. So:
 
 - ``fifo``: each ready task in the order it became ready (ties: the workflow's order),
   as the simulated master and a real one dispatch;
@@ -16,10 +15,11 @@ no autoscaling policy changes that order. So:
 Both start every ready task that fits the free cores, in their order (a task that does
 not fit is passed over, as Work Queue passes it over). The cores are one pool: a task
 never waits for room on one node, no category's first tasks take a whole worker, and
-no node is ever waited for — so a run on the same cluster is slower than ``fifo`` here
-for reasons of scaling, packing and measurement, and ``fifo`` slower than
-``critical-path`` for the order alone. Each task counts its runtime plus the cluster's
-per-task overhead, as the bound does.
+the cores come exactly when the bound lets them. Neither is a bound nor an optimum:
+list schedules are not monotone (critical path first is the slower of the two on about
+3 % of small random DAGs, and a simulated run can beat ``fifo`` here), so read them as
+figures beside a run, not as parts of its time. Each task counts its runtime plus the
+cluster's per-task overhead, as the bound does.
 """
 
 from __future__ import annotations
