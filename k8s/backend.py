@@ -473,13 +473,16 @@ class KubernetesBackend:
 
     def _phases(self, tr: Tracked, st: PodState | None, now: float) -> dict[str, float]:
         """The phases of ``tr``'s latency, its worker having connected at ``now``: its pod
-        ran by then, whatever time the watch saw it at (it can see it up to a second late)."""
+        ran by then, whatever time the watch saw it at (it can see it up to a second late);
+        node + start + connect add up to the latency."""
         if st is None:
             return {}
+        # requested ≤ scheduled ≤ running ≤ connected, whatever the clocks say: times the watch
+        # saw late come from the pod's status, in whole seconds, and may read a little early
         run = self._rel(st.running_at)
-        run = None if run is None else min(run, now)
+        run = None if run is None else min(max(run, tr.requested_at), now)
         sched = self._rel(st.scheduled_at)
-        sched = None if sched is None else min(sched, run if run is not None else now)
+        sched = None if sched is None else min(max(sched, tr.requested_at), run if run is not None else now)
         out = {}
         if sched is not None:
             out["node"] = round(max(0.0, sched - tr.requested_at), 3)

@@ -185,3 +185,20 @@ def test_stop_all_with_the_api_server_gone_is_one_line_not_an_exception(caplog):
     assert time.monotonic() - t0 < 30
     assert any("kubectl delete pods" in r.getMessage() and "hta.io/run=unit" in r.getMessage()
                for r in caplog.records)
+
+
+def test_phases_add_up_to_the_latency_whatever_the_clocks_say():
+    """Times the watch saw late come from the pod's status in whole seconds (so a little
+    early), and a watch that saw Running late reads it after the worker connected: the
+    phases are kept in order (requested ≤ scheduled ≤ running ≤ connected) and add up."""
+    from k8s.backend import KubernetesBackend, Tracked
+    from k8s.informer import PodState
+
+    b = KubernetesBackend(run_id="u", epoch=1000.0)
+    tr = Tracked("hta-u-1", Resources(cores=1), requested_at=10.9)
+    truncated = PodState(name="hta-u-1", uid="x", scheduled_at=1010.0, running_at=1011.0)  # 10.95 and 11.75
+    phases = b._phases(tr, truncated, now=11.86)
+    assert phases["node"] == 0 and phases["start"] + phases["connect"] == pytest.approx(11.86 - 10.9)
+    seen_late = PodState(name="hta-u-1", uid="x", scheduled_at=1011.0, running_at=1013.0)  # Running seen at 13 s
+    phases = b._phases(tr, seen_late, now=12.0)
+    assert phases["connect"] == 0 and phases["node"] + phases["start"] == pytest.approx(12.0 - 10.9)
