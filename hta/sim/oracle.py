@@ -150,6 +150,11 @@ class Phase:
     #: phase begins), ``after`` the longest chain of its descendants (they run after it ends)
     chains: list[tuple[float, float, float]] = field(default_factory=list)
 
+    def slots(self, cores: float) -> int:
+        """How many of its tasks ``cores`` cores run at once, at most (each asks ``min_cores``
+        or more; tasks that take no core: all of them)."""
+        return int(cores / self.min_cores + 1e-9) if self.min_cores > 0 else self.tasks
+
     def end_by_chains(self, start: float, c0: float, c: float, until: float) -> float:
         """The phase ends no sooner than this (it begins at ``start``; ``c0`` cores until
         ``until``, ``c`` after): for a head h and an after a, the tasks whose heads are h or
@@ -188,15 +193,14 @@ class Phase:
         runtimes = sorted(r for _, r in self.by_tail)  # shortest first
         t0, k_before = start, 0
         if until != float("inf") and start < until:
-            slots0 = int(c0 / self.min_cores + 1e-9)
             used, fit = 0.0, 0
             for r in runtimes:
                 if used + r >= until - start:
                     break
                 used, fit = used + r, fit + 1
-            t0, k_before = until, slots0 * (1 + fit)
+            t0, k_before = until, self.slots(c0) * (1 + fit)
         rest = runtimes[:max(0, len(runtimes) - k_before)][::-1]  # the shortest, longest first
-        slots = int(c / self.min_cores + 1e-9)
+        slots = self.slots(c)
         if not rest or slots <= 0:
             return start
         return max(t0 + (k + 1) * rest[k * slots] for k in range((len(rest) - 1) // slots + 1))
@@ -214,7 +218,7 @@ class Phase:
         (m for each X: the shortest runtimes that fit, kept in a max-heap.)"""
         if until == float("inf") or start >= until:
             return start
-        slots = int(cores / self.min_cores + 1e-9) if self.min_cores > 0 else self.tasks
+        slots = self.slots(cores)
         budget = until - start
         fit: list[float] = []  # negated runtimes that fit in a row within the budget
         used = 0.0
