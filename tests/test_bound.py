@@ -183,6 +183,21 @@ def test_the_mean_floor_lets_one_run_be_slower_than_another():
     assert least_mean_runtime_s([a, b], 649) == math.inf and least_mean_runtime_s([a, b], 1e9) == 230
 
 
+def test_a_floor_scaled_to_another_length_is_the_same_floor_in_its_units():
+    # bench/pareto.py weighs seeds alike by scaling each to the median bound: every time and
+    # node·s × k, so scaled(k).at(k × T) = k × at(T) wherever at(T) is defined
+    f = NodeSecondsFloor(busy_node_s=300, work_node_s=250, start_nodes=1, latency_s=140.6, runtime_bound_s=160)
+    for k in (0.1, 0.5, 3.0, 27.6):
+        g = f.scaled(k)
+        for t in (159, 160, 200, 250, 1000, math.inf):
+            assert g.at(k * t) == pytest.approx(k * f.at(t)), (k, t)
+        assert g.runtime_bound_s == k * 160 and g.start_nodes == 1
+    # two seeds alike but one ten times as long: scaled to a common length they are one floor
+    long = NodeSecondsFloor(busy_node_s=3000, work_node_s=2500, start_nodes=1, latency_s=1406, runtime_bound_s=1600)
+    assert long.scaled(0.1).at(200) == pytest.approx(f.at(200))
+    assert mean_node_seconds_floor([f, long.scaled(0.1)], 200) == pytest.approx(f.at(200))
+
+
 def test_a_cycle_is_refused_in_one_line_naming_its_tasks():
     data = {"name": "loop", "workflow": {"tasks": [
         {"id": "x", "runtime": 1, "parents": []},

@@ -35,6 +35,23 @@ def test_undominated_lists_rivals_no_hta_setting_beats_and_leaves_unfinished_one
     assert pareto.losses(htas[1], free[1]) == ["runtime 900 > 1.02 × 800 = 816 s"]
 
 
+def test_every_seed_weighs_the_same_however_long_its_workflow():
+    # Montage seed 2 draws one 44,657 s task: its bound is ten times the others'. A plain mean
+    # of seconds is that seed's; scaled to the median bound, each seed counts as much
+    bounds = [4000, 5000, 46000, 2500, 2600]
+    scales = pareto.seed_scales(bounds)
+    assert [b * k for b, k in zip(bounds, scales)] == pytest.approx([4000] * 5)
+    hta = [{"runtime_s": b * r, "waste_core_s": 0, "node_s": 10 * b * r, "waste_after_core_s": 0,
+            "shortage_core_s": 0, "finished": True} for b, r in zip(bounds, (1.4, 1.3, 1.05, 1.7, 1.7))]
+    plain, weighed = pareto.mean_point("hta", hta), pareto.mean_point("hta", hta, scales)
+    assert plain.runtime_s / (sum(bounds) / 5) < 1.15  # the long seed's 1.05 × hides the rest
+    assert weighed.runtime_s / 4000 == pytest.approx((1.4 + 1.3 + 1.05 + 1.7 + 1.7) / 5)  # 1.43 ×
+    assert weighed.node_s == pytest.approx(10 * weighed.runtime_s)
+    assert pareto.seed_scales([600, 600]) == [1.0, 1.0]
+    with pytest.raises(ValueError):
+        pareto.mean_point("hta", hta, scales[:2])  # one scale a run
+
+
 def test_goals_against_the_bound_and_max_then_drain():
     mtd = P("max-then-drain", 1000, 1000, 10000)
     met = pareto.goals(P("hta", 1020, 100, 7500), bound_s=1000, mtd=mtd)

@@ -336,6 +336,14 @@ class NodeSecondsFloor:
             return math.inf
         return self.busy_node_s + self.latency_s * need / (deadline_s - self.latency_s)
 
+    def scaled(self, k: float) -> "NodeSecondsFloor":
+        """The same floor in units k times as large (every time and node·s × k):
+        ``scaled(k).at(k × T) == k × at(T)``. A mean over runs of unequal length weighs each
+        run alike when each is scaled to a common length first (``bench/pareto.py``)."""
+        return NodeSecondsFloor(busy_node_s=k * self.busy_node_s, work_node_s=k * self.work_node_s,
+                                start_nodes=self.start_nodes, latency_s=k * self.latency_s,
+                                runtime_bound_s=k * self.runtime_bound_s)
+
     def _cheapest_past(self) -> float:
         """The deadline from which :meth:`at` is the work alone (no node need be bought)."""
         if self.work_node_s <= 0:
