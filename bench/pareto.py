@@ -13,8 +13,9 @@ For each workload × cluster it runs, over seeds, every setting a user would try
   to what the waiting tasks measured, a third of a node for a never-measured task),
 
 and prints one table (mean over seeds: runtime, waste during the run and after its end,
-node-seconds, shortage; each seed's figures scaled by the median bound over its own bound,
-so that every seed weighs the same, ``seed_scales``) with the references: the lower bound (``hta.sim.oracle``), the
+node-seconds, shortage; each seed's times scaled by the median critical path over its own
+and its costs by the median work over its own, so that every seed weighs alike,
+``SeedScale``) with the references: the lower bound (``hta.sim.oracle``), the
 maximum cluster from t = 0 and the best fixed size in hindsight (the static size, present
 from t = 0, with the fewest node-seconds among those within 10 % of the maximum cluster's
 runtime), and the node-seconds floor (``hta.sim.oracle.mean_node_seconds_floor``: the
@@ -65,8 +66,8 @@ sys.path.insert(0, str(ROOT))
 from hta.policies import make_policy  # noqa: E402
 from hta.sim.compare import CUTOFF_FACTOR  # noqa: E402
 from hta.sim.list_schedule import list_schedule_s  # noqa: E402
-from hta.sim.oracle import (least_mean_runtime_s, mean_node_seconds_floor, min_latency_s, node_seconds_floor,  # noqa: E402
-                            oracle_runtime_s)
+from hta.sim.oracle import (critical_path_s, least_mean_runtime_s, mean_node_seconds_floor,  # noqa: E402
+                            min_latency_s, node_seconds_floor, oracle_runtime_s)
 from hta.sim.run import Simulation  # noqa: E402
 from hta.sim.workload import Workload, load_workload  # noqa: E402
 from hta.sim.world import ClusterModel  # noqa: E402
@@ -241,23 +242,54 @@ class Store:
         return self.runs[key]
 
 
-FIGURES = ("runtime_s", "waste_core_s", "node_s", "waste_after_core_s", "shortage_core_s")
+#: what a table or front of scaled means says of its figures
+SCALED = ", each seed's times × median critical path / its own, costs × median work / its own"
 
 
-def seed_scales(bounds: list[float]) -> list[float]:
-    """Each seed's figures × the median bound / its own bound: every seed weighs the same in
-    a mean, read in the units of a typical seed. WfCommons draws runtimes from wide distributions, so one instance can be ten times
-    the others (Montage seed 2: one 44,657 s mBgModel task, a 46,294 s bound against
-    2,554–5,227 s); a plain mean of seconds would be that one instance's figures."""
-    typical = statistics.median(bounds)
-    return [typical / b if b > 0 else 1.0 for b in bounds]
+def seed_size(w: Workload) -> tuple[float, float]:
+    """How long and how large a seed's workflow is, whatever the cluster: its critical path
+    (s; no cluster runs it sooner) and its work (core·s; no cluster pays less)."""
+    return critical_path_s(w), sum(t.runtime_s * t.cores for t in w.tasks)
 
 
-def mean_point(label: str, runs: list[dict], scales: list[float] | None = None) -> Point:
-    """The mean over seeds of each figure, seed i's scaled by ``scales[i]`` (:func:`seed_scales`)."""
-    w = scales or [1.0] * len(runs)
-    m = lambda k: statistics.fmean(r[k] * x for r, x in zip(runs, w, strict=True))  # noqa: E731
-    return Point(label, m("runtime_s"), m("waste_core_s"), m("node_s"), m("waste_after_core_s"),
+@dataclass(frozen=True)
+class SeedScale:
+    """What a seed's figures are multiplied by before the mean over seeds: times (runtime)
+    by the median critical path over its own, costs (node·s, waste, shortage) by the median
+    work over its own. Every seed then weighs alike, read as a seed of median length and
+    size, and a workload's rows on both clusters are in the same units. WfCommons draws
+    runtimes from wide distributions: Montage seed 2 drew one 44,657 s task, a critical
+    path of 46,154 s against 1,539–5,086 s for the other four, and a plain mean of seconds
+    was that one seed's."""
+
+    time: float = 1.0
+    cost: float = 1.0
+
+
+def seed_scales(sizes: list[tuple[float, float]]) -> list[SeedScale]:
+    """One :class:`SeedScale` a seed, from each seed's :func:`seed_size`."""
+    if any(not (length > 0 and work > 0) for length, work in sizes):
+        raise ValueError("a seed's workflow has no critical path or no work: nothing to scale it by")
+    length = statistics.median(n for n, _ in sizes)
+    work = statistics.median(w for _, w in sizes)
+    return [SeedScale(length / n, work / w) for n, w in sizes]
+
+
+def scale_references(scales: list[SeedScale], bounds: list[float], floors: list, *lists: list[float]) -> tuple:
+    """The case's references in the seeds' common units: the mean scaled bound, the floors
+    scaled (:meth:`~hta.sim.oracle.NodeSecondsFloor.scaled`), and each list of per-seed
+    times (the list schedules) scaled."""
+    bound = statistics.fmean(b * k.time for b, k in zip(bounds, scales, strict=True))
+    floors = [f.scaled(k.time, k.cost) for f, k in zip(floors, scales, strict=True)]
+    return (bound, floors, *([t * k.time for t, k in zip(ts, scales, strict=True)] for ts in lists))
+
+
+def mean_point(label: str, runs: list[dict], scales: list[SeedScale] | None = None) -> Point:
+    """The mean over seeds of each figure, seed i's scaled by ``scales[i]`` (:class:`SeedScale`)."""
+    w = [SeedScale()] * len(runs) if scales is None else scales
+    def m(key: str, costs: bool = True) -> float:
+        return statistics.fmean(r[key] * (x.cost if costs else x.time) for r, x in zip(runs, w, strict=True))
+    return Point(label, m("runtime_s", costs=False), m("waste_core_s"), m("node_s"), m("waste_after_core_s"),
                  m("shortage_core_s"), sum(1 for r in runs if not r["finished"]))
 
 
@@ -325,9 +357,10 @@ def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dic
                     color="dimgrey", ha="right", rotation=90)
         ax.set_xlim(min(x0, min(xs) / 1.1), x1)
         ax.set_ylim(y0, y1)
-    ax.set_xlabel("node·s paid (mean over seeds, log scale)")
-    ax.set_ylabel("runtime s (mean over seeds, log scale)")
-    ax.set_title(title.replace(", each seed", ",\neach seed") + " — circled red: not dominated by any HTA setting",
+    scaled = SCALED in title  # (the means are of scaled figures: say so on both axes)
+    ax.set_xlabel(f"node·s paid (mean over seeds{', scaled' if scaled else ''}, log scale)")
+    ax.set_ylabel(f"runtime s (mean over seeds{', scaled' if scaled else ''}, log scale)")
+    ax.set_title(title.replace(", each seed", ",\neach seed") + "\ncircled red: not dominated by any HTA setting",
                  fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -350,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"shown beside the presets, not counted in the goals)")
     args = ap.parse_args(argv)
     seeds = 1 if args.quick and args.seeds == 5 else args.seeds
+    if seeds < 1:
+        ap.error(f"--seeds {seeds}: at least 1 seed, e.g. --seeds 5")
     names = args.workloads.split(",") if args.workloads else (QUICK_WORKLOADS if args.quick else WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS] + [c for c in args.clusters.split(",") if c not in CLUSTERS]
     if unknown:
@@ -367,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     summary: list[str] = []
     table: list[str] = []
     started = time.perf_counter()
+    scaled_any = False  # some seed's figures were scaled (a case with seeds of unequal size)
     for name in names:
         for cname in args.clusters.split(","):
             cap = CLUSTERS[cname]
@@ -374,12 +410,13 @@ def main(argv: list[str] | None = None) -> int:
             settings = {**HTA_SETTINGS, **(SWEEP if args.sweep else {}), **rivals(cap)}
             per: dict[str, list[dict]] = {k: [] for k in settings}
             fixed: dict[int, list[dict]] = {k: [] for k in FIXED_SIZES[cap]}
-            bounds, floors, fifos, cps = [], [], [], []
+            bounds, floors, fifos, cps, sizes = [], [], [], [], []
             latency = min_latency_s(cluster)
             for seed in range(seeds):
                 wl = workload(name, seed, args.tasks, args.out / "workloads")
                 bound = oracle_runtime_s(wl, cluster)
                 bounds.append(bound)
+                sizes.append(seed_size(wl))
                 floors.append(node_seconds_floor(wl, cluster))
                 for got, order in ((fifos, "fifo"), (cps, "critical-path")):  # on the bound's own capacity
                     got.append(list_schedule_s(wl, cap * cluster.node_cores, order, cluster, more_at_s=latency,
@@ -391,11 +428,9 @@ def main(argv: list[str] | None = None) -> int:
                     c = ClusterModel(max_nodes=k, start_nodes=k)
                     fixed[k].append(store.get((name, cname, f"fixed-{k}", seed),
                                               lambda: run_one(name, wl, "static", c, seed, bound)))
-            scales = seed_scales(bounds)  # each seed weighs the same: its figures × median bound / its bound
-            bound = statistics.fmean(b * k for b, k in zip(bounds, scales))
-            floors = [f.scaled(k) for f, k in zip(floors, scales)]
-            fifos = [t * k for t, k in zip(fifos, scales)]
-            cps = [t * k for t, k in zip(cps, scales)]
+            scales = seed_scales(sizes)  # every seed weighs alike, in the same units on both clusters
+            scaled_any |= any(k != SeedScale() for k in scales)
+            bound, floors, fifos, cps = scale_references(scales, bounds, floors, fifos, cps)
             per_seed = [r["runtime_s"] / b for r, b in zip(per["hta"], bounds)]
             points = {label: mean_point(label, runs, scales) for label, runs in per.items()}
             htas = [points[k] for k in HTA_SETTINGS]
@@ -408,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
             free = undominated(rivs, htas)
             still = [r for r in free if not any(dominates(t, r) for t in tuned)] if tuned else free
             title = f"{name}, {cname} ({cap} nodes), mean of {seeds} seed(s)" + (
-                ", each seed's figures × median bound / its bound" if max(scales) > 1 + 1e-9 else "")
+                SCALED if any(k != SeedScale() for k in scales) else "")
             print(f"\n{title}")
             print(HEADER)
             print(f"    {'lower bound':34} {bound:9,.0f}")
@@ -470,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{points['hta'].runtime_s / biggest.runtime_s:.2f} × it; max-then-drain, every node asked for "
                   f"at once, runs in {mtd.runtime_s / bound:.2f} × the bound (HTA default {hta.runtime_s / mtd.runtime_s:.3f} × it)")
             print(f"  reference, not a goal: on the bound's own capacity as one pool of cores (the starting node's, "
-                  f"all {cap}'s from {latency:,.0f} s, the soonest a bought node comes; no packing, no first wave "
+                  f"all {cap}'s from the soonest a bought node comes, {latency:,.0f} s on each seed's own clock; no "
+                  f"packing, no first wave "
                   f"on whole workers), Work Queue's first-come-first-served order takes "
                   f"{statistics.fmean(fifos):,.0f} s = {statistics.fmean(fifos) / bound:.2f} × the bound, the "
                   f"critical path first {statistics.fmean(cps):,.0f} s = {statistics.fmean(cps) / bound:.2f} × "
@@ -505,8 +541,8 @@ def main(argv: list[str] | None = None) -> int:
                 + " | hta / bound ≤ 1.10 (hta / max cluster from t=0) "
                 + "| hta node·s saved vs max-then-drain at ≤ 1.02× its runtime |")
         args.markdown.write_text(f"Each cell: runtime / node·s / waste (core·s, during + after the run), mean of "
-                                 f"{seeds} seed(s), each seed's figures × median bound / its bound (every seed "
-                                 f"weighs the same).\n\n{head}\n|" + "---|" * (head.count("|") - 1) + "\n"
+                                 f"{seeds} seed(s)" + (SCALED + " (every seed weighs alike)" if scaled_any else "")
+                                 + f".\n\n{head}\n|" + "---|" * (head.count("|") - 1) + "\n"
                                  + "\n".join(table) + "\n")
     print(f"\n{len(store.runs)} runs in {args.out / 'runs.jsonl'}; this call {time.perf_counter() - started:,.0f} s")
     for s in summary:

@@ -183,16 +183,19 @@ def test_the_mean_floor_lets_one_run_be_slower_than_another():
     assert least_mean_runtime_s([a, b], 649) == math.inf and least_mean_runtime_s([a, b], 1e9) == 230
 
 
-def test_a_floor_scaled_to_another_length_is_the_same_floor_in_its_units():
-    # bench/pareto.py weighs seeds alike by scaling each to the median bound: every time and
-    # node·s × k, so scaled(k).at(k × T) = k × at(T) wherever at(T) is defined
+def test_a_floor_scaled_to_other_units_is_the_same_floor_in_them():
+    # bench/pareto.py weighs seeds alike by scaling each one's times to the median length and
+    # its node·s to the median work: scaled(t, c).at(t × T) = c × at(T) wherever at is defined
     f = NodeSecondsFloor(busy_node_s=300, work_node_s=250, start_nodes=1, latency_s=140.6, runtime_bound_s=160)
-    for k in (0.1, 0.5, 3.0, 27.6):
-        g = f.scaled(k)
+    for k, c in ((0.1, 0.1), (0.5, 2.0), (3.0, 1.0), (27.6, 0.8)):
+        g = f.scaled(k, c)
         for t in (159, 160, 200, 250, 1000, math.inf):
-            assert g.at(k * t) == pytest.approx(k * f.at(t)), (k, t)
-        assert g.runtime_bound_s == k * 160 and g.start_nodes == 1
-    # two seeds alike but one ten times as long: scaled to a common length they are one floor
+            assert g.at(k * t) == pytest.approx(c * f.at(t)), (k, c, t)
+        assert g.runtime_bound_s == k * 160 and g._cheapest_past() == pytest.approx(k * f._cheapest_past())
+        for price in (0.01, 1.0, 100.0):  # the same deadline, at the price in the new units
+            assert g._best_deadline(price * c / k) == pytest.approx(k * f._best_deadline(price))
+    assert f.scaled(2.0) == f.scaled(2.0, 2.0)
+    # two seeds alike but one ten times as long and large: scaled back they are one floor
     long = NodeSecondsFloor(busy_node_s=3000, work_node_s=2500, start_nodes=1, latency_s=1406, runtime_bound_s=1600)
     assert long.scaled(0.1).at(200) == pytest.approx(f.at(200))
     assert mean_node_seconds_floor([f, long.scaled(0.1)], 200) == pytest.approx(f.at(200))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import statistics
 import sys
 from pathlib import Path
 
@@ -35,21 +36,62 @@ def test_undominated_lists_rivals_no_hta_setting_beats_and_leaves_unfinished_one
     assert pareto.losses(htas[1], free[1]) == ["runtime 900 > 1.02 × 800 = 816 s"]
 
 
-def test_every_seed_weighs_the_same_however_long_its_workflow():
-    # Montage seed 2 draws one 44,657 s task: its bound is ten times the others'. A plain mean
-    # of seconds is that seed's; scaled to the median bound, each seed counts as much
-    bounds = [4000, 5000, 46000, 2500, 2600]
-    scales = pareto.seed_scales(bounds)
-    assert [b * k for b, k in zip(bounds, scales)] == pytest.approx([4000] * 5)
-    hta = [{"runtime_s": b * r, "waste_core_s": 0, "node_s": 10 * b * r, "waste_after_core_s": 0,
-            "shortage_core_s": 0, "finished": True} for b, r in zip(bounds, (1.4, 1.3, 1.05, 1.7, 1.7))]
+def test_every_seed_weighs_alike_however_long_its_workflow():
+    # Montage seed 2 draws one 44,657 s task: its critical path and bound are ten times the
+    # others'. A plain mean of seconds is that seed's; scaled, each seed counts as much
+    sizes = [(4000, 150e3), (5000, 150e3), (46000, 190e3), (2000, 145e3), (1500, 140e3)]
+    scales = pareto.seed_scales(sizes)
+    assert [n * k.time for (n, _), k in zip(sizes, scales)] == pytest.approx([4000] * 5)  # the median length
+    assert [w * k.cost for (_, w), k in zip(sizes, scales)] == pytest.approx([150e3] * 5)  # the median work
+    bounds = [n + 100 for n, _ in sizes]
+    ratios = (1.4, 1.3, 1.05, 1.7, 1.7)
+    hta = [{"runtime_s": b * r, "waste_core_s": 0, "node_s": 200e3, "waste_after_core_s": 0,
+            "shortage_core_s": 0, "finished": True} for b, r in zip(bounds, ratios)]
     plain, weighed = pareto.mean_point("hta", hta), pareto.mean_point("hta", hta, scales)
     assert plain.runtime_s / (sum(bounds) / 5) < 1.15  # the long seed's 1.05 × hides the rest
-    assert weighed.runtime_s / 4000 == pytest.approx((1.4 + 1.3 + 1.05 + 1.7 + 1.7) / 5)  # 1.43 ×
-    assert weighed.node_s == pytest.approx(10 * weighed.runtime_s)
-    assert pareto.seed_scales([600, 600]) == [1.0, 1.0]
+    from hta.sim.oracle import NodeSecondsFloor
+
+    floor = NodeSecondsFloor(busy_node_s=100, work_node_s=100, start_nodes=1, latency_s=140, runtime_bound_s=150)
+    bound, floors, fifos = pareto.scale_references(scales, bounds, [floor] * 5, [b * 1.1 for b in bounds])
+    assert [f.runtime_bound_s for f in floors] == pytest.approx([150 * k.time for k in scales])
+    assert weighed.runtime_s / bound == pytest.approx(1.42, abs=0.03)  # near the mean ratio, 1.43
+    assert statistics.fmean(fifos) / bound == pytest.approx(1.1)  # a list schedule scaled alike
+    # costs by work, not by length: the long seed's node·s are not blown up, nor the short ones'
+    assert weighed.node_s == pytest.approx(statistics.fmean(200e3 * k.cost for k in scales))
+    assert min(r["node_s"] for r in hta) * 0.7 < weighed.node_s < max(r["node_s"] for r in hta) * 1.1
+    assert pareto.seed_scales([(600, 1e4), (600, 1e4)]) == [pareto.SeedScale(), pareto.SeedScale()]
     with pytest.raises(ValueError):
         pareto.mean_point("hta", hta, scales[:2])  # one scale a run
+    with pytest.raises(ValueError, match="no critical path or no work"):
+        pareto.seed_scales([(0, 1e4), (600, 1e4)])
+
+
+def test_the_bench_weighs_seeds_alike_end_to_end(tmp_path, capsys, monkeypatch):
+    # main() itself: three seeds, one five to ten times as long; its printed ratio to the bound is the
+    # mean of the seeds' ratios (what each seed's runtimes and bound, scaled alike, give)
+    from hta.sim.workload import SimTask, Workload
+
+    def wl(name, seed, tasks, folder):  # a chain the starting node runs: its bound is its length
+        n = (10_000, 1000, 2000)[seed]  # three tasks of 10,000 s, 1,000 s or 2,000 s
+        return Workload("w", [SimTask("a", "a", n), SimTask("b", "a", n, parents=["a"]),
+                              SimTask("c", "a", n, parents=["b"])], declared=True)
+
+    monkeypatch.setattr(pareto, "workload", wl)
+    def run_one(name, wl, spec, cluster, seed, bound):  # 1.1, 1.5 and 1.2 × its bound
+        return {"runtime_s": (1.1, 1.5, 1.2)[seed] * bound, "waste_core_s": 0.0, "waste_after_core_s": 0.0,
+                "node_s": 100.0, "shortage_core_s": 0.0, "finished": True}
+    monkeypatch.setattr(pareto, "run_one", run_one)
+    pareto.main(["--seeds", "3", "--workloads", "io-bound", "--clusters", "cap20", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "each seed's times × median critical path / its own" in out
+    line = next(x for x in out.splitlines() if "goal" in x and "≤ 1.1 × bound" in x)
+    # per seed 1.1, 1.5 and 1.2 × against bounds 5–10 × apart: the plain mean would say 1.15 ×
+    import re
+
+    got = re.search(r"\(([0-9.]+) ×\); per seed ([0-9.]+)–([0-9.]+) ×", line)
+    assert got, line
+    mean, lo, hi = (float(x) for x in got.groups())
+    assert (lo, hi) == pytest.approx((1.1, 1.5), abs=0.01) and mean == pytest.approx(3.8 / 3, abs=0.01)
 
 
 def test_goals_against_the_bound_and_max_then_drain():

@@ -317,7 +317,8 @@ class NodeSecondsFloor:
     busy_node_s: float
     #: all the work over one node's cores (node·s)
     work_node_s: float
-    start_nodes: int
+    #: node·s per second they run (a whole number of nodes, but for a floor in other units)
+    start_nodes: float
     #: the soonest a bought node connects (inf: none can be bought)
     latency_s: float
     #: no policy finishes sooner (:func:`oracle_runtime_s`)
@@ -336,13 +337,15 @@ class NodeSecondsFloor:
             return math.inf
         return self.busy_node_s + self.latency_s * need / (deadline_s - self.latency_s)
 
-    def scaled(self, k: float) -> "NodeSecondsFloor":
-        """The same floor in units k times as large (every time and node·s × k):
-        ``scaled(k).at(k × T) == k × at(T)``. A mean over runs of unequal length weighs each
-        run alike when each is scaled to a common length first (``bench/pareto.py``)."""
-        return NodeSecondsFloor(busy_node_s=k * self.busy_node_s, work_node_s=k * self.work_node_s,
-                                start_nodes=self.start_nodes, latency_s=k * self.latency_s,
-                                runtime_bound_s=k * self.runtime_bound_s)
+    def scaled(self, time_k: float, cost_k: float | None = None) -> "NodeSecondsFloor":
+        """The same floor in other units: every time × ``time_k``, every node·s × ``cost_k``
+        (default ``time_k``), so ``scaled(t, c).at(t × T) == c × at(T)``; the starting
+        nodes run c / t as many node·s a second. A mean over runs of unequal size weighs
+        each alike when each is scaled to a common size first (``bench/pareto.py``)."""
+        c = time_k if cost_k is None else cost_k
+        return NodeSecondsFloor(busy_node_s=c * self.busy_node_s, work_node_s=c * self.work_node_s,
+                                start_nodes=self.start_nodes * c / time_k, latency_s=time_k * self.latency_s,
+                                runtime_bound_s=time_k * self.runtime_bound_s)
 
     def _cheapest_past(self) -> float:
         """The deadline from which :meth:`at` is the work alone (no node need be bought)."""
