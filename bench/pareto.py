@@ -313,7 +313,8 @@ def short_label(spec: str) -> str:
 
 
 def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dict[str, Point], bound: float,
-         free: list[Point], tuned: list[Point] = (), floors: list = ()) -> None:
+         free: list[Point], tuned: list[Point] = (), floors: list = (), scaled: bool = False) -> None:
+    """One case's front; ``scaled``: its means are of scaled figures (:class:`SeedScale`), as both axes say."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -357,7 +358,6 @@ def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dic
                     color="dimgrey", ha="right", rotation=90)
         ax.set_xlim(min(x0, min(xs) / 1.1), x1)
         ax.set_ylim(y0, y1)
-    scaled = SCALED in title  # (the means are of scaled figures: say so on both axes)
     ax.set_xlabel(f"node·s paid (mean over seeds{', scaled' if scaled else ''}, log scale)")
     ax.set_ylabel(f"runtime s (mean over seeds{', scaled' if scaled else ''}, log scale)")
     ax.set_title(title.replace(", each seed", ",\neach seed") + "\ncircled red: not dominated by any HTA setting",
@@ -429,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
                     fixed[k].append(store.get((name, cname, f"fixed-{k}", seed),
                                               lambda: run_one(name, wl, "static", c, seed, bound)))
             scales = seed_scales(sizes)  # every seed weighs alike, in the same units on both clusters
-            scaled_any |= any(k != SeedScale() for k in scales)
+            scaled = any(k != SeedScale() for k in scales)
+            scaled_any |= scaled
             bound, floors, fifos, cps = scale_references(scales, bounds, floors, fifos, cps)
             per_seed = [r["runtime_s"] / b for r, b in zip(per["hta"], bounds)]
             points = {label: mean_point(label, runs, scales) for label, runs in per.items()}
@@ -442,8 +443,7 @@ def main(argv: list[str] | None = None) -> int:
                        key=lambda p: p.node_s)
             free = undominated(rivs, htas)
             still = [r for r in free if not any(dominates(t, r) for t in tuned)] if tuned else free
-            title = f"{name}, {cname} ({cap} nodes), mean of {seeds} seed(s)" + (
-                SCALED if any(k != SeedScale() for k in scales) else "")
+            title = f"{name}, {cname} ({cap} nodes), mean of {seeds} seed(s)" + (SCALED if scaled else "")
             print(f"\n{title}")
             print(HEADER)
             print(f"    {'lower bound':34} {bound:9,.0f}")
@@ -517,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
             png = args.out / f"front-{name}-{cname}.png"
             refs = {"max from t=0 (= best fixed)": biggest} if best is biggest else \
                 {"max from t=0": biggest, f"best fixed ({best.label.split()[1]})": best}
-            draw(png, title, htas, rivs, refs, bound, free, tuned, floors)
+            draw(png, title, htas, rivs, refs, bound, free, tuned, floors, scaled)
             fig = lambda p: f"{p.runtime_s:,.0f} s / {p.node_s / 1000:,.1f}k / {p.waste_core_s / 1000:,.1f}k"  # noqa: E731
             met = goals(points["hta"], bound, points["max-then-drain"])
             table.append(f"| {name} | {cap} | {bound:,.0f} | " + " | ".join(fig(h) for h in htas)
