@@ -94,6 +94,35 @@ def test_the_bench_weighs_seeds_alike_end_to_end(tmp_path, capsys, monkeypatch):
     assert (lo, hi) == pytest.approx((1.1, 1.5), abs=0.01) and mean == pytest.approx(3.8 / 3, abs=0.01)
 
 
+def test_other_presets_are_held_against_the_rivals_in_place_of_htas_own(tmp_path, capsys, monkeypatch):
+    # --preset: HTA's default and the user's settings (at most two, HTA's own) take the place of
+    # hta-time and hta-cost, so whether other presets would meet the goals is one command
+    from hta.sim.workload import SimTask, Workload
+
+    monkeypatch.setattr(pareto, "workload", lambda name, seed, tasks, folder: Workload(
+        "w", [SimTask("a", "a", 100.0)], declared=True))
+    def run_one(name, wl, spec, cluster, seed, bound):  # rivals: slow and mid-priced; HTA's own: fast, dear
+        runtime, node_s = {"hta-cost:busy_runtimes=3": (1.5, 300.0), "max-then-drain": (1.0, 2000.0),
+                           "static": (1.0, 2000.0)}.get(spec, (1.0, 1000.0) if spec.startswith("hta") else (2.0, 500.0))
+        return {"runtime_s": runtime * bound, "waste_core_s": node_s / 10, "waste_after_core_s": 0.0,
+                "node_s": node_s, "shortage_core_s": 0.0, "finished": True}
+    monkeypatch.setattr(pareto, "run_one", run_one)
+    argv = ["--seeds", "1", "--workloads", "io-bound", "--clusters", "cap20", "--out", str(tmp_path)]
+    assert pareto.main(argv) == 1
+    assert "\n  20 of 22 rival settings not dominated by HTA's default and presets" in capsys.readouterr().out
+    pareto.main([*argv, "--preset", "hta-cost:busy_runtimes=3", "--markdown", str(tmp_path / "s.md")])
+    out = capsys.readouterr().out
+    assert "\n  0 of 22 rival settings not dominated by HTA's default and --preset settings" in out
+    assert "HTA's presets replaced by hta-cost:busy_runtimes=3" in out
+    assert "| hta | hta-cost:busy_runtimes=3 | max-then-drain |" in (tmp_path / "s.md").read_text()
+    for bad, says in ((["max-then-drain"], "not an HTA setting"), (["hta:busy_runtimes=0"], "busy_runtimes must be"),
+                      (["hta-time", "hta-cost", "hta:busy_runtimes=2"], "at most two settings")):
+        with pytest.raises(SystemExit) as e:
+            pareto.main([*argv, *(x for spec in bad for x in ("--preset", spec))])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and says in err[-1] and "Traceback" not in "".join(err)
+
+
 def test_goals_against_the_bound_and_max_then_drain():
     mtd = P("max-then-drain", 1000, 1000, 10000)
     met = pareto.goals(P("hta", 1020, 100, 7500), bound_s=1000, mtd=mtd)
