@@ -58,6 +58,7 @@ Each run, once simulated, is appended to ``OUT/runs.jsonl``; a second call with 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import statistics
@@ -240,13 +241,27 @@ class Store:
                 if d.get("tasks", 600) == tasks:
                     self.runs[key] = d
 
-    def get(self, key: tuple, make) -> dict:
-        if key not in self.runs:
-            d = {"workload": key[0], "cluster": key[1], "label": key[2], "seed": key[3], "tasks": self.tasks, **make()}
+    def get(self, key: tuple, make, settings: str | None = None) -> dict:
+        """The stored run, or ``make()``'s, stored. ``settings`` (:func:`settings_of`) is what
+        the label stood for when it ran: a run of a preset whose definition has changed since
+        is run again (a line without it is taken as it is)."""
+        if key not in self.runs or self.runs[key].get("settings", settings) != settings:
+            d = {"workload": key[0], "cluster": key[1], "label": key[2], "seed": key[3], "tasks": self.tasks,
+                 **({"settings": settings} if settings else {}), **make()}
             with self.path.open("a") as f:
                 f.write(json.dumps(d) + "\n")
             self.runs[key] = d
         return self.runs[key]
+
+
+def settings_of(spec: str) -> str | None:
+    """An HTA setting's every field (estimator options included), as text; None for a rival.
+    Stored beside its runs, so that a changed preset is never read from an older store."""
+    policy = make_policy(spec)
+    if not isinstance(policy, HTAPolicy):
+        return None
+    return repr({f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)
+                 if not f.name.startswith("_") and f.name != "name"})
 
 
 #: what a table or front of scaled means says of its figures
@@ -421,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
             cap = CLUSTERS[cname]
             cluster = ClusterModel(max_nodes=cap)
             settings = {**hta_settings, **(SWEEP if args.sweep else {}), **rivals(cap)}
+            ids = {label: settings_of(spec) for label, spec in settings.items()}
             per: dict[str, list[dict]] = {k: [] for k in settings}
             fixed: dict[int, list[dict]] = {k: [] for k in FIXED_SIZES[cap]}
             bounds, floors, fifos, cps, sizes = [], [], [], [], []
@@ -435,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                     got.append(list_schedule_s(wl, cap * cluster.node_cores, order, cluster, more_at_s=latency,
                                                start_cores=cluster.start_nodes * cluster.node_cores))
                 for label, spec in settings.items():
-                    per[label].append(store.get((name, cname, label, seed),
+                    per[label].append(store.get((name, cname, label, seed), settings=ids[label], make=
                                                 lambda: run_one(name, wl, spec, cluster, seed, bound)))
                 for k in FIXED_SIZES[cap]:
                     c = ClusterModel(max_nodes=k, start_nodes=k)

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pareto import CLUSTERS, WORKLOADS, open_store, run_main, run_one, workload  # noqa: E402
+from pareto import CLUSTERS, WORKLOADS, open_store, run_main, run_one, settings_of, workload  # noqa: E402
 from hta.policies import make_policy  # noqa: E402
 from hta.sim.oracle import oracle_runtime_s  # noqa: E402
 from hta.sim.world import ClusterModel  # noqa: E402
@@ -98,8 +98,9 @@ def main() -> int:
                     runs = []
                     for seed in range(args.seeds):
                         wl = workload(wl_name, seed, args.tasks, args.out / "workloads")
-                        runs.append(store.get((wl_name, cl_name, spec, seed), lambda: run_one(
-                            wl_name, wl, spec, cluster, seed, oracle_runtime_s(wl, cluster))))
+                        runs.append(store.get((wl_name, cl_name, spec, seed), settings=settings_of(spec),
+                                              make=lambda: run_one(wl_name, wl, spec, cluster, seed,
+                                                                   oracle_runtime_s(wl, cluster))))
                         if not runs[-1]["finished"]:
                             unfinished.append(f"{wl_name}/{cl_name}/{spec}/seed {seed}")
                     means[shape] = {k: statistics.fmean(r[k] for r in runs)

@@ -123,6 +123,23 @@ def test_other_presets_are_held_against_the_rivals_in_place_of_htas_own(tmp_path
         assert e.value.code == 2 and says in err[-1] and "Traceback" not in "".join(err)
 
 
+def test_a_stored_run_of_a_preset_defined_otherwise_since_is_run_again(tmp_path):
+    made = []
+    def make():
+        made.append(1)
+        return {"runtime_s": float(len(made))}
+    key = ("io-bound", "cap20", "hta-cost", 0)
+    old = pareto.settings_of("hta-cost:busy_runtimes=3")  # what "hta-cost" stood for when it ran
+    assert old != pareto.settings_of("hta-cost") and pareto.settings_of("hpa-20") is None
+    store = pareto.Store(tmp_path / "runs.jsonl")
+    assert store.get(key, make, settings=old)["runtime_s"] == 1
+    assert store.get(key, make, settings=old)["runtime_s"] == 1 and len(made) == 1  # kept
+    assert store.get(key, make, settings=pareto.settings_of("hta-cost"))["runtime_s"] == 2  # run again
+    again = pareto.Store(tmp_path / "runs.jsonl")  # a second call reads the newer line
+    assert again.get(key, make, settings=pareto.settings_of("hta-cost"))["runtime_s"] == 2 and len(made) == 2
+    assert again.get(("io-bound", "cap20", "hpa-20", 0), make)["runtime_s"] == 3  # a rival: no settings
+
+
 def test_goals_against_the_bound_and_max_then_drain():
     mtd = P("max-then-drain", 1000, 1000, 10000)
     met = pareto.goals(P("hta", 1020, 100, 7500), bound_s=1000, mtd=mtd)
