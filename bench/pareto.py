@@ -243,9 +243,9 @@ class Store:
 
     def get(self, key: tuple, make, settings: str | None = None) -> dict:
         """The stored run, or ``make()``'s, stored. ``settings`` (:func:`settings_of`) is what
-        the label stood for when it ran: a run of a preset whose definition has changed since
-        is run again (a line without it is taken as it is)."""
-        if key not in self.runs or self.runs[key].get("settings", settings) != settings:
+        an HTA label stood for when it ran: a run of a preset whose definition has changed
+        since, or stored before runs said (no ``settings``), is run again."""
+        if key not in self.runs or self.runs[key].get("settings") != settings:
             d = {"workload": key[0], "cluster": key[1], "label": key[2], "seed": key[3], "tasks": self.tasks,
                  **({"settings": settings} if settings else {}), **make()}
             with self.path.open("a") as f:
@@ -256,7 +256,9 @@ class Store:
 
 def settings_of(spec: str) -> str | None:
     """An HTA setting's every field (estimator options included), as text; None for a rival.
-    Stored beside its runs, so that a changed preset is never read from an older store."""
+    Stored beside its runs, so that a changed preset is never read from an older store. (A
+    field added to HTA's policy or estimator changes every setting's text: their stored runs
+    are run again, whether or not the field changes what they do.)"""
     policy = make_policy(spec)
     if not isinstance(policy, HTAPolicy):
         return None
@@ -320,7 +322,11 @@ def mean_point(label: str, runs: list[dict], scales: list[SeedScale] | None = No
 def row(p: Point, tag: str = "") -> str:
     during = p.waste_core_s - p.waste_after_core_s
     unf = f" ({p.unfinished} unfinished)" if p.unfinished else ""
-    return (f"  {tag:1} {p.label + unf:34} {p.runtime_s:9,.0f} {during:11,.0f} {p.waste_after_core_s:10,.0f} "
+    name = p.label + unf
+    if len(name) > 34:  # its own line, the figures in their columns below it
+        return f"  {tag:1} {name}\n" + row(Point("", p.runtime_s, p.waste_core_s, p.node_s, p.waste_after_core_s,
+                                                      p.shortage_core_s), " ")
+    return (f"  {tag:1} {name:34} {p.runtime_s:9,.0f} {during:11,.0f} {p.waste_after_core_s:10,.0f} "
             f"{p.node_s:10,.0f} {p.shortage_core_s:12,.0f}")
 
 
@@ -382,7 +388,8 @@ def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dic
         ax.set_ylim(y0, y1)
     ax.set_xlabel(f"node·s paid (mean over seeds{', scaled' if scaled else ''}, log scale)")
     ax.set_ylabel(f"runtime s (mean over seeds{', scaled' if scaled else ''}, log scale)")
-    ax.set_title(title.replace(", each seed", ",\neach seed") + "\ncircled red: not dominated by any HTA setting",
+    ax.set_title(title.replace(", each seed", ",\neach seed").replace("; HTA's presets", ";\nHTA's presets")
+                 + "\ncircled red: not dominated by any HTA setting",
                  fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -476,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
             still = [r for r in free if not any(dominates(t, r) for t in tuned)] if tuned else free
             still_total += len(still)
             title = (f"{name}, {cname} ({cap} nodes), mean of {seeds} seed(s)" + (SCALED if scaled else "")
-                     + (f"; HTA's presets replaced by {', '.join(args.preset)}" if args.preset else ""))
+                     + (f"; HTA's presets replaced by {' and '.join(list(hta_settings)[1:])}" if args.preset else ""))
             print(f"\n{title}")
             print(HEADER)
             print(f"    {'lower bound':34} {bound:9,.0f}")
@@ -547,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
             if free:
                 misses.append(f"{name}/{cname}: {len(free)} rival setting(s) not dominated: "
                               + ", ".join(r.label for r in free))
-            png = args.out / f"front-{name}-{cname}.png"
+            png = args.out / f"front-{name}-{cname}{'-preset' if args.preset else ''}.png"  # (not HTA's fronts)
             refs = {"max from t=0 (= best fixed)": biggest} if best is biggest else \
                 {"max from t=0": biggest, f"best fixed ({best.label.split()[1]})": best}
             draw(png, title, htas, rivs, refs, bound, free, tuned, floors, scaled)
@@ -584,7 +591,8 @@ def main(argv: list[str] | None = None) -> int:
           + ("default and presets" if not args.preset else "default and --preset settings")
           + (f" ({still_total} by no tuned setting either)" if args.sweep else ""))
     if args.preset:
-        print(f"\nHTA's presets replaced by {', '.join(args.preset)} (--preset): not the goals' hta-time and hta-cost")
+        print(f"\nHTA's presets replaced by {' and '.join(list(hta_settings)[1:])} (--preset): "
+              "not the goals' hta-time and hta-cost")
     if misses:
         print(f"\n{len(misses)} goal(s) missed" + (f", {infeasible} of them by every policy (the node·s floor)"
                                                   if infeasible else "")
@@ -601,8 +609,10 @@ def preset_settings(ap: argparse.ArgumentParser, presets: list[str]) -> dict[str
     its default and at most two settings of the user's; a setting that is not one is one usage line."""
     if not presets:
         return dict(HTA_SETTINGS)
-    if len(presets) > 2 or len(set(presets)) < len(presets) or "hta" in presets:
-        ap.error(f"--preset {' '.join(presets)}: at most two settings besides HTA's default, each once")
+    if len(presets) > 2:
+        ap.error(f"--preset {' '.join(presets)}: at most two settings besides HTA's default")
+    named = {settings_of(label): label for label in [*SWEEP, *HTA_SETTINGS]}  # stored under these names
+    out = {"hta": "hta"}
     for spec in presets:
         try:
             policy = make_policy(spec)
@@ -611,7 +621,12 @@ def preset_settings(ap: argparse.ArgumentParser, presets: list[str]) -> dict[str
         if not isinstance(policy, HTAPolicy):  # a rival as a preset would leave the rivals' table
             ap.error(f"--preset {spec}: not an HTA setting; give hta, hta-time or hta-cost with settings, "
                      "e.g. hta-cost:busy_runtimes=3")
-    return {"hta": "hta", **{spec: spec for spec in presets}}
+        label = named.get(settings_of(spec), spec)
+        if label in out:
+            ap.error(f"--preset {spec}: the same setting as {label}: give settings that differ from "
+                     "HTA's default and from each other")
+        out[label] = label if label in named.values() else spec
+    return out
 
 
 def open_store(ap: argparse.ArgumentParser, out: Path, tasks: int) -> Store:

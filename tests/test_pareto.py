@@ -115,8 +115,15 @@ def test_other_presets_are_held_against_the_rivals_in_place_of_htas_own(tmp_path
     assert "\n  0 of 22 rival settings not dominated by HTA's default and --preset settings" in out
     assert "HTA's presets replaced by hta-cost:busy_runtimes=3" in out
     assert "| hta | hta-cost:busy_runtimes=3 | max-then-drain |" in (tmp_path / "s.md").read_text()
+    # a setting is known by what it is: hta-cost's own settings are hta-cost (its stored runs, its name)
+    assert list(pareto.preset_settings(None, ["hta:busy_runtimes=5,worker_shape=learned,probe_split=3",
+                                              "hta-cost:busy_runtimes=3"])) == ["hta", "hta-cost", "hta-cost:busy_runtimes=3"]
+    pareto.main([*argv, "--sweep", "--preset", "hta-cost:busy_runtimes=3"])  # a tuned setting made a preset
+    out = capsys.readouterr().out
+    assert "\n  H hta-cost:busy_runtimes=3 " in out and "\n  h hta-cost:busy_runtimes=3 " not in out
     for bad, says in ((["max-then-drain"], "not an HTA setting"), (["hta:busy_runtimes=0"], "busy_runtimes must be"),
-                      (["hta-time", "hta-cost", "hta:busy_runtimes=2"], "at most two settings")):
+                      (["hta-time", "hta-cost", "hta:busy_runtimes=2"], "at most two settings"),
+                      (["hta:"], "the same setting as hta"), (["hta-time:tail_aware=false", "hta-time"], "as hta-time")):
         with pytest.raises(SystemExit) as e:
             pareto.main([*argv, *(x for spec in bad for x in ("--preset", spec))])
         err = capsys.readouterr().err.strip().splitlines()
@@ -138,6 +145,14 @@ def test_a_stored_run_of_a_preset_defined_otherwise_since_is_run_again(tmp_path)
     again = pareto.Store(tmp_path / "runs.jsonl")  # a second call reads the newer line
     assert again.get(key, make, settings=pareto.settings_of("hta-cost"))["runtime_s"] == 2 and len(made) == 2
     assert again.get(("io-bound", "cap20", "hpa-20", 0), make)["runtime_s"] == 3  # a rival: no settings
+    assert again.get(("io-bound", "cap20", "hpa-20", 0), make)["runtime_s"] == 3 and len(made) == 3
+    import json
+
+    with (tmp_path / "runs.jsonl").open("a") as f:  # a line stored before runs said what they ran
+        f.write(json.dumps({"workload": "io-bound", "cluster": "cap20", "label": "hta", "seed": 0,
+                            "tasks": 600, "runtime_s": 99.0}) + "\n")
+    old_line = pareto.Store(tmp_path / "runs.jsonl")
+    assert old_line.get(("io-bound", "cap20", "hta", 0), make, settings=pareto.settings_of("hta"))["runtime_s"] == 4
 
 
 def test_goals_against_the_bound_and_max_then_drain():
