@@ -319,18 +319,22 @@ def mean_point(label: str, runs: list[dict], scales: list[SeedScale] | None = No
 
 # -- report ----------------------------------------------------------------------------------
 
+#: the table's first column: the longest rival's name with "(5 unfinished)" fits
+LABEL_WIDTH = 36
+
+
 def row(p: Point, tag: str = "") -> str:
     during = p.waste_core_s - p.waste_after_core_s
     unf = f" ({p.unfinished} unfinished)" if p.unfinished else ""
     name = p.label + unf
-    if len(name) > 34:  # its own line, the figures in their columns below it
+    if len(name) > LABEL_WIDTH:  # its own line, the figures in their columns below it
         return f"  {tag:1} {name}\n" + row(Point("", p.runtime_s, p.waste_core_s, p.node_s, p.waste_after_core_s,
                                                       p.shortage_core_s), " ")
-    return (f"  {tag:1} {name:34} {p.runtime_s:9,.0f} {during:11,.0f} {p.waste_after_core_s:10,.0f} "
+    return (f"  {tag:1} {name:{LABEL_WIDTH}} {p.runtime_s:9,.0f} {during:11,.0f} {p.waste_after_core_s:10,.0f} "
             f"{p.node_s:10,.0f} {p.shortage_core_s:12,.0f}")
 
 
-HEADER = (f"    {'setting':34} {'runtime s':>9} {'waste run':>11} {'waste end':>10} {'node·s':>10} "
+HEADER = (f"    {'setting':{LABEL_WIDTH}} {'runtime s':>9} {'waste run':>11} {'waste end':>10} {'node·s':>10} "
           f"{'shortage':>12}")
 
 
@@ -486,10 +490,10 @@ def main(argv: list[str] | None = None) -> int:
                      + (f"; HTA's presets replaced by {' and '.join(list(hta_settings)[1:])}" if args.preset else ""))
             print(f"\n{title}")
             print(HEADER)
-            print(f"    {'lower bound':34} {bound:9,.0f}")
+            print(f"    {'lower bound':{LABEL_WIDTH}} {bound:9,.0f}")
             hta = points["hta"]
             floor_hta = mean_node_seconds_floor(floors, hta.runtime_s)
-            print(f"    {'node·s floor at HTA default runtime':34} {hta.runtime_s:9,.0f} {'':11} {'':10} "
+            print(f"    {'node·s floor at HTA default runtime':{LABEL_WIDTH}} {hta.runtime_s:9,.0f} {'':11} {'':10} "
                   f"{floor_hta:10,.0f}   (HTA default pays {hta.node_s / floor_hta:.2f} × it)")
             print(row(biggest, "="))
             print(row(best, "="))
