@@ -95,10 +95,11 @@ def main() -> int:
                 means = {}
                 for shape, suffix in SHAPES.items():
                     spec = shaped(setting, shape)
+                    settings = settings_of(spec)  # what the label stands for: a changed preset runs again
                     runs = []
                     for seed in range(args.seeds):
                         wl = workload(wl_name, seed, args.tasks, args.out / "workloads")
-                        runs.append(store.get((wl_name, cl_name, spec, seed), settings=settings_of(spec),
+                        runs.append(store.get((wl_name, cl_name, spec, seed), settings=settings,
                                               make=lambda: run_one(wl_name, wl, spec, cluster, seed,
                                                                    oracle_runtime_s(wl, cluster))))
                         if not runs[-1]["finished"]:

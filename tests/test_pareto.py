@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -146,8 +147,6 @@ def test_a_stored_run_of_a_preset_defined_otherwise_since_is_run_again(tmp_path)
     assert again.get(key, make, settings=pareto.settings_of("hta-cost"))["runtime_s"] == 2 and len(made) == 2
     assert again.get(("io-bound", "cap20", "hpa-20", 0), make)["runtime_s"] == 3  # a rival: no settings
     assert again.get(("io-bound", "cap20", "hpa-20", 0), make)["runtime_s"] == 3 and len(made) == 3
-    import json
-
     with (tmp_path / "runs.jsonl").open("a") as f:  # a line stored before runs said what they ran
         f.write(json.dumps({"workload": "io-bound", "cluster": "cap20", "label": "hta", "seed": 0,
                             "tasks": 600, "runtime_s": 99.0}) + "\n")
