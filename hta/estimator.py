@@ -366,10 +366,14 @@ class _DrainPlay:
     appends upcoming groups as the DAG releases them.
     """
 
-    def __init__(self, obs: Observation, horizon_s: float, options: EstimatorOptions) -> None:
+    def __init__(self, obs: Observation, horizon_s: float, options: EstimatorOptions,
+                 latency_s: float | None = None) -> None:
         self.obs = obs
         self.options = options
         self.horizon_s = horizon_s
+        #: how long after it was asked for a pending worker connects (the horizon, unless
+        #: the play looks further than one latency ahead)
+        self.latency_s = horizon_s if latency_s is None else latency_s
         self.now = obs.time
         self.end = obs.time + horizon_s
         self.models = obs.categories
@@ -501,7 +505,7 @@ class _DrainPlay:
         """Pending workers arrive one latency after they were asked for; those
         arriving after the horizon play no part."""
         for p in self.obs.pending:
-            at = max(self.now, p.requested_at + self.horizon_s)
+            at = max(self.now, p.requested_at + self.latency_s)
             if at > self.end:
                 continue
             self.slots.append(_Slot(p.id, p.shape, self._key(p.shape), _Room(0.0, 0.0, 0.0), False))
@@ -725,6 +729,13 @@ class QueueDrainEstimator:
             needed = min(packed, self._tail_cap(obs, left, backlog, play.inflight))
         return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases,
                         play.inflight)
+
+    def unused_idle(self, obs: Observation, latency_s: float, horizon_s: float) -> list[str]:
+        """Workers idle now that a play to ``horizon_s`` (pending workers still one
+        ``latency_s`` after their request) never gives a task."""
+        play = _DrainPlay(obs, horizon_s, self.options, latency_s)
+        play.run()
+        return play.unused_idle()
 
     @staticmethod
     def _backlog(obs: Observation, left: list[TaskGroup]) -> float:

@@ -90,6 +90,25 @@ def test_observation_from_real_master():
     assert obs.supply_cores() == 2 and obs.in_use_cores() == 2 and obs.waiting_cores() == 1
 
 
+def test_a_task_and_a_worker_started_at_the_epoch_itself_age_from_it():
+    # the simulator's epoch is 0: a task started at t = 0 reports started_at 0.0, which is
+    # a time, not "unknown" (None). Read as unknown it looked just started at every read,
+    # so a straggler started at t = 0 was forever "about to end" and held the workers
+    # its dependents were expected to need
+    snap = captured_snapshot()
+    at_zero = [t.model_copy(update={"started_at": 0.0}) for t in snap.tasks]
+    w0 = [w.model_copy(update={"started_at": 0.0, "tasks_running": 0, "cores_in_use": 0}) for w in snap.workers]
+    later = snap.model_copy(update={"taken_at": 500.0, "tasks": at_zero, "workers": w0})
+    builder = ObservationBuilder(epoch=0.0, worker_shape=Resources(cores=2), min_workers=0, max_workers=3)
+    obs = builder.build(later, categories={}, worker_ids={}, pending=[], latency=LatencyStats())
+    assert obs.running and all(t.started_at == 0.0 for t in obs.running)
+    assert [w.idle_since for w in obs.workers] == [0.0]  # idle since it connected, at t = 0
+    unknown = [t.model_copy(update={"started_at": None}) for t in snap.tasks]
+    obs = builder.build(later.model_copy(update={"tasks": unknown}), categories={}, worker_ids={}, pending=[],
+                        latency=LatencyStats())
+    assert all(t.started_at == 500.0 for t in obs.running)  # not reported: as of this read
+
+
 def test_waiting_groups_keep_fifo_order_and_merge_runs():
     from workqueue_bridge.status import TaskStatus
 

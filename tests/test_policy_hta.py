@@ -3,6 +3,7 @@
 from hta.estimator import EstimatorOptions, QueueDrainEstimator
 from hta.model import (CategoryModel, LatencyStats, Observation, PendingWorker, Resources, RunningTask, UpcomingTasks,
                        TaskGroup, WorkerInfo)
+from hta.policies import make_policy
 from hta.policies.hta_policy import HTAPolicy
 
 SHAPE = Resources(cores=2, memory_mb=2000, disk_mb=2000)
@@ -183,8 +184,13 @@ def test_idle_workers_drain_while_an_outlier_blocks_the_next_stage():
         categories={"a": cat("a", 10.0)},
         upcoming=[UpcomingTasks(id="u0", category="a", count=6, request=ONE, after=["task:1"])],
     )
-    d = HTAPolicy().decide(o)
-    assert sorted(d.drain) == ["w2", "w3"]
+    # expected to end in 70 s (as long again), far past the 10 s horizon: drained...
+    assert sorted(HTAPolicy().decide(o).drain) == ["w2", "w3"]
+    assert sorted(HTAPolicy(hold_latencies=5).decide(o).drain) == ["w2", "w3"]
+    # ...unless held for work foreseen within that many latencies: its 6 dependents at
+    # t=170 want them, and buying them back then would cost a latency (hta-time: 30)
+    assert HTAPolicy(hold_latencies=7).decide(o).drain == []
+    assert make_policy("hta-time").decide(o).drain == []
 
 
 def spread(name, mean, lo, hi):
@@ -368,6 +374,7 @@ def test_presets_and_estimator_settings_by_name():
     cost = make_policy("hta-cost")
     assert cost.name == "hta-cost" and cost.options.busy_runtimes == 5
     assert (cost.worker_shape, cost.probe_split) == ("learned", 3)  # a preset sets the policy's own fields too
+    assert cost.hold_latencies == make_policy("hta").hold_latencies == 0 < make_policy("hta-time").hold_latencies
     tuned_cost = make_policy("hta-cost:busy_runtimes=7,probe_split=1")  # ... and its spec overrides them
     assert tuned_cost.options.busy_runtimes == 7 and tuned_cost.worker_shape == "learned" and tuned_cost.probe_split == 1
     assert make_policy("hta-cost").options.busy_runtimes == 5  # (a preset is not changed by a spec built on it)
@@ -376,6 +383,7 @@ def test_presets_and_estimator_settings_by_name():
     for bad, says in [("hta-fast", "presets are hta-time, hta-cost"), ("hta:busy_runtimes=0", "must be a number > 0"), ("hta:busy_runtimes=inf", "must be a number > 0"),
                       ("hta-cost:tail_aware=maybe", "is not a bool"),
                       ("hta:unmeasured_per_worker=0.5", "must be a number ≥ 1"),
+                      ("hta:hold_latencies=-1", "must be a number ≥ 0"), ("hta:hold_latencies=nan", "must be a number ≥ 0"),
                       ("hta:nope=1", "it has: barrier_aware, busy_runtimes")]:
         with pytest.raises(ValueError, match=says):
             make_policy(bad)
@@ -416,3 +424,21 @@ def test_tail_awareness_counts_a_worker_as_the_tasks_that_fit_in_it():
     o1 = o.model_copy(update={"waiting": [TaskGroup(category="align", count=30, request=one)],
                               "categories": {"align": m.model_copy(update={"peak": one})}})
     assert QueueDrainEstimator().estimate(o1, 10.0).workers_needed == 10
+
+
+def test_workers_a_stage_will_want_are_held_through_a_straggler_not_bought_back():
+    # Montage's shape: 20 tasks of 100 s, one of them a 1,500 s straggler; 20 more wait for
+    # all of them. Drained while the straggler runs, the workers are bought back when it
+    # ends and the second stage waits a latency; held (as hta-time does), it starts at once.
+    from hta.sim.run import Simulation
+    from hta.sim.workload import SimTask, Workload
+    from hta.sim.world import ClusterModel
+
+    first = [SimTask(f"a{i}", "a", 1500.0 if i == 0 else 100.0) for i in range(20)]
+    tasks = first + [SimTask(f"b{i}", "b", 100.0, parents=[t.id for t in first]) for i in range(20)]
+    cluster = ClusterModel(max_nodes=20, latency_mean_s=100.0, latency_sd_s=0.0, teardown_s=0.0)
+    held = Simulation(Workload("w", tasks), HTAPolicy(hold_latencies=30), cluster).run()
+    drained = Simulation(Workload("w", tasks), HTAPolicy(), cluster).run()
+    assert held.exit_code == drained.exit_code == 0
+    assert held.runtime_s <= drained.runtime_s - 90.0  # the latency not paid again
+    assert held.node_s > drained.node_s  # for the idle seconds of the workers held

@@ -106,7 +106,9 @@ def test_a_simulated_run_with_learned_shapes_pays_nodes_not_pods():
     tasks = first + [SimTask(f"t{i}", "a", 300, parents=[t.id for t in first]) for i in range(30)]
     cluster = ClusterModel(max_nodes=10, latency_mean_s=20.0, latency_sd_s=0.0, teardown_s=0.0)
     log = ScalingLogWriter()
-    s = Simulation(Workload("w", tasks), make_policy("hta-time:worker_shape=learned"), cluster, log=log).run()
+    # (hold_latencies=0: else the first wave's nodes are kept for the 30 and no pod is bought)
+    s = Simulation(Workload("w", tasks), make_policy("hta-time:worker_shape=learned,hold_latencies=0"), cluster,
+                   log=log).run()
     assert s.exit_code == 0
     workers = [r for r in log.records if isinstance(r, WorkerRecord)]
     pods = [r for r in workers if r.event == "requested" and r.node]

@@ -262,7 +262,9 @@ class ObservationBuilder:
         made: dict[tuple, RunningTask] = {}
         for t in snapshot_running(snap):
             w = by_addr.get(t.worker) if t.worker is not None else None
-            started = (t.started_at - self.epoch) if t.started_at else snap.taken_at - self.epoch
+            # (None: not reported; 0.0 is a start at the simulator's epoch, not "unknown":
+            # read as unknown, a task started at t = 0 never aged and looked just started)
+            started = (t.started_at - self.epoch) if t.started_at is not None else snap.taken_at - self.epoch
             wid = worker_ids.get(t.worker or "", t.worker)
             key = (t.task_id, t.category, t.cores, t.memory_mb, t.disk_mb, started, wid,
                    None if w is None else (w.cores, w.memory_mb, w.disk_mb))
@@ -285,7 +287,7 @@ class ObservationBuilder:
         idle_since: dict[str, float] = {}
         for w in live:
             wid = worker_ids.get(w.address, w.address)
-            connected = (w.started_at - self.epoch) if w.started_at else None
+            connected = (w.started_at - self.epoch) if w.started_at is not None else None
             if w.tasks_running == 0:
                 # a worker never seen before has been idle since it connected; one seen
                 # busy before, since this read
