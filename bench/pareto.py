@@ -8,7 +8,8 @@ For each workload × cluster it runs, over seeds, every setting a user would try
 - work_queue_factory, 1–3 tasks per worker × idle timeout 60 / 300 / 900 s;
 - max-then-drain; static (the cap, asked for at the first decision);
 - HTA: its default and its two named presets (``hta.policies.hta_policy.PRESETS``):
-  ``hta-time`` (no tail awareness: buy for all that still waits at the horizon) and
+  ``hta-time`` (no tail awareness: buy for all that still waits at the horizon; keep an
+  idle worker a stage foreseen within 30 latencies past it will want) and
   ``hta-cost`` (buy a worker only if the backlog keeps it busy for 5 task runtimes, cut
   to what the waiting tasks measured, a third of a node for a never-measured task),
 
@@ -48,8 +49,7 @@ nor memory: the simulator's defaults apply (100 % CPU, 512 MB).
 
 ``--preset SPEC`` (at most twice) holds HTA's default and these settings against the
 rivals in place of ``hta-time`` and ``hta-cost``: what the goals would say with other
-presets. ``hta-time`` runs as HTA's default does on 11 of 14 cases (docs/pareto.md,
-eighth run), so the goals' two preset slots are one in effect.
+presets (docs/pareto.md, eighth run).
 
 Each run, once simulated, is appended to ``OUT/runs.jsonl``; a second call with the same
 ``--out`` reuses it (a long run can be resumed).

@@ -442,3 +442,22 @@ def test_workers_a_stage_will_want_are_held_through_a_straggler_not_bought_back(
     assert held.exit_code == drained.exit_code == 0
     assert held.runtime_s <= drained.runtime_s - 90.0  # the latency not paid again
     assert held.node_s > drained.node_s  # for the idle seconds of the workers held
+
+
+def test_a_play_past_the_horizon_still_has_pending_workers_come_one_latency_after_asked():
+    # idle "w" (1 core) can run none of what waits: a 2-core task only the pending 2-core
+    # worker fits, asked for at t=100, there at t=110 (L = 10 s). It runs 10 s; at t=120 its
+    # dependent (1 core) is released and w takes it. A play 3 latencies past the horizon
+    # (to t=140) keeps w for it; one that took its 40 s horizon for the latency would have
+    # the worker come at t=140, the release after the play, and w drained.
+    two = Resources(cores=2, memory_mb=100, disk_mb=100)
+    small = Resources(cores=1, memory_mb=2000, disk_mb=2000)
+    o = obs(workers=[WorkerInfo(id="w", capacity=small)], categories={"a": cat("a", 10.0)},
+            waiting=[TaskGroup(id="t", category="a", count=1, request=two)],
+            pending=[PendingWorker(id="p", requested_at=100.0, shape=SHAPE)],
+            upcoming=[UpcomingTasks(id="u0", category="a", count=1, request=ONE, after=["t"])])
+    est = QueueDrainEstimator()
+    assert est.estimate(o, 10.0).unused_idle == ["w"]  # within one latency: nothing for w
+    assert est.unused_idle(o, 10.0, 40.0) == []
+    assert est.unused_idle(o, 40.0, 40.0) == ["w"]
+    assert HTAPolicy(hold_latencies=3).decide(o).drain == [] and HTAPolicy().decide(o).drain == ["w"]

@@ -291,7 +291,8 @@ class LocalBackend:
         for t in snapshot_running(snap):  # not every task: a master may hold 100k waiting ones
             if t.worker in listed:
                 cores = t.cores or listed[t.worker].cores
-                running.setdefault(t.worker, {})[t.task_id] = (t.started_at or snap.taken_at, cores)
+                start = snap.taken_at if t.started_at is None else t.started_at
+                running.setdefault(t.worker, {})[t.task_id] = (start, cores)
         for w in self._workers.values():
             if w.state == "starting":
                 if w.proc is not None and w.proc.returncode is not None:
@@ -301,8 +302,9 @@ class LocalBackend:
                 if addr and addr in listed:
                     w.address, w.connected_at, w.state = addr, now, "connected"
                     self.start_failures = 0
-                    phases = {"provisioning": round((w.started_at or now) - w.requested_at, 3),
-                              "starting+connecting": round(now - (w.started_at or now), 3)}
+                    started = now if w.started_at is None else w.started_at  # (0.0: the run's first second)
+                    phases = {"provisioning": round(started - w.requested_at, 3),
+                              "starting+connecting": round(now - started, 3)}
                     w.events.append(WorkerRecord(t=now, worker=w.id, event="connected", cores=w.shape.cores,
                                                  latency_s=round(now - w.requested_at, 3), phases=phases))
             if w.state != "connected":

@@ -9,10 +9,10 @@ seconds: draining involves no latency, and a worker idle for a whole cycle is
 pure waste. A worker is drained only when it is idle now and the estimate
 (with DAG lookahead) never needs it within the horizon, on ``drain_after``
 checks in a row (hysteresis, as Dask's ``wait_count``), and never below
-``min_workers`` (with ``hold_latencies``, not if work foreseen within that many
-latencies will want it: buying it back would cost a latency of runtime). Workers
-on their way count as capacity arriving one L after they were asked for, so a
-decision never buys the same shortage twice.
+``min_workers``; with ``hold_latencies = k``, not while a play run k latencies
+past the horizon still gives it work (buying it back would cost a latency of
+runtime). Workers on their way count as capacity arriving one L after they were
+asked for, so a decision never buys the same shortage twice.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from hta.model import Observation, ScaleDecision
 #:
 #: - ``hta-time`` favours runtime: no tail awareness, so it buys for everything that
 #:   still waits at the horizon, even workers that come when a stage's tail is running,
-#:   and an idle worker that a stage foreseen within 30 latencies will want is kept for
-#:   it (``hold_latencies=30``: through a straggler, as max-then-drain keeps every node);
+#:   and an idle worker that a stage foreseen within 30 latencies past the horizon will
+#:   want is kept for it (``hold_latencies=30``: through a straggler, as max-then-drain
+#:   keeps every node);
 #: - ``hta-cost`` favours node-seconds: a worker is bought only if the backlog keeps it
 #:   busy for 5 task runtimes (never-measured tasks: one worker per 5 of them), and
 #:   workers are cut to what the waiting tasks measured (``worker_shape=learned``), a
@@ -39,7 +40,8 @@ from hta.model import Observation, ScaleDecision
 #:   leave undominated in ``bench/pareto.py`` (docs/pareto.md): 32 of 308 rival settings,
 #:   every one dominated on 8 of 14 cases (34 and 7 since each seed weighs alike), against
 #:   53 and 2 for the whole-node ``busy_runtimes=10`` it replaced (``hta:busy_runtimes=10``
-#:   now). ``hta-time`` runs as the default does on 11 of 14 of those cases.
+#:   now). ``hta-time`` ran as the default does on 11 of 14 of those cases until it held
+#:   idle workers (ninth run: within 1.006 × max-then-drain's runtime on 12 of 14).
 PRESETS: dict[str, str] = {
     "hta-time": "tail_aware=false,hold_latencies=30",
     "hta-cost": "busy_runtimes=5,worker_shape=learned,probe_split=3",
@@ -76,14 +78,17 @@ class HTAPolicy:
     #: (1: a whole node). Such a task takes a whole worker, whatever its size; one that
     #: needs more than the pod goes over it and is retried on a node-sized worker
     probe_split: int = 1
-    #: an idle worker is kept while the play, run this many latencies past the horizon,
-    #: gives it work (0: drain whatever the horizon does not need). Draining it saves its
-    #: idle seconds; buying it back costs a latency of runtime when the work comes. The
-    #: gaps where that matters are a stage waiting on a straggler: on WfCommons Montage a
-    #: sub-workflow's one long mConcatFit or mBgModel (2,384–3,590 s, 15–25 latencies)
-    #: held back ~18 mBackground tasks, and draining their workers cost 3 % of runtime
-    #: against max-then-drain. ``hta-time`` holds for 30 latencies (docs/pareto.md, ninth
-    #: run); the default does not: held, it pays up to twice the node·s (Epigenomics)
+    #: an idle worker is kept while the play, run this many latencies past the one-latency
+    #: horizon, gives it work (0: drain whatever the horizon does not need). Draining it
+    #: saves its idle seconds; buying it back costs a latency of runtime when the work
+    #: comes. The gaps where that matters are a stage waiting on a straggler: on WfCommons
+    #: Montage a sub-workflow's one long mConcatFit or mBgModel (2,384–3,590 s, 15–25
+    #: latencies) held back ~18 mBackground tasks, and draining their workers cost 3 % of
+    #: runtime against max-then-drain. A straggler past its category's longest run is
+    #: expected to run as long again, so its end keeps moving away: one that runs past
+    #: about k+1 latencies is held for k and drained anyway, k latencies of idle workers
+    #: for nothing. ``hta-time`` holds for 30 (docs/pareto.md, ninth run); the default
+    #: does not: held, it pays up to twice the node·s (Epigenomics uncapped)
     hold_latencies: float = 0.0
     _proposed: dict[str, int] = field(default_factory=dict)
     _next_up_at: float = float("-inf")
@@ -185,11 +190,11 @@ class HTAPolicy:
         drain: list[str] = []
         if est.workers_needed == 0 and est.left_count == 0:
             candidates = set(est.unused_idle)
-            if candidates and self.hold_latencies > 0:
+            room = max(0, have - obs.min_workers)
+            if candidates and room and self.hold_latencies > 0:  # (the whole shape: split is 1 here)
                 candidates &= set(self.estimator.unused_idle(obs, latency, latency * (1 + self.hold_latencies)))
             self._proposed = {w: self._proposed.get(w, 0) + 1 for w in candidates}
             ready = sorted(w for w, n in self._proposed.items() if n >= self.drain_after)
-            room = max(0, have - obs.min_workers)
             drain = sorted(set(ready) | set(too_small))[:room]
         else:
             self._proposed.clear()
