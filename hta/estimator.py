@@ -367,8 +367,12 @@ class _DrainPlay:
     """
 
     def __init__(self, obs: Observation, horizon_s: float, options: EstimatorOptions,
-                 latency_s: float | None = None) -> None:
+                 latency_s: float | None = None, until_idle_used: bool = False) -> None:
         self.obs = obs
+        #: stop once every worker idle now has been given a task (all a caller of
+        #: :meth:`unused_idle` alone wants to know: a long play need not go on)
+        self.until_idle_used = until_idle_used
+        self._idle_left = 0
         self.options = options
         self.horizon_s = horizon_s
         #: how long after it was asked for a pending worker connects (the horizon, unless
@@ -414,6 +418,7 @@ class _DrainPlay:
         """Set up slots, queue and events, start what fits now, play to the horizon.
         The setup order is the order events are scheduled in, so it decides ties."""
         index = self._add_connected_workers()
+        self._idle_left = sum(1 for s in self.slots if s.idle_now)
         task_done = self._schedule_running_tasks(index, self._barrier_times())
         self._add_pending_workers()
         self.queue = [self._group(g.id, g.category, g.count, g.request) for g in self.obs.waiting]
@@ -594,6 +599,8 @@ class _DrainPlay:
         free.cores -= k * each.cores
         free.memory_mb -= k * each.memory_mb
         free.disk_mb -= k * each.disk_mb
+        if slot.idle_now and not slot.used:
+            self._idle_left -= 1
         slot.used = True
         runtime = g.runtime
         if runtime is None:
@@ -650,6 +657,8 @@ class _DrainPlay:
         """Handle events in (time, sequence) order until the horizon."""
         events, end = self._events, self.end
         while events:
+            if self.until_idle_used and not self._idle_left:
+                break
             at, _, event = heapq.heappop(events)
             if at > end:
                 break
@@ -733,7 +742,7 @@ class QueueDrainEstimator:
     def unused_idle(self, obs: Observation, latency_s: float, horizon_s: float) -> list[str]:
         """Workers idle now that a play to ``horizon_s`` (pending workers still one
         ``latency_s`` after their request) never gives a task."""
-        play = _DrainPlay(obs, horizon_s, self.options, latency_s)
+        play = _DrainPlay(obs, horizon_s, self.options, latency_s, until_idle_used=True)
         play.run()
         return play.unused_idle()
 

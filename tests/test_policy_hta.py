@@ -461,3 +461,10 @@ def test_a_play_past_the_horizon_still_has_pending_workers_come_one_latency_afte
     assert est.unused_idle(o, 10.0, 40.0) == []
     assert est.unused_idle(o, 40.0, 40.0) == ["w"]
     assert HTAPolicy(hold_latencies=3).decide(o).drain == [] and HTAPolicy().decide(o).drain == ["w"]
+    # that play stops once every idle worker has work (w at t=120), with the same answer
+    from hta.estimator import _DrainPlay
+
+    short, full = (_DrainPlay(o, 40.0, EstimatorOptions(), 10.0, until_idle_used=u) for u in (True, False))
+    short.run()
+    full.run()
+    assert short.unused_idle() == full.unused_idle() == [] and len(short._events) > len(full._events)
