@@ -185,12 +185,34 @@ def test_idle_workers_drain_while_an_outlier_blocks_the_next_stage():
         upcoming=[UpcomingTasks(id="u0", category="a", count=6, request=ONE, after=["task:1"])],
     )
     # expected to end in 70 s (as long again), far past the 10 s horizon: drained...
-    assert sorted(HTAPolicy().decide(o).drain) == ["w2", "w3"]
+    assert sorted(HTAPolicy(hold_latencies=0).decide(o).drain) == ["w2", "w3"]
     assert sorted(HTAPolicy(hold_latencies=5).decide(o).drain) == ["w2", "w3"]
     # ...unless held for work foreseen within that many latencies: its 6 dependents at
-    # t=170 want them, and buying them back then would cost a latency (hta-time: 30)
+    # t=170 want them, and buying them back then would cost a latency (default: 30)
     assert HTAPolicy(hold_latencies=7).decide(o).drain == []
-    assert make_policy("hta-time").decide(o).drain == []
+    assert HTAPolicy().decide(o).drain == make_policy("hta-time").decide(o).drain == []
+
+
+def test_the_default_holds_no_worker_for_what_a_never_measured_task_releases():
+    # as above, but the running task's category was never measured: that it ends at t=170
+    # (as long again as it has run) is a guess, and so is all that follows it. u0 (one
+    # task of a measured category) waits for it, u1 (6 more) for u0: neither holds a worker
+    # by default, both do with hold_on_guesses (hta-time)
+    o = obs(
+        workers=[worker("w1", 1, 1), worker("w2"), worker("w3")],
+        running=[RunningTask(task_id=1, category="split", allocation=ONE, started_at=100.0 - 70, worker="w1")],
+        categories={"a": cat("a", 10.0)},
+        upcoming=[UpcomingTasks(id="u0", category="a", count=1, request=SHAPE, after=["task:1"]),
+                  UpcomingTasks(id="u1", category="a", count=6, request=ONE, after=["u0"])],
+    )
+    est = QueueDrainEstimator()
+    assert est.unused_idle(o, 10.0, 310.0) == []  # the play gives w2 u0, w3 u1
+    assert sorted(est.unused_idle(o, 10.0, 310.0, unless_guessed=True)) == ["w2", "w3"]
+    assert sorted(HTAPolicy().decide(o).drain) == ["w2", "w3"]
+    assert HTAPolicy(hold_on_guesses=True).decide(o).drain == make_policy("hta-time").decide(o).drain == []
+    # measured, the same task ends at t=170 too (past 2 × p90: as long again), not a guess
+    measured = o.model_copy(update={"categories": {**o.categories, "split": cat("split", 10.0)}})
+    assert HTAPolicy().decide(measured).drain == []
 
 
 def spread(name, mean, lo, hi):
@@ -333,8 +355,9 @@ def test_barrier_awareness_drains_a_worker_the_mean_would_keep():
     assert mean_only.releases == [(200.0, 40)] and mean_only.unused_idle == []
     aware = QueueDrainEstimator().estimate(o, 110.0)
     assert aware.releases == [] and aware.unused_idle == ["idle"]
-    assert HTAPolicy(options=EstimatorOptions(barrier_aware=False)).decide(o).drain == []
-    assert HTAPolicy().decide(o).drain == ["idle"]
+    assert HTAPolicy(options=EstimatorOptions(barrier_aware=False), hold_latencies=0).decide(o).drain == []
+    assert HTAPolicy(hold_latencies=0).decide(o).drain == ["idle"]
+    assert HTAPolicy().decide(o).drain == []  # (held: the 40 come within 30 latencies)
 
 
 def test_busy_runtimes_buys_only_workers_the_backlog_keeps_busy_that_long():
@@ -374,7 +397,8 @@ def test_presets_and_estimator_settings_by_name():
     cost = make_policy("hta-cost")
     assert cost.name == "hta-cost" and cost.options.busy_runtimes == 5
     assert (cost.worker_shape, cost.probe_split) == ("learned", 3)  # a preset sets the policy's own fields too
-    assert cost.hold_latencies == make_policy("hta").hold_latencies == 0 < make_policy("hta-time").hold_latencies
+    assert cost.hold_latencies == 0 < make_policy("hta").hold_latencies == make_policy("hta-time").hold_latencies
+    assert make_policy("hta-time").hold_on_guesses and not make_policy("hta").hold_on_guesses
     tuned_cost = make_policy("hta-cost:busy_runtimes=7,probe_split=1")  # ... and its spec overrides them
     assert tuned_cost.options.busy_runtimes == 7 and tuned_cost.worker_shape == "learned" and tuned_cost.probe_split == 1
     assert make_policy("hta-cost").options.busy_runtimes == 5  # (a preset is not changed by a spec built on it)
@@ -384,6 +408,7 @@ def test_presets_and_estimator_settings_by_name():
                       ("hta-cost:tail_aware=maybe", "is not a bool"),
                       ("hta:unmeasured_per_worker=0.5", "must be a number ≥ 1"),
                       ("hta:hold_latencies=-1", "must be a number ≥ 0"), ("hta:hold_latencies=nan", "must be a number ≥ 0"),
+                      ("hta:hold_on_guesses=maybe", "is not a bool"),
                       ("hta:nope=1", "it has: barrier_aware, busy_runtimes")]:
         with pytest.raises(ValueError, match=says):
             make_policy(bad)
@@ -429,7 +454,7 @@ def test_tail_awareness_counts_a_worker_as_the_tasks_that_fit_in_it():
 def test_workers_a_stage_will_want_are_held_through_a_straggler_not_bought_back():
     # Montage's shape: 20 tasks of 100 s, one of them a 1,500 s straggler; 20 more wait for
     # all of them. Drained while the straggler runs, the workers are bought back when it
-    # ends and the second stage waits a latency; held (as hta-time does), it starts at once.
+    # ends and the second stage waits a latency; held (as the default does), it starts at once.
     from hta.sim.run import Simulation
     from hta.sim.workload import SimTask, Workload
     from hta.sim.world import ClusterModel
@@ -437,8 +462,8 @@ def test_workers_a_stage_will_want_are_held_through_a_straggler_not_bought_back(
     first = [SimTask(f"a{i}", "a", 1500.0 if i == 0 else 100.0) for i in range(20)]
     tasks = first + [SimTask(f"b{i}", "b", 100.0, parents=[t.id for t in first]) for i in range(20)]
     cluster = ClusterModel(max_nodes=20, latency_mean_s=100.0, latency_sd_s=0.0, teardown_s=0.0)
-    held = Simulation(Workload("w", tasks), HTAPolicy(hold_latencies=30), cluster).run()
-    drained = Simulation(Workload("w", tasks), HTAPolicy(), cluster).run()
+    held = Simulation(Workload("w", tasks), HTAPolicy(), cluster).run()
+    drained = Simulation(Workload("w", tasks), HTAPolicy(hold_latencies=0), cluster).run()
     assert held.exit_code == drained.exit_code == 0
     assert held.runtime_s <= drained.runtime_s - 90.0  # the latency not paid again
     assert held.node_s > drained.node_s  # for the idle seconds of the workers held
@@ -460,7 +485,7 @@ def test_a_play_past_the_horizon_still_has_pending_workers_come_one_latency_afte
     assert est.estimate(o, 10.0).unused_idle == ["w"]  # within one latency: nothing for w
     assert est.unused_idle(o, 10.0, 40.0) == []
     assert est.unused_idle(o, 40.0, 40.0) == ["w"]
-    assert HTAPolicy(hold_latencies=3).decide(o).drain == [] and HTAPolicy().decide(o).drain == ["w"]
+    assert HTAPolicy(hold_latencies=3).decide(o).drain == [] and HTAPolicy(hold_latencies=0).decide(o).drain == ["w"]
     # that play stops once every idle worker has work (w at t=120), with the same answer
     from hta.estimator import _DrainPlay
 

@@ -9,9 +9,9 @@ seconds: draining involves no latency, and a worker idle for a whole cycle is
 pure waste. A worker is drained only when it is idle now and the estimate
 (with DAG lookahead) never needs it within the horizon, on ``drain_after``
 checks in a row (hysteresis, as Dask's ``wait_count``), and never below
-``min_workers``; with ``hold_latencies = k``, not while a play run k latencies
-past the horizon still gives it work (buying it back would cost a latency of
-runtime). Workers on their way count as capacity arriving one L after they were
+``min_workers``; nor while a play run ``hold_latencies`` past the horizon still
+gives it work that measured tasks release (buying it back would cost a latency
+of runtime). Workers on their way count as capacity arriving one L after they were
 asked for, so a decision never buys the same shortage twice.
 """
 
@@ -29,22 +29,24 @@ from hta.model import Observation, ScaleDecision
 #:
 #: - ``hta-time`` favours runtime: no tail awareness, so it buys for everything that
 #:   still waits at the horizon, even workers that come when a stage's tail is running,
-#:   and an idle worker that a stage foreseen within 30 latencies past the horizon will
-#:   want is kept for it (``hold_latencies=30``: through a straggler, as max-then-drain
-#:   keeps every node);
+#:   and it holds idle workers for work that never-measured tasks release too
+#:   (``hold_on_guesses=true``);
 #: - ``hta-cost`` favours node-seconds: a worker is bought only if the backlog keeps it
 #:   busy for 5 task runtimes (never-measured tasks: one worker per 5 of them), and
 #:   workers are cut to what the waiting tasks measured (``worker_shape=learned``), a
 #:   third of a node for a never-measured task (``probe_split=3``; one that needs more
-#:   goes over and runs again on a node). Chosen among cost settings by the rivals they
+#:   goes over and runs again on a node), and no idle worker held for later work
+#:   (``hold_latencies=0``). Chosen among cost settings by the rivals they
 #:   leave undominated in ``bench/pareto.py`` (docs/pareto.md): 32 of 308 rival settings,
 #:   every one dominated on 8 of 14 cases (34 and 7 since each seed weighs alike), against
 #:   53 and 2 for the whole-node ``busy_runtimes=10`` it replaced (``hta:busy_runtimes=10``
 #:   now). ``hta-time`` ran as the default does on 11 of 14 of those cases until it held
-#:   idle workers (ninth run: within 1.006 × max-then-drain's runtime on 12 of 14).
+#:   idle workers (ninth run: within 1.006 × max-then-drain's runtime on 12 of 14); since
+#:   the default holds them too, but not for what a never-measured task releases (tenth
+#:   run), the two differ again where tail awareness or those guesses matter.
 PRESETS: dict[str, str] = {
-    "hta-time": "tail_aware=false,hold_latencies=30",
-    "hta-cost": "busy_runtimes=5,worker_shape=learned,probe_split=3",
+    "hta-time": "tail_aware=false,hold_on_guesses=true",
+    "hta-cost": "busy_runtimes=5,worker_shape=learned,probe_split=3,hold_latencies=0",
 }
 
 
@@ -83,13 +85,18 @@ class HTAPolicy:
     #: saves its idle seconds; buying it back costs a latency of runtime when the work
     #: comes. The gaps where that matters are a stage waiting on a straggler: on WfCommons
     #: Montage a sub-workflow's one long mConcatFit or mBgModel (2,384–3,590 s, 15–25
-    #: latencies) held back ~18 mBackground tasks, and draining their workers cost 3 % of
-    #: runtime against max-then-drain. A straggler past its category's longest run is
+    #: latencies) held back ~18 mBackground tasks, and draining their workers cost 2–3 %
+    #: of runtime against max-then-drain. A straggler past its category's longest run is
     #: expected to run as long again, so its end keeps moving away: one that runs past
     #: about k+1 latencies is held for k and drained anyway, k latencies of idle workers
-    #: for nothing. ``hta-time`` holds for 30 (docs/pareto.md, ninth run); the default
-    #: does not: held, it pays up to twice the node·s (Epigenomics uncapped)
-    hold_latencies: float = 0.0
+    #: for nothing (docs/pareto.md, ninth and tenth runs)
+    hold_latencies: float = 30.0
+    #: hold for work that a never-measured task releases too. When such a task ends is a
+    #: guess from how long it has run, and the tasks it gates are a workflow's first of
+    #: their kind: on WfCommons Epigenomics the first stage's seven fastqSplit tasks held 13
+    #: idle workers for 600 s, 7 s of runtime for 7k node·s (42 % more) on 20 nodes; twice the
+    #: node·s uncapped. Off by default; ``hta-time`` holds for them
+    hold_on_guesses: bool = False
     _proposed: dict[str, int] = field(default_factory=dict)
     _next_up_at: float = float("-inf")
     _expected: tuple[int, list[tuple[float, int]]] | None = None
@@ -192,7 +199,8 @@ class HTAPolicy:
             candidates = set(est.unused_idle)
             room = max(0, have - obs.min_workers)
             if candidates and room and self.hold_latencies > 0:  # (the whole shape: split is 1 here)
-                candidates &= set(self.estimator.unused_idle(obs, latency, latency * (1 + self.hold_latencies)))
+                candidates &= set(self.estimator.unused_idle(obs, latency, latency * (1 + self.hold_latencies),
+                                                                    unless_guessed=not self.hold_on_guesses))
             self._proposed = {w: self._proposed.get(w, 0) + 1 for w in candidates}
             ready = sorted(w for w, n in self._proposed.items() if n >= self.drain_after)
             drain = sorted(set(ready) | set(too_small))[:room]
