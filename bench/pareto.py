@@ -10,7 +10,7 @@ For each workload × cluster it runs, over seeds, every setting a user would try
 - HTA: its default and its two named presets (``hta.policies.hta_policy.PRESETS``):
   ``hta-time`` (no tail awareness: buy for all that still waits at the horizon; keep an
   idle worker for work that never-measured tasks release too, where the default keeps
-  one only for what measured tasks release within 30 latencies past it) and
+  one only for work no never-measured task comes before, within 30 latencies past it) and
   ``hta-cost`` (buy a worker only if the backlog keeps it busy for 5 task runtimes, cut
   to what the waiting tasks measured, a third of a node for a never-measured task),
 

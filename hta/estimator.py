@@ -337,8 +337,8 @@ class _Slot:
     free: _Room
     idle_now: bool
     used: bool = False
-    #: the first task the play gave it (idle now) waited on a guess (see ``_Group.guessed``)
-    first_guessed: bool = False
+    #: given a task that no never-measured one comes before (see ``_Group.after_unmeasured``)
+    used_measured: bool = False
 
 
 @dataclass(slots=True)
@@ -354,9 +354,10 @@ class _Group:
     runtime: float | None
     model: CategoryModel | None = None
     inflight: int = 0
-    #: released after a never-measured task, whose end is a guess from how long it has run
-    #: (directly, or through groups released after one)
-    guessed: bool = False
+    #: released after a never-measured task or batch ends (directly, or through groups
+    #: released after one): when that is, the play guesses, from how long such tasks have
+    #: run or from a short prior
+    after_unmeasured: bool = False
     blocked: bool = False  # a task of it will not finish within the horizon
     finished_at: float | None = None
 
@@ -373,11 +374,11 @@ class _DrainPlay:
 
     def __init__(self, obs: Observation, horizon_s: float, options: EstimatorOptions,
                  latency_s: float | None = None, until_idle_used: bool = False,
-                 unless_guessed: bool = False) -> None:
+                 measured_only: bool = False) -> None:
         self.obs = obs
-        #: :meth:`unused_idle` counts a worker idle now as unused too if the first task the
-        #: play gives it was released after a never-measured task (``_Group.guessed``)
-        self.unless_guessed = unless_guessed
+        #: :meth:`unused_idle` counts as used only a worker given a task that no never-measured
+        #: one comes before (``_Group.after_unmeasured``)
+        self.measured_only = measured_only
         #: stop once every worker idle now has been given a task (all a caller of
         #: :meth:`unused_idle` alone wants to know: a long play need not go on)
         self.until_idle_used = until_idle_used
@@ -420,9 +421,10 @@ class _DrainPlay:
         self._waiting_for: dict[str, list[int]] = {}
         self._missing: list[int] = []
         self._released_at: list[float] = []
-        #: refs (tasks, groups) whose end in the play is a guess; upcoming groups released after one
-        self._guessed_refs: set[str] = set()
-        self._up_guessed: list[bool] = []
+        #: refs (tasks, groups) that are or come after a never-measured task, and the upcoming
+        #: groups released after one
+        self._unmeasured_refs: set[str] = set()
+        self._up_after_unmeasured: list[bool] = []
 
     # -- setting up --------------------------------------------------------
 
@@ -499,7 +501,7 @@ class _DrainPlay:
                 # lookahead only) is expected to run as long again as it has so far, and
                 # at least as long as its category's longest-running task already has
                 e = now - t.started_at
-                self._guessed_refs.add(ref)
+                self._unmeasured_refs.add(ref)
                 task_done[ref] = now + max(e, self.unmeasured_elapsed.get(t.category, 0.0) - e, UNKNOWN_RELEASE_PRIOR_S)
                 continue
             at = now + max(expected_remaining(now - t.started_at, models[t.category], t.category in self.outrun),
@@ -539,7 +541,7 @@ class _DrainPlay:
             for ref in up.after:
                 self._waiting_for.setdefault(ref, []).append(k)
         self._released_at = [INF] * len(self.upcoming)
-        self._up_guessed = [False] * len(self.upcoming)
+        self._up_after_unmeasured = [False] * len(self.upcoming)
 
     def _release_ready(self, task_done: dict[str, float]) -> None:
         """Complete the running tasks expected done within the horizon; groups
@@ -555,11 +557,11 @@ class _DrainPlay:
 
     def _complete(self, ref: str, t: float) -> None:
         """``ref`` (a task or a group) completed at ``t``: release what waited only for it."""
-        guessed = ref in self._guessed_refs
+        unmeasured = ref in self._unmeasured_refs
         for k in self._waiting_for.get(ref, ()):
             self._missing[k] -= 1
-            if guessed:
-                self._up_guessed[k] = True
+            if unmeasured:
+                self._up_after_unmeasured[k] = True
             before = self._released_at[k]
             self._released_at[k] = t if before == INF else max(before, t)
             if self._missing[k] == 0 and self._released_at[k] <= self.end:
@@ -570,8 +572,8 @@ class _DrainPlay:
         g = self.queue[gi]
         if g.count == 0 and g.inflight == 0 and not g.blocked and g.finished_at is None and g.id:
             g.finished_at = t
-            if g.guessed or g.runtime is None:
-                self._guessed_refs.add(g.id)
+            if g.after_unmeasured or g.runtime is None:
+                self._unmeasured_refs.add(g.id)
             self._complete(g.id, t)
 
     # -- dispatching ---------------------------------------------------------
@@ -618,9 +620,12 @@ class _DrainPlay:
         free.cores -= k * each.cores
         free.memory_mb -= k * each.memory_mb
         free.disk_mb -= k * each.disk_mb
-        if slot.idle_now and not slot.used:
-            self._idle_left -= 1
-            slot.first_guessed = g.guessed
+        if slot.idle_now:
+            was = self._counts_used(slot)
+            slot.used = True
+            slot.used_measured |= not g.after_unmeasured
+            if not was and self._counts_used(slot):
+                self._idle_left -= 1  # its answer is known: the early stop need not wait for it
         slot.used = True
         runtime = g.runtime
         if runtime is None:
@@ -718,7 +723,7 @@ class _DrainPlay:
         up = self.upcoming[ev.upcoming_index]
         self.releases.append((ev.at, up.count))
         self.queue.append(self._group(up.id, up.category, up.count, up.request))
-        self.queue[-1].guessed = self._up_guessed[ev.upcoming_index]
+        self.queue[-1].after_unmeasured = self._up_after_unmeasured[ev.upcoming_index]
         for j, slot in enumerate(self.slots):
             if slot.free.cores > EPS:
                 self.fill(j, ev.at)
@@ -736,10 +741,12 @@ class _DrainPlay:
                 for g in self.queue if g.count > 0]
 
     def unused_idle(self) -> list[str]:
-        """Workers idle now that the play never gave a task (``unless_guessed``: or whose
-        first task waited on a guess)."""
-        return [s.id for s in self.slots[: self.connected]
-                if s.idle_now and (not s.used or (self.unless_guessed and s.first_guessed))]
+        """Workers idle now that the play never gave a task (``measured_only``: a task that
+        no never-measured one comes before)."""
+        return [s.id for s in self.slots[: self.connected] if s.idle_now and not self._counts_used(s)]
+
+    def _counts_used(self, slot: _Slot) -> bool:
+        return slot.used_measured if self.measured_only else slot.used
 
 
 class QueueDrainEstimator:
@@ -763,12 +770,12 @@ class QueueDrainEstimator:
                         play.inflight)
 
     def unused_idle(self, obs: Observation, latency_s: float, horizon_s: float,
-                    unless_guessed: bool = False) -> list[str]:
+                    measured_only: bool = False) -> list[str]:
         """Workers idle now that a play to ``horizon_s`` (pending workers still one
-        ``latency_s`` after their request) never gives a task (``unless_guessed``: or
-        whose first task is released only after a never-measured one ends, a guess)."""
+        ``latency_s`` after their request) never gives a task (``measured_only``: a task
+        released without waiting on a never-measured one, whose end the play guesses)."""
         play = _DrainPlay(obs, horizon_s, self.options, latency_s, until_idle_used=True,
-                          unless_guessed=unless_guessed)
+                          measured_only=measured_only)
         play.run()
         return play.unused_idle()
 

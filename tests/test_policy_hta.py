@@ -197,7 +197,7 @@ def test_the_default_holds_no_worker_for_what_a_never_measured_task_releases():
     # as above, but the running task's category was never measured: that it ends at t=170
     # (as long again as it has run) is a guess, and so is all that follows it. u0 (one
     # task of a measured category) waits for it, u1 (6 more) for u0: neither holds a worker
-    # by default, both do with hold_on_guesses (hta-time)
+    # by default, both do with hold_for_unmeasured (hta-time)
     o = obs(
         workers=[worker("w1", 1, 1), worker("w2"), worker("w3")],
         running=[RunningTask(task_id=1, category="split", allocation=ONE, started_at=100.0 - 70, worker="w1")],
@@ -207,12 +207,62 @@ def test_the_default_holds_no_worker_for_what_a_never_measured_task_releases():
     )
     est = QueueDrainEstimator()
     assert est.unused_idle(o, 10.0, 310.0) == []  # the play gives w2 u0, w3 u1
-    assert sorted(est.unused_idle(o, 10.0, 310.0, unless_guessed=True)) == ["w2", "w3"]
+    assert sorted(est.unused_idle(o, 10.0, 310.0, measured_only=True)) == ["w2", "w3"]
     assert sorted(HTAPolicy().decide(o).drain) == ["w2", "w3"]
-    assert HTAPolicy(hold_on_guesses=True).decide(o).drain == make_policy("hta-time").decide(o).drain == []
+    assert HTAPolicy(hold_for_unmeasured=True).decide(o).drain == make_policy("hta-time").decide(o).drain == []
     # measured, the same task ends at t=170 too (past 2 × p90: as long again), not a guess
     measured = o.model_copy(update={"categories": {**o.categories, "split": cat("split", 10.0)}})
     assert HTAPolicy().decide(measured).drain == []
+
+
+def test_a_worker_is_held_for_any_measured_work_the_long_play_gives_it_in_any_order():
+    # w1 runs a never-measured task 1 and a measured outlier, task 2: both end at t=170 in
+    # the play. u0 (after task 1) and u1 (after task 2) each want a whole worker: idle w2
+    # runs one at 170, the other at 180. Whichever comes first, w2 has measured work: held
+    from hta.estimator import _DrainPlay
+
+    def running(order):
+        tasks = {1: RunningTask(task_id=1, category="split", allocation=ONE, started_at=30.0, worker="w1"),
+                 2: RunningTask(task_id=2, category="a", allocation=ONE, started_at=30.0, worker="w1")}
+        return [tasks[i] for i in order]
+
+    for order in [(1, 2), (2, 1)]:
+        o = obs(workers=[worker("w1", 2, 2), worker("w2")], running=running(order), categories={"a": cat("a", 10.0)},
+                upcoming=[UpcomingTasks(id="u0", category="a", count=1, request=SHAPE, after=["task:1"]),
+                          UpcomingTasks(id="u1", category="a", count=1, request=SHAPE, after=["task:2"])])
+        assert QueueDrainEstimator().unused_idle(o, 10.0, 310.0, measured_only=True) == []
+        short, full = (_DrainPlay(o, 310.0, EstimatorOptions(), 10.0, until_idle_used=u, measured_only=True)
+                       for u in (True, False))
+        short.run()
+        full.run()  # (the early stop waits for w2's measured task: the same answer)
+        assert short.unused_idle() == full.unused_idle() == []
+        assert HTAPolicy().decide(o).drain == [] and HTAPolicy(hold_latencies=0).decide(o).drain == ["w2"]
+        # without u1, w2's only work comes after the never-measured task: drained
+        alone = o.model_copy(update={"upcoming": o.upcoming[:1]})
+        assert HTAPolicy().decide(alone).drain == ["w2"]
+
+
+def test_work_after_a_never_measured_parent_or_batch_holds_no_worker():
+    # a group waiting on two tasks, one never measured (ends at t=140 in the play) and one
+    # measured (t=170, later): released after a never-measured task all the same
+    o = obs(workers=[worker("w1", 2, 2), worker("w2")],
+            running=[RunningTask(task_id=1, category="split", allocation=ONE, started_at=60.0, worker="w1"),
+                     RunningTask(task_id=2, category="a", allocation=ONE, started_at=30.0, worker="w1")],
+            categories={"a": cat("a", 10.0)},
+            upcoming=[UpcomingTasks(id="u0", category="a", count=1, request=SHAPE, after=["task:1", "task:2"])])
+    assert QueueDrainEstimator().unused_idle(o, 10.0, 310.0) == []
+    assert QueueDrainEstimator().unused_idle(o, 10.0, 310.0, measured_only=True) == ["w2"]
+    # measured task 2 ends at t=150 and releases n0, never measured (a whole worker, w2's),
+    # and m0 waits for n0: its release is the play's guess of n0's end, so w3 is not held
+    o = obs(workers=[worker("w1", 2, 2), worker("w2"), worker("w3")],
+            running=[RunningTask(task_id=2, category="a", allocation=ONE, started_at=100.0, worker="w1"),
+                     RunningTask(task_id=3, category="long", allocation=ONE, started_at=100.0, worker="w1")],
+            categories={"a": cat("a", 50.0), "long": cat("long", 1000.0)},
+            upcoming=[UpcomingTasks(id="n0", category="new", count=1, request=SHAPE, after=["task:2"]),
+                      UpcomingTasks(id="m0", category="a", count=1, request=SHAPE, after=["n0"])])
+    assert QueueDrainEstimator().unused_idle(o, 10.0, 310.0) == []
+    assert QueueDrainEstimator().unused_idle(o, 10.0, 310.0, measured_only=True) == ["w3"]
+    assert HTAPolicy().decide(o).drain == ["w3"]
 
 
 def spread(name, mean, lo, hi):
@@ -398,7 +448,7 @@ def test_presets_and_estimator_settings_by_name():
     assert cost.name == "hta-cost" and cost.options.busy_runtimes == 5
     assert (cost.worker_shape, cost.probe_split) == ("learned", 3)  # a preset sets the policy's own fields too
     assert cost.hold_latencies == 0 < make_policy("hta").hold_latencies == make_policy("hta-time").hold_latencies
-    assert make_policy("hta-time").hold_on_guesses and not make_policy("hta").hold_on_guesses
+    assert make_policy("hta-time").hold_for_unmeasured and not make_policy("hta").hold_for_unmeasured
     tuned_cost = make_policy("hta-cost:busy_runtimes=7,probe_split=1")  # ... and its spec overrides them
     assert tuned_cost.options.busy_runtimes == 7 and tuned_cost.worker_shape == "learned" and tuned_cost.probe_split == 1
     assert make_policy("hta-cost").options.busy_runtimes == 5  # (a preset is not changed by a spec built on it)
@@ -408,7 +458,7 @@ def test_presets_and_estimator_settings_by_name():
                       ("hta-cost:tail_aware=maybe", "is not a bool"),
                       ("hta:unmeasured_per_worker=0.5", "must be a number ≥ 1"),
                       ("hta:hold_latencies=-1", "must be a number ≥ 0"), ("hta:hold_latencies=nan", "must be a number ≥ 0"),
-                      ("hta:hold_on_guesses=maybe", "is not a bool"),
+                      ("hta:hold_for_unmeasured=maybe", "is not a bool"),
                       ("hta:nope=1", "it has: barrier_aware, busy_runtimes")]:
         with pytest.raises(ValueError, match=says):
             make_policy(bad)

@@ -10,8 +10,8 @@ pure waste. A worker is drained only when it is idle now and the estimate
 (with DAG lookahead) never needs it within the horizon, on ``drain_after``
 checks in a row (hysteresis, as Dask's ``wait_count``), and never below
 ``min_workers``; nor while a play run ``hold_latencies`` past the horizon still
-gives it work that measured tasks release (buying it back would cost a latency
-of runtime). Workers on their way count as capacity arriving one L after they were
+gives it work that no never-measured task comes before (buying it back would cost
+a latency of runtime). Workers on their way count as capacity arriving one L after they were
 asked for, so a decision never buys the same shortage twice.
 """
 
@@ -30,7 +30,7 @@ from hta.model import Observation, ScaleDecision
 #: - ``hta-time`` favours runtime: no tail awareness, so it buys for everything that
 #:   still waits at the horizon, even workers that come when a stage's tail is running,
 #:   and it holds idle workers for work that never-measured tasks release too
-#:   (``hold_on_guesses=true``);
+#:   (``hold_for_unmeasured=true``);
 #: - ``hta-cost`` favours node-seconds: a worker is bought only if the backlog keeps it
 #:   busy for 5 task runtimes (never-measured tasks: one worker per 5 of them), and
 #:   workers are cut to what the waiting tasks measured (``worker_shape=learned``), a
@@ -45,7 +45,7 @@ from hta.model import Observation, ScaleDecision
 #:   the default holds them too, but not for what a never-measured task releases (tenth
 #:   run), the two differ again where tail awareness or those guesses matter.
 PRESETS: dict[str, str] = {
-    "hta-time": "tail_aware=false,hold_on_guesses=true",
+    "hta-time": "tail_aware=false,hold_for_unmeasured=true",
     "hta-cost": "busy_runtimes=5,worker_shape=learned,probe_split=3,hold_latencies=0",
 }
 
@@ -91,12 +91,13 @@ class HTAPolicy:
     #: about k+1 latencies is held for k and drained anyway, k latencies of idle workers
     #: for nothing (docs/pareto.md, ninth and tenth runs)
     hold_latencies: float = 30.0
-    #: hold for work that a never-measured task releases too. When such a task ends is a
-    #: guess from how long it has run, and the tasks it gates are a workflow's first of
-    #: their kind: on WfCommons Epigenomics the first stage's seven fastqSplit tasks held 13
-    #: idle workers for 600 s, 7 s of runtime for 7k node·s (42 % more) on 20 nodes; twice the
-    #: node·s uncapped. Off by default; ``hta-time`` holds for them
-    hold_on_guesses: bool = False
+    #: hold also for work released only after a never-measured task ends (off: a worker is
+    #: held only for work no never-measured task comes before). When such a task ends, the
+    #: play guesses from how long it has run, and what it gates is a workflow's first stage
+    #: of its kind: on WfCommons Epigenomics (20 nodes, seed 0) the seven first ``fastqSplit``
+    #: tasks held 13 idle workers for about 560 s, 7 s of runtime for 7k node·s (42 % more);
+    #: twice the node·s uncapped. ``hta-time`` holds for it; no effect with hold_latencies=0
+    hold_for_unmeasured: bool = False
     _proposed: dict[str, int] = field(default_factory=dict)
     _next_up_at: float = float("-inf")
     _expected: tuple[int, list[tuple[float, int]]] | None = None
@@ -200,7 +201,7 @@ class HTAPolicy:
             room = max(0, have - obs.min_workers)
             if candidates and room and self.hold_latencies > 0:  # (the whole shape: split is 1 here)
                 candidates &= set(self.estimator.unused_idle(obs, latency, latency * (1 + self.hold_latencies),
-                                                                    unless_guessed=not self.hold_on_guesses))
+                                                                    measured_only=not self.hold_for_unmeasured))
             self._proposed = {w: self._proposed.get(w, 0) + 1 for w in candidates}
             ready = sorted(w for w, n in self._proposed.items() if n >= self.drain_after)
             drain = sorted(set(ready) | set(too_small))[:room]
