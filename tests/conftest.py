@@ -36,7 +36,8 @@ def cctools_processes(marker: str | None = None, any_name: bool = False) -> list
 def blast_copy(tmp_path: Path) -> Path:
     """A small copy of the BLAST-shaped workflow (widths 6/1/4) in a temp dir. The narrow
     stage's one align task (200 queries) outlasts a local preparation latency, so an
-    autoscaler has idle workers to drain there."""
+    autoscaler has idle workers to drain there (HTA's default holds them for the next
+    stage, 30 latencies ahead: ``hta:hold_latencies=0`` drains them)."""
     src = ROOT / "workflows" / "blast"
     dst = tmp_path / "blast"
     dst.mkdir()
