@@ -620,13 +620,12 @@ class _DrainPlay:
         free.cores -= k * each.cores
         free.memory_mb -= k * each.memory_mb
         free.disk_mb -= k * each.disk_mb
-        if slot.idle_now:
-            was = self._counts_used(slot)
-            slot.used = True
-            slot.used_measured |= not g.after_unmeasured
-            if not was and self._counts_used(slot):
-                self._idle_left -= 1  # its answer is known: the early stop need not wait for it
+        answered = slot.idle_now and self._counts_used(slot)
         slot.used = True
+        if slot.idle_now:
+            slot.used_measured |= not g.after_unmeasured
+            if not answered and self._counts_used(slot):
+                self._idle_left -= 1  # its answer is known: the early stop need not wait for it
         runtime = g.runtime
         if runtime is None:
             self._start_unmeasured(gi, t)
