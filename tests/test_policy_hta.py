@@ -373,6 +373,51 @@ def test_a_whole_worker_task_behind_tasks_past_their_longest_gets_a_worker():
     assert HTAPolicy().decide(many).add == 0
 
 
+def test_a_whole_worker_task_released_soon_goes_to_an_idle_worker_not_one_whose_forecast_is_a_guess():
+    # SoyKB, seed 0, t = 1,950 s: the one merge task (never measured: a whole worker) is
+    # released when task 1 ends, 40 s ahead. Worker b runs task 1 and task 2, which has run
+    # longer than any task of its category measured so far; it is forecast to end within
+    # 10 s, so b is whole at the release in the play. Trusting that, the play left the idle
+    # worker unused and it was drained; the category's tasks ran on (its first measurements
+    # were its shortest), and the merge waited 266 s for a worker bought back. The idle
+    # worker's room is known: the merge goes to it, and it is kept.
+    def at(elapsed_2):
+        running = [RunningTask(task_id=1, category="g", allocation=ONE, started_at=1950.0 - 60, worker="b"),
+                   RunningTask(task_id=2, category="g", allocation=ONE, started_at=1950.0 - elapsed_2,
+                               worker=w2)]
+        workers = [worker("b", 2, 2), worker("idle")] if w2 == "b" else [worker("b", 1, 1), worker("c", 1, 1),
+                                                                        worker("idle")]
+        return obs(time=1950.0, workers=workers, running=running,
+                   categories={"g": cat("g", 100.0).model_copy(update={"runtime_max_s": 100.0})},
+                   latency=LatencyStats(samples=[100.0]), upcoming=[merge])
+    merge = UpcomingTasks(id="merge", category="merge", count=1, after=["task:1"])
+    w2 = "b"
+    o = at(101.0)
+    est = QueueDrainEstimator().estimate(o, 100.0)
+    assert est.releases == [(1990.0, 1)] and est.unused_idle == []
+    assert HTAPolicy(hold_latencies=0).decide(o).drain == []
+    # the same when the task past the longest runs on another worker: its category's
+    # forecasts are all in doubt, task 1's (b's) too
+    w2 = "c"
+    assert QueueDrainEstimator().estimate(at(101.0), 100.0).unused_idle == []
+    assert QueueDrainEstimator().estimate(at(90.0), 100.0).unused_idle == ["idle"]
+    # no task of the category has outlived its measurements: b's forecast is trusted, b
+    # takes the merge, and the idle worker is drained (Cycles: +7 % node·s otherwise)
+    w2 = "b"
+    trusted = at(90.0)
+    assert QueueDrainEstimator().estimate(trusted, 100.0).unused_idle == ["idle"]
+    assert HTAPolicy(hold_latencies=0).decide(trusted).drain == ["idle"]
+    # past the first latency a release is offered in the usual order (busy workers first):
+    # the long play of the hold does not keep every idle worker for every whole-worker task
+    later = o.model_copy(update={"time": 1950.0 - 150, "latency": LatencyStats(samples=[20.0]),
+                                 "running": [r.model_copy(update={"started_at": r.started_at - 150})
+                                             for r in o.running]})
+    assert QueueDrainEstimator().unused_idle(later, 20.0, 200.0) == ["idle"]
+    # a task that requests cores is offered in the usual order: b, forecast free, takes it
+    small = o.model_copy(update={"upcoming": [merge.model_copy(update={"request": ONE})]})
+    assert QueueDrainEstimator().estimate(small, 100.0).unused_idle == ["idle"]
+
+
 def test_a_reduce_waits_for_a_parent_that_outran_its_category():
     # 3 tasks of an outrun category run (2 measured, 106 s at the longest; 2 have run
     # 170 and 200 s); 8 tasks wait for task 0 (170 s) and task 1 (150 s). Task 0 counts
