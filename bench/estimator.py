@@ -120,7 +120,8 @@ def side_by_side(rounds: int = 9) -> list[str]:
           f"stages released")
     for name, obs, opts in cases:
         # the rules added since are off (tests/test_estimator_refactor.py checks each on its own)
-        new = QueueDrainEstimator(EstimatorOptions(**opts, unmeasured_floor=False, overdue_past_longest=False))
+        new = QueueDrainEstimator(EstimatorOptions(**opts, unmeasured_floor=False, overdue_past_longest=False,
+                                                   release_to_idle_first=False))
         old = before.QueueDrainEstimator(before.EstimatorOptions(**opts))
         t_new, t_old, e_new, e_old = race(lambda: new.estimate(obs, L), lambda: old.estimate(obs, L), rounds)
         ratio = t_new / t_old

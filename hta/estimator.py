@@ -86,6 +86,10 @@ class EstimatorOptions:
     #: running task that has run longer than any measured one is expected to run as long
     #: again (see :func:`expected_remaining`); off: only past ``OUTLIER_FACTOR`` × its p90
     overdue_past_longest: bool = True
+    #: whole-worker tasks the DAG releases within the latency are offered to idle workers
+    #: before busy ones running a task of a category that has a task past ``OUTRUN_MARGIN``
+    #: × its longest measured runtime (see :class:`_DrainPlay`); off: busy workers first
+    release_to_idle_first: bool = True
 
 
 @dataclass
@@ -371,18 +375,20 @@ class _DrainPlay:
     the horizon. The queue is the waiting groups in dispatch order; lookahead
     appends upcoming groups as the DAG releases them.
 
-    A group of whole-worker tasks (never measured) released within the first
-    latency is offered to the busy workers the play trusts, then to the workers
-    idle now, and only then to busy workers running a task of a category that
-    has a task running longer than any of it measured: that category's
-    measurements fall short (they are its first completions, its shortest), and
-    a busy worker is whole only if every task on it ends by its forecast. A
-    drain that trusted such a forecast left a task waiting a latency for a
-    worker bought back (SoyKB, seed 0: the merge task waited 266 s); an idle
-    worker's room is known. Trusting no busy worker at all kept idle workers
-    through every stage change (Cycles uncapped: +7 % node·s at the same
-    runtime), and offering later releases to idle workers first kept them
-    through the hold's long play (SoyKB uncapped: +9 %).
+    Whole-worker tasks (a never-measured category's, or any whose request is
+    undeclared when Work Queue does not size tasks) that the DAG releases within
+    the first latency are offered to the busy workers the play trusts, then to
+    the workers idle now, and only then to busy workers running a task of a
+    category one of whose tasks has run well past the longest of its measured
+    ones (``OUTRUN_MARGIN`` ×; the release's own parents aside: their end is the
+    release). That category's measurements fall short (they are its first
+    completions, its shortest), and a busy worker is whole only if every task on
+    it ends by its forecast. A drain that trusted such a forecast left a task
+    waiting a latency for a worker bought back (SoyKB, seed 0: the merge task
+    waited 266 s); an idle worker's room is known. Trusting no busy worker at
+    all kept idle workers through every stage change (Cycles uncapped: +7 %
+    node·s at the same runtime), and offering later releases to idle workers
+    first kept them through the hold's long play (SoyKB uncapped: +9 %).
     """
 
     def __init__(self, obs: Observation, horizon_s: float, options: EstimatorOptions,
@@ -438,12 +444,9 @@ class _DrainPlay:
         #: groups released after one
         self._unmeasured_refs: set[str] = set()
         self._up_after_unmeasured: list[bool] = []
-        #: the order a whole-worker group released within a latency is offered to slots in:
-        #: busy and trusted, idle now, busy running an outlived category's task, pending
-        self._release_order: list[int] = []
-        #: workers running a task of a category one of whose tasks has run longer than any
-        #: measured: when they are free is a guess (see ``_on_task_released``)
-        self._unsure_slots: set[int] = set()
+        #: busy connected workers → their tasks of a category one of whose tasks has run
+        #: well past its longest measured: when they end is a guess (see the docstring)
+        self._doubtful: dict[int, list[str]] = {}
 
     # -- setting up --------------------------------------------------------
 
@@ -454,11 +457,6 @@ class _DrainPlay:
         self._idle_left = sum(1 for s in self.slots if s.idle_now)
         task_done = self._schedule_running_tasks(index, self._barrier_times())
         self._add_pending_workers()
-        busy = [i for i in range(self.connected) if not self.slots[i].idle_now]
-        self._release_order = ([i for i in busy if i not in self._unsure_slots]
-                               + [i for i in range(self.connected) if self.slots[i].idle_now]
-                               + [i for i in busy if i in self._unsure_slots]
-                               + list(range(self.connected, len(self.slots))))
         self.queue = [self._group(g.id, g.category, g.count, g.request) for g in self.obs.waiting]
         self._index_upcoming()
         self._release_ready(task_done)
@@ -518,9 +516,9 @@ class _DrainPlay:
         models, runtimes, now, end = self.models, self.runtimes, self.now, self.end
         finishing: dict[tuple[int, float], list[float]] = {}
         task_done: dict[str, float] = {}
-        # (slot, category) of each measured running task; categories one of whose tasks has
-        # run longer than any measured (its measurements fall short: its forecasts are unsure)
-        slot_tasks: list[tuple[int, str]] = []
+        # (slot, ref, category) of each measured running task; categories one of whose tasks
+        # has run well past the longest measured (its measurements fall short)
+        slot_tasks: list[tuple[int, str, str]] = []
         outlived: set[str] = set()
         for t in self.obs.running:
             ref = f"task:{t.task_id}"
@@ -535,12 +533,12 @@ class _DrainPlay:
             model, elapsed = models[t.category], now - t.started_at
             at = now + max(expected_remaining(elapsed, model, t.category in self.outrun), 0.0)
             task_done[ref] = max(at, barrier_at.get(ref, at))
-            if elapsed > (model.runtime_max_s or model.runtime_p90_s or model.runtime_mean_s or 0.0):
+            if model.runtime_max_s is not None and elapsed > OUTRUN_MARGIN * model.runtime_max_s:
                 outlived.add(t.category)
             slot = index.get(t.worker or "")
             if slot is None:
                 continue
-            slot_tasks.append((slot, t.category))
+            slot_tasks.append((slot, ref, t.category))
             if at > end:
                 self.inflight.append((t.allocation.cores, at - end))
                 continue
@@ -550,7 +548,10 @@ class _DrainPlay:
             acc[2] += alloc.disk_mb
         for (slot, at), (c, m, d) in finishing.items():
             self._push(SlotFrees(at, slot, c, m, d, None))
-        self._unsure_slots = {slot for slot, category in slot_tasks if category in outlived}
+        if outlived and self.options.release_to_idle_first:
+            for slot, ref, category in slot_tasks:
+                if category in outlived:
+                    self._doubtful.setdefault(slot, []).append(ref)
         return task_done
 
     def _add_pending_workers(self) -> None:
@@ -750,18 +751,31 @@ class _DrainPlay:
         self.fill(ev.slot, ev.at)
 
     def _on_task_released(self, ev: TaskReleased) -> None:
-        """An upcoming group joins the end of the queue; every slot with room tries it
-        (whole-worker tasks released within a latency: in ``_release_order``, see the
-        class's docstring)."""
+        """An upcoming group joins the end of the queue; every slot with room tries it, in
+        slot order (whole-worker tasks released within a latency: in
+        :meth:`_whole_release_order`)."""
         up = self.upcoming[ev.upcoming_index]
         self.releases.append((ev.at, up.count))
         self.queue.append(self._group(up.id, up.category, up.count, up.request))
         self.queue[-1].after_unmeasured = self._up_after_unmeasured[ev.upcoming_index]
         slots = self.slots
-        idle_first = up.whole_worker and ev.at <= self.now + self.latency_s
-        for j in self._release_order if idle_first else range(len(slots)):
+        order: Iterable[int] = range(len(slots))
+        if up.whole_worker and ev.at <= self.now + self.latency_s and self.options.release_to_idle_first:
+            order = self._whole_release_order(up)
+        for j in order:
             if slots[j].free.cores > EPS:
                 self.fill(j, ev.at)
+
+    def _whole_release_order(self, up: UpcomingTasks) -> list[int]:
+        """Busy workers the play trusts, idle ones, busy ones running a doubtful task
+        that is not one of ``up``'s parents, pending ones (see the class's docstring)."""
+        slots, after = self.slots, set(up.after)
+        unsure = {i for i, refs in self._doubtful.items() if any(r not in after for r in refs)}
+        connected = range(self.connected)
+        return [*(i for i in connected if not slots[i].idle_now and i not in unsure),
+                *(i for i in connected if slots[i].idle_now),
+                *(i for i in connected if i in unsure),
+                *range(self.connected, len(slots))]
 
     def _on_batch_done(self, ev: BatchDone) -> None:
         """A batch counts as done for its dependents (its resources are not freed here)."""

@@ -1,7 +1,8 @@
 """The readable estimator (``hta/estimator.py``) gives exactly the answers of the
 one it replaced (``bench/estimator_before.py``, a frozen copy), but for the
-rules changed since, each checked on its own: ``unmeasured_floor`` and
-``overdue_past_longest`` (off here; their own tests are in ``test_policy_hta.py``), and
+rules changed since, each checked on its own: ``unmeasured_floor``,
+``overdue_past_longest`` and ``release_to_idle_first`` (off here; their own tests are
+in ``test_policy_hta.py``), and
 tail awareness (:func:`tail_cap_now`: the work tasks running at the horizon still hold
 their cores for, never-measured tasks capped apart from measured ones, and the work
 over the share of a worker's cores the tasks that fit in it use).
@@ -208,10 +209,10 @@ def test_same_estimate_as_before_on_random_observations(chunk: int) -> None:
     for seed in SEEDS[chunk::6]:
         obs, horizon = random_observation(seed)
         for opts in (OPTIONS[seed % 8], OPTIONS[(seed * 5 + 3) % 8]):
-            # the rules added since (unmeasured_floor, overdue_past_longest) are off: the rest
-            # must be the old estimator's
-            new = QueueDrainEstimator(EstimatorOptions(**opts, unmeasured_floor=False, overdue_past_longest=False)
-                                      ).estimate(obs, horizon)
+            # the rules added since (unmeasured_floor, overdue_past_longest,
+            # release_to_idle_first) are off: the rest must be the old estimator's
+            new = QueueDrainEstimator(EstimatorOptions(**opts, unmeasured_floor=False, overdue_past_longest=False,
+                                                       release_to_idle_first=False)).estimate(obs, horizon)
             old = before.QueueDrainEstimator(before.EstimatorOptions(**opts)).estimate(obs, horizon)
             assert same_estimate(new, old, obs, opts), (seed, opts)
 
@@ -264,6 +265,7 @@ def test_same_estimate_as_before_at_bench_scale() -> None:
         upcoming = _upcoming(random.Random(seed), waiting, big.running, list(big.categories))
         obs = big.model_copy(update={"waiting": waiting, "upcoming": upcoming})
         for opts in OPTIONS:
-            new = QueueDrainEstimator(EstimatorOptions(**opts, overdue_past_longest=False)).estimate(obs, 157.0)
+            new = QueueDrainEstimator(EstimatorOptions(**opts, overdue_past_longest=False,
+                                                       release_to_idle_first=False)).estimate(obs, 157.0)
             old = before.QueueDrainEstimator(before.EstimatorOptions(**opts)).estimate(obs, 157.0)
             assert same_estimate(new, old, obs, opts), (n, opts)

@@ -376,37 +376,43 @@ def test_a_whole_worker_task_behind_tasks_past_their_longest_gets_a_worker():
 def test_a_whole_worker_task_released_soon_goes_to_an_idle_worker_not_one_whose_forecast_is_a_guess():
     # SoyKB, seed 0, t = 1,950 s: the one merge task (never measured: a whole worker) is
     # released when task 1 ends, 40 s ahead. Worker b runs task 1 and task 2, which has run
-    # longer than any task of its category measured so far; it is forecast to end within
-    # 10 s, so b is whole at the release in the play. Trusting that, the play left the idle
-    # worker unused and it was drained; the category's tasks ran on (its first measurements
-    # were its shortest), and the merge waited 266 s for a worker bought back. The idle
-    # worker's room is known: the merge goes to it, and it is kept.
-    def at(elapsed_2):
-        running = [RunningTask(task_id=1, category="g", allocation=ONE, started_at=1950.0 - 60, worker="b"),
-                   RunningTask(task_id=2, category="g", allocation=ONE, started_at=1950.0 - elapsed_2,
-                               worker=w2)]
-        workers = [worker("b", 2, 2), worker("idle")] if w2 == "b" else [worker("b", 1, 1), worker("c", 1, 1),
-                                                                        worker("idle")]
-        return obs(time=1950.0, workers=workers, running=running,
-                   categories={"g": cat("g", 100.0).model_copy(update={"runtime_max_s": 100.0})},
-                   latency=LatencyStats(samples=[100.0]), upcoming=[merge])
+    # well past the longest task of its category measured so far (130 s against 100); it
+    # is forecast to end within 10 s, so b is whole at the release in the play. Trusting
+    # that, the play left the idle worker unused and it was drained; the category's tasks
+    # ran on (its first measurements were its shortest), and the merge waited 266 s for a
+    # worker bought back. The idle worker's room is known: the merge goes to it, kept.
+    g = cat("g", 100.0).model_copy(update={"runtime_max_s": 100.0})
     merge = UpcomingTasks(id="merge", category="merge", count=1, after=["task:1"])
-    w2 = "b"
-    o = at(101.0)
+
+    def at(elapsed_2: float, placed: dict[int, str]) -> Observation:
+        """Tasks 1 (the merge's parent, 60 s in), 2 (``elapsed_2`` in) and any others (60 s
+        in) on the workers ``placed`` names; a worker's cores in use are its tasks'."""
+        running = [RunningTask(task_id=i, category="g", allocation=ONE, worker=w,
+                               started_at=1950.0 - (elapsed_2 if i == 2 else 60.0)) for i, w in placed.items()]
+        names = sorted(set(placed.values()))
+        workers = [worker(w, n, n) for w in names for n in [list(placed.values()).count(w)]] + [worker("idle")]
+        return obs(time=1950.0, workers=workers, running=running, categories={"g": g},
+                   latency=LatencyStats(samples=[100.0]), upcoming=[merge])
+
+    def unused(o: Observation, **options) -> list[str]:
+        return QueueDrainEstimator(EstimatorOptions(**options)).estimate(o, 100.0).unused_idle
+
+    o = at(130.0, {1: "b", 2: "b"})
     est = QueueDrainEstimator().estimate(o, 100.0)
     assert est.releases == [(1990.0, 1)] and est.unused_idle == []
     assert HTAPolicy(hold_latencies=0).decide(o).drain == []
-    # the same when the task past the longest runs on another worker: its category's
-    # forecasts are all in doubt, task 1's (b's) too
-    w2 = "c"
-    assert QueueDrainEstimator().estimate(at(101.0), 100.0).unused_idle == []
-    assert QueueDrainEstimator().estimate(at(90.0), 100.0).unused_idle == ["idle"]
-    # no task of the category has outlived its measurements: b's forecast is trusted, b
-    # takes the merge, and the idle worker is drained (Cycles: +7 % node·s otherwise)
-    w2 = "b"
-    trusted = at(90.0)
-    assert QueueDrainEstimator().estimate(trusted, 100.0).unused_idle == ["idle"]
-    assert HTAPolicy(hold_latencies=0).decide(trusted).drain == ["idle"]
+    assert unused(o, release_to_idle_first=False) == ["idle"]  # the rule off: busy workers first
+    # task 2 just past the longest, within OUTRUN_MARGIN: the stragglers of a category about
+    # to end; and before it: b's forecast is trusted, b takes the merge, the idle worker is
+    # drained (no busy worker trusted at all: Cycles uncapped +7 % node·s)
+    assert unused(at(110.0, {1: "b", 2: "b"})) == ["idle"]
+    trusted = at(90.0, {1: "b", 2: "b"})
+    assert unused(trusted) == ["idle"] and HTAPolicy(hold_latencies=0).decide(trusted).drain == ["idle"]
+    # the category's forecasts are all in doubt, not only the task's own: with task 2 on c,
+    # task 3 (60 s in) beside the parent on b keeps b unsure...
+    assert unused(at(130.0, {1: "b", 3: "b", 2: "c"})) == []
+    # ...but the parent itself ends with the release: b alone with it is whole then
+    assert unused(at(130.0, {1: "b", 2: "c"})) == ["idle"]
     # past the first latency a release is offered in the usual order (busy workers first):
     # the long play of the hold does not keep every idle worker for every whole-worker task
     later = o.model_copy(update={"time": 1950.0 - 150, "latency": LatencyStats(samples=[20.0]),
@@ -415,7 +421,7 @@ def test_a_whole_worker_task_released_soon_goes_to_an_idle_worker_not_one_whose_
     assert QueueDrainEstimator().unused_idle(later, 20.0, 200.0) == ["idle"]
     # a task that requests cores is offered in the usual order: b, forecast free, takes it
     small = o.model_copy(update={"upcoming": [merge.model_copy(update={"request": ONE})]})
-    assert QueueDrainEstimator().estimate(small, 100.0).unused_idle == ["idle"]
+    assert unused(small) == ["idle"]
 
 
 def test_a_reduce_waits_for_a_parent_that_outran_its_category():
