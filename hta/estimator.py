@@ -39,7 +39,7 @@ import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Union, assert_never
+from typing import Callable, Iterable, NamedTuple, Union, assert_never
 
 from hta.model import CategoryModel, Observation, Resources, TaskGroup, UpcomingTasks
 from workqueue_bridge.dispatch import EPS, allocated, fit_count
@@ -86,9 +86,10 @@ class EstimatorOptions:
     #: running task that has run longer than any measured one is expected to run as long
     #: again (see :func:`expected_remaining`); off: only past ``OUTLIER_FACTOR`` × its p90
     overdue_past_longest: bool = True
-    #: whole-worker tasks the DAG releases within the latency are offered to idle workers
-    #: before busy ones running a task of a category that has a task past ``OUTRUN_MARGIN``
-    #: × its longest measured runtime (see :class:`_DrainPlay`); off: busy workers first
+    #: whole-worker tasks the DAG releases within the first latency are offered to idle
+    #: workers before busy ones running a task (not one of the release's parents) of a
+    #: category with a task running longer than ``OUTRUN_MARGIN`` × its longest measured
+    #: runtime (see :class:`_DrainPlay`); off: the usual slot order, busy workers first
     release_to_idle_first: bool = True
 
 
@@ -375,15 +376,16 @@ class _DrainPlay:
     the horizon. The queue is the waiting groups in dispatch order; lookahead
     appends upcoming groups as the DAG releases them.
 
-    Whole-worker tasks (a never-measured category's, or any whose request is
-    undeclared when Work Queue does not size tasks) that the DAG releases within
-    the first latency are offered to the busy workers the play trusts, then to
-    the workers idle now, and only then to busy workers running a task of a
-    category one of whose tasks has run well past the longest of its measured
-    ones (``OUTRUN_MARGIN`` ×; the release's own parents aside: their end is the
-    release). That category's measurements fall short (they are its first
-    completions, its shortest), and a busy worker is whole only if every task on
-    it ends by its forecast. A drain that trusted such a forecast left a task
+    Whole-worker tasks (undeclared tasks of a never-measured category, or any
+    undeclared task when Work Queue does not size tasks) that the DAG releases
+    within the first latency are offered to the busy workers the play trusts,
+    then to the workers idle now, and only then to doubtful busy workers: those
+    running a task of a category with a task running longer than
+    ``OUTRUN_MARGIN`` × its longest measured runtime, unless that task is one the
+    release waits for directly (the release comes only when it ends). That
+    category's measurements fall short (they are its first completions, its
+    shortest), and a busy worker is whole only if every task on it ends by its
+    forecast. A drain that trusted such a forecast left a task
     waiting a latency for a worker bought back (SoyKB, seed 0: the merge task
     waited 266 s); an idle worker's room is known. Trusting no busy worker at
     all kept idle workers through every stage change (Cycles uncapped: +7 %
@@ -444,8 +446,8 @@ class _DrainPlay:
         #: groups released after one
         self._unmeasured_refs: set[str] = set()
         self._up_after_unmeasured: list[bool] = []
-        #: busy connected workers → their tasks of a category one of whose tasks has run
-        #: well past its longest measured: when they end is a guess (see the docstring)
+        #: busy connected workers → their doubtful tasks, of a category with a task running
+        #: longer than ``OUTRUN_MARGIN`` × its longest measured (see the class docstring)
         self._doubtful: dict[int, list[str]] = {}
 
     # -- setting up --------------------------------------------------------
@@ -516,10 +518,11 @@ class _DrainPlay:
         models, runtimes, now, end = self.models, self.runtimes, self.now, self.end
         finishing: dict[tuple[int, float], list[float]] = {}
         task_done: dict[str, float] = {}
-        # (slot, ref, category) of each measured running task; categories one of whose tasks
-        # has run well past the longest measured (its measurements fall short)
+        # (slot, ref, category) of each measured running task on a busy worker; categories
+        # with a task running longer than OUTRUN_MARGIN × the longest measured (their
+        # measurements fall short: their tasks are doubtful)
         slot_tasks: list[tuple[int, str, str]] = []
-        outlived: set[str] = set()
+        doubtful_categories: set[str] = set()
         for t in self.obs.running:
             ref = f"task:{t.task_id}"
             if runtimes.get(t.category) is None:
@@ -534,11 +537,12 @@ class _DrainPlay:
             at = now + max(expected_remaining(elapsed, model, t.category in self.outrun), 0.0)
             task_done[ref] = max(at, barrier_at.get(ref, at))
             if model.runtime_max_s is not None and elapsed > OUTRUN_MARGIN * model.runtime_max_s:
-                outlived.add(t.category)
+                doubtful_categories.add(t.category)
             slot = index.get(t.worker or "")
             if slot is None:
                 continue
-            slot_tasks.append((slot, ref, t.category))
+            if self.options.release_to_idle_first and not self.slots[slot].idle_now:
+                slot_tasks.append((slot, ref, t.category))
             if at > end:
                 self.inflight.append((t.allocation.cores, at - end))
                 continue
@@ -548,9 +552,9 @@ class _DrainPlay:
             acc[2] += alloc.disk_mb
         for (slot, at), (c, m, d) in finishing.items():
             self._push(SlotFrees(at, slot, c, m, d, None))
-        if outlived and self.options.release_to_idle_first:
+        if doubtful_categories:
             for slot, ref, category in slot_tasks:
-                if category in outlived:
+                if category in doubtful_categories:
                     self._doubtful.setdefault(slot, []).append(ref)
         return task_done
 
@@ -768,13 +772,15 @@ class _DrainPlay:
 
     def _whole_release_order(self, up: UpcomingTasks) -> list[int]:
         """Busy workers the play trusts, idle ones, busy ones running a doubtful task
-        that is not one of ``up``'s parents, pending ones (see the class's docstring)."""
+        that is not one of ``up``'s parents, pending ones (see the class docstring). Only
+        direct parents are exempt: a doubtful task ``up`` waits for through another
+        group still makes its worker doubtful (rare within a latency, and on the safe side)."""
         slots, after = self.slots, set(up.after)
-        unsure = {i for i, refs in self._doubtful.items() if any(r not in after for r in refs)}
+        doubtful = {i for i, refs in self._doubtful.items() if any(r not in after for r in refs)}
         connected = range(self.connected)
-        return [*(i for i in connected if not slots[i].idle_now and i not in unsure),
+        return [*(i for i in connected if not slots[i].idle_now and i not in doubtful),
                 *(i for i in connected if slots[i].idle_now),
-                *(i for i in connected if i in unsure),
+                *(i for i in connected if i in doubtful),
                 *range(self.connected, len(slots))]
 
     def _on_batch_done(self, ev: BatchDone) -> None:
