@@ -148,6 +148,12 @@ def expected_remaining(elapsed: float, model: CategoryModel, past_longest: bool 
     return max(elapsed, OVERDUE_FRACTION * mean)
 
 
+def past_outrun_margin(model: CategoryModel, elapsed: float) -> bool:
+    """A running task of ``model``'s category has run longer than ``OUTRUN_MARGIN`` × the
+    longest runtime measured in it (a category with no longest: never)."""
+    return model.runtime_max_s is not None and elapsed > OUTRUN_MARGIN * model.runtime_max_s
+
+
 def outrun_categories(obs: Observation) -> frozenset[str]:
     """Measured categories whose measurements are their short tasks: at least as many of
     their running tasks have run ``OUTRUN_MARGIN`` × the longest measured runtime as were
@@ -165,8 +171,7 @@ def outrun_categories(obs: Observation) -> frozenset[str]:
     past: dict[str, int] = {}
     for t in obs.running:
         m = obs.categories.get(t.category)
-        if (m is not None and m.measured and m.runtime_max_s is not None
-                and obs.time - t.started_at > OUTRUN_MARGIN * m.runtime_max_s):
+        if m is not None and m.measured and past_outrun_margin(m, obs.time - t.started_at):
             past[t.category] = past.get(t.category, 0) + 1
     return frozenset(c for c, n in past.items() if n >= obs.categories[c].samples)
 
@@ -536,7 +541,7 @@ class _DrainPlay:
             model, elapsed = models[t.category], now - t.started_at
             at = now + max(expected_remaining(elapsed, model, t.category in self.outrun), 0.0)
             task_done[ref] = max(at, barrier_at.get(ref, at))
-            if model.runtime_max_s is not None and elapsed > OUTRUN_MARGIN * model.runtime_max_s:
+            if past_outrun_margin(model, elapsed):
                 doubtful_categories.add(t.category)
             slot = index.get(t.worker or "")
             if slot is None:
