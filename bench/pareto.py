@@ -50,7 +50,10 @@ nor memory: the simulator's defaults apply (100 % CPU, 512 MB).
 
 ``--preset SPEC`` (at most twice) holds HTA's default and these settings against the
 rivals in place of ``hta-time`` and ``hta-cost``: what the goals would say with other
-presets (docs/pareto.md, eighth run).
+presets (docs/pareto.md, eighth run). ``--sweep`` runs HTA's tuned settings (``SWEEP``)
+beside them and ranks every pair of the settings run by the rivals the default and the
+pair leave undominated (``pair_covers``; not a goal): which two presets would serve best,
+the presets' own rank, and the cases no pair clears.
 
 Each run, once simulated, is appended to ``OUT/runs.jsonl``; a second call with the same
 ``--out`` reuses it (a long run can be resumed).
@@ -92,9 +95,14 @@ HTA_SETTINGS = {"hta": "hta", "hta-time": "hta-time", "hta-cost": "hta-cost"}
 #: ``busy_runtimes`` (default 1, ``hta-cost`` 5) caps every purchase by how long the
 #: backlog keeps a worker busy (10 on whole nodes: the cost preset before this one);
 #: ``unmeasured_per_worker`` (default 1) buys one worker per that many never-measured
-#: tasks, the first wave only; ``hta-cost`` at 3 and 10 task runtimes brackets its 5
+#: tasks, the first wave only; ``hta-cost`` at 3, 4 and 10 task runtimes brackets its 5, and
+#: at 3 with its first wave bought as at 5; the default with ``hta-cost``'s probes (a third
+#: of a node for a never-measured task), alone and with a cap of 2 task runtimes
 SWEEP = {spec: spec for spec in [*(f"hta:busy_runtimes={k}" for k in (2, 3, 5, 10)), "hta:unmeasured_per_worker=2",
-                                 "hta-cost:busy_runtimes=3", "hta-cost:busy_runtimes=10"]}
+                                 *(f"hta-cost:busy_runtimes={k}" for k in (3, 4, 10)),
+                                 "hta-cost:busy_runtimes=3,unmeasured_per_worker=5",
+                                 "hta:worker_shape=learned,probe_split=3",
+                                 "hta:worker_shape=learned,probe_split=3,busy_runtimes=2"]}
 CLUSTERS = {"cap20": 20, "uncapped200": 200}
 WFCOMMONS = {"montage": "MontageRecipe", "epigenomics": "EpigenomicsRecipe", "1000genome": "GenomeRecipe",
              "soykb": "SoykbRecipe", "cycles": "CyclesRecipe"}
@@ -148,6 +156,38 @@ def losses(h: Point, r: Point, slack: float = RUNTIME_SLACK) -> list[str]:
 def undominated(rival_points: list[Point], hta_points: list[Point]) -> list[Point]:
     """Rival settings no HTA setting dominates (unfinished rivals are no competitors)."""
     return [r for r in rival_points if not r.unfinished and not any(dominates(h, r) for h in hta_points)]
+
+
+@dataclass
+class Cover:
+    """What HTA's default and a pair of other settings leave undominated, over every case."""
+    pair: tuple[str, str]
+    #: case → labels of the rivals neither the default nor the pair dominates
+    free: dict[str, list[str]]
+
+    @property
+    def cases(self) -> int:
+        return sum(1 for labels in self.free.values() if labels)
+
+    @property
+    def rivals(self) -> int:
+        return sum(len(labels) for labels in self.free.values())
+
+
+def pair_covers(cases: dict[str, tuple[list[Point], dict[str, Point]]], candidates: list[str]) -> list[Cover]:
+    """For every pair of ``candidates`` (HTA settings other than the default, run on every case),
+    the rivals left undominated by the default and the pair: fewest cases with any first, then
+    fewest rivals. ``cases``: case → (rival points, HTA points by label, ``hta`` among them).
+
+    The goal holds the rivals against the default and two presets; this asks which two of the
+    settings run would serve best as those presets, and where no two of them can."""
+    out = []
+    for i, a in enumerate(candidates):
+        for b in candidates[i + 1:]:
+            free = {case: [r.label for r in undominated(rivs, [htas["hta"], htas[a], htas[b]])]
+                    for case, (rivs, htas) in cases.items()}
+            out.append(Cover((a, b), free))
+    return sorted(out, key=lambda c: (c.cases, c.rivals, c.pair))
 
 
 def goals(hta: Point, bound_s: float, mtd: Point) -> list[tuple[str, bool, str]]:
@@ -339,10 +379,17 @@ HEADER = (f"    {'setting':{LABEL_WIDTH}} {'runtime s':>9} {'waste run':>11} {'w
           f"{'shortage':>12}")
 
 
+SHORT = {"busy_runtimes=": "busy ", "unmeasured_per_worker=": "unmeasured ",
+         "worker_shape=learned,probe_split=3": "probes"}
+
+
 def short_label(spec: str) -> str:
-    """A tuned setting's name on a front: ``busy 3``, ``unmeasured 2``, ``hta-cost, busy 3``."""
-    return (spec.replace("hta:busy_runtimes=", "busy ").replace("hta:unmeasured_per_worker=", "unmeasured ")
-            .replace("hta-cost:busy_runtimes=", "hta-cost, busy "))
+    """A tuned setting's name on a front: ``busy 3``, ``unmeasured 2``, ``hta-cost, busy 3``,
+    ``probes, busy 2``."""
+    policy, _, settings = spec.partition(":")
+    for key, word in SHORT.items():
+        settings = settings.replace(key, word)
+    return ", ".join([*([policy] if policy != "hta" else []), *settings.split(",")])
 
 
 def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dict[str, Point], bound: float,
@@ -443,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     rival_runs = free_total = still_total = 0  # rival settings held against HTA's, left undominated
     scaled_any = False  # some seed's figures were scaled (a case with seeds of unequal size)
+    covered: dict[str, tuple[list[Point], dict[str, Point]]] = {}  # case → rivals, HTA settings (--sweep)
+    nobody: dict[str, list[str]] = {}  # case → rivals no HTA setting run dominates (--sweep)
     for name in names:
         for cname in args.clusters.split(","):
             cap = CLUSTERS[cname]
@@ -487,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
             free_total += len(free)
             still = [r for r in free if not any(dominates(t, r) for t in tuned)] if tuned else free
             still_total += len(still)
+            if tuned:
+                covered[f"{name}/{cname}"] = (rivs, {p.label: p for p in [*htas, *tuned]})
+                nobody[f"{name}/{cname}"] = [r.label for r in still]
             title = (f"{name}, {cname} ({cap} nodes), mean of {seeds} seed(s)" + (SCALED if scaled else "")
                      + (f"; HTA's presets replaced by {' and '.join(list(hta_settings)[1:])}" if args.preset else ""))
             print(f"\n{title}")
@@ -595,6 +647,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {free_total} of {rival_runs} rival settings not dominated by HTA's "
           + ("default and presets" if not args.preset else "default and --preset settings")
           + (f" ({still_total} by no tuned setting either)" if args.sweep else ""))
+    if covered:
+        print_pair_covers(covered, nobody, list(hta_settings)[1:])
     if args.preset:
         print(f"\nHTA's presets replaced by {' and '.join(list(hta_settings)[1:])} (--preset): "
               "not the goals' hta-time and hta-cost")
@@ -607,6 +661,31 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print("\nevery goal met")
     return 0
+
+
+def print_pair_covers(covered: dict[str, tuple[list[Point], dict[str, Point]]], nobody: dict[str, list[str]],
+                      presets: list[str], top: int = 3) -> None:
+    """Which two of the settings run (presets and ``--sweep``'s) would leave fewest rivals
+    undominated beside the default, the presets' own rank, and the cases no pair clears."""
+    candidates = [label for label in next(iter(covered.values()))[1] if label != "hta"]
+    covers = pair_covers(covered, candidates)
+    if not covers:
+        return
+    said = lambda c: (f"{c.rivals} rival setting(s) on {c.cases} case(s)"  # noqa: E731
+                      + (": " + ", ".join(f"{case} {len(labels)}" for case, labels in c.free.items() if labels)
+                         if c.cases else ""))
+    print(f"\nwhich two of the {len(candidates)} HTA settings run beside the default (presets and --sweep's) "
+          "would leave fewest rivals undominated (not a goal: the goal's presets are fixed):")
+    for c in covers[:top]:
+        print(f"  {c.pair[0]} and {c.pair[1]}: {said(c)}")
+    own = next((n, c) for n, c in enumerate(covers, start=1) if set(c.pair) == set(presets)) \
+        if len(presets) == 2 else None
+    if own is not None:
+        print(f"  the presets, {presets[0]} and {presets[1]} (#{own[0]} of {len(covers)}): {said(own[1])}")
+    stuck = [case for case in covered if all(c.free[case] for c in covers)]
+    if stuck:
+        print(f"  no pair clears {', '.join(stuck)}; no setting run dominates "
+              + "; ".join(f"{case}: {', '.join(labels)}" for case, labels in nobody.items() if labels))
 
 
 def preset_settings(ap: argparse.ArgumentParser, presets: list[str]) -> dict[str, str]:

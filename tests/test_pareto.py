@@ -37,6 +37,23 @@ def test_undominated_lists_rivals_no_hta_setting_beats_and_leaves_unfinished_one
     assert pareto.losses(htas[1], free[1]) == ["runtime 900 > 1.02 × 800 = 816 s"]
 
 
+def test_pair_covers_ranks_pairs_by_cases_left_then_rivals_and_names_what_each_leaves():
+    # the default is fast and dear; "mid", "cheap" and "slow" each dominate their own rivals
+    htas = {"hta": P("hta", 100, 50, 900), "mid": P("mid", 200, 20, 500), "cheap": P("cheap", 400, 5, 200),
+            "slow": P("slow", 900, 1, 190)}
+    cases = {
+        "w/cap": ([P("r-mid", 210, 30, 600), P("r-mid2", 205, 25, 550), P("r-cheap", 500, 10, 300),
+                   P("r-fast", 99, 60, 950)], htas),  # (only the default dominates r-fast: it always counts)
+        "w/unc": ([P("r-none", 50, 1, 10), P("r-slow", 950, 2, 195), P("r-slow2", 920, 3, 200)], htas),
+    }
+    covers = pareto.pair_covers(cases, ["mid", "cheap", "slow"])
+    # one case left beats two, however many rivals it holds; then fewer rivals
+    assert [(c.pair, c.cases, c.rivals) for c in covers] == [
+        (("mid", "cheap"), 1, 3), (("mid", "slow"), 2, 2), (("cheap", "slow"), 2, 3)]
+    assert covers[0].free == {"w/cap": [], "w/unc": ["r-none", "r-slow", "r-slow2"]}
+    assert covers[2].free == {"w/cap": ["r-mid", "r-mid2"], "w/unc": ["r-none"]}
+
+
 def test_every_seed_weighs_alike_however_long_its_workflow():
     # Montage seed 2 draws one 44,657 s task: its critical path and bound are ten times the
     # others'. A plain mean of seconds is that seed's; scaled, each seed counts as much
@@ -122,6 +139,10 @@ def test_other_presets_are_held_against_the_rivals_in_place_of_htas_own(tmp_path
     pareto.main([*argv, "--sweep", "--preset", "hta-cost:busy_runtimes=3"])  # a tuned setting made a preset
     out = capsys.readouterr().out
     assert "\n  H hta-cost:busy_runtimes=3 " in out and "\n  h hta-cost:busy_runtimes=3 " not in out
+    # --sweep also ranks pairs of the settings run: any pair with the one that beats every rival clears all
+    assert f"which two of the {len(pareto.SWEEP)} HTA settings run beside the default" in out
+    assert "\n  hta-cost:busy_runtimes=3 and " in out and ": 0 rival setting(s) on 0 case(s)\n" in out
+    assert "no pair clears" not in out
     for bad, says in ((["max-then-drain"], "not an HTA setting"), (["hta:busy_runtimes=0"], "busy_runtimes must be"),
                       (["hta-time", "hta-cost", "hta:busy_runtimes=2"], "at most two settings"),
                       (["hta:"], "the same setting as hta"), (["hta-time:tail_aware=false", "hta-time"], "as hta-time")):
