@@ -683,9 +683,9 @@ def print_pair_covers(covered: dict[str, tuple[list[Point], dict[str, Point]]], 
     if own is not None:
         print(f"  the presets, {presets[0]} and {presets[1]} (#{own[0]} of {len(covers)}): {said(own[1])}")
     stuck = [case for case in covered if all(c.free[case] for c in covers)]
+    alone = "; ".join(f"{case}: {', '.join(labels)}" for case, labels in nobody.items() if labels)
     if stuck:
-        print(f"  no pair clears {', '.join(stuck)}; no setting run dominates "
-              + "; ".join(f"{case}: {', '.join(labels)}" for case, labels in nobody.items() if labels))
+        print(f"  no pair clears {', '.join(stuck)}" + (f"; no setting run dominates {alone}" if alone else ""))
 
 
 def preset_settings(ap: argparse.ArgumentParser, presets: list[str]) -> dict[str, str]:

@@ -54,6 +54,22 @@ def test_pair_covers_ranks_pairs_by_cases_left_then_rivals_and_names_what_each_l
     assert covers[2].free == {"w/cap": ["r-mid", "r-mid2"], "w/unc": ["r-none"]}
 
 
+def test_the_pair_ranking_gives_the_presets_rank_and_the_cases_no_pair_clears(capsys):
+    htas = {"hta": P("hta", 100, 50, 900), "mid": P("mid", 200, 20, 500), "cheap": P("cheap", 400, 5, 200),
+            "slow": P("slow", 900, 1, 190)}
+    cases = {"w/cap": ([P("r-mid", 210, 30, 600), P("r-cheap", 500, 10, 300)], htas),
+             "w/unc": ([P("r-none", 50, 1, 10), P("r-slow", 950, 2, 195)], htas)}
+    pareto.print_pair_covers(cases, {"w/cap": [], "w/unc": ["r-none"]}, ["slow", "mid"], top=1)
+    out = capsys.readouterr().out
+    assert "which two of the 3 HTA settings run beside the default" in out
+    assert "\n  mid and cheap: 2 rival setting(s) on 1 case(s): w/unc 2\n" in out
+    assert "\n  the presets, slow and mid (#3 of 3): 2 rival setting(s) on 2 case(s): w/cap 1, w/unc 1\n" in out
+    assert "\n  no pair clears w/unc; no setting run dominates w/unc: r-none\n" in out
+    # a case no pair clears, though each of its rivals falls to some setting: no empty list is printed
+    pareto.print_pair_covers(cases, {"w/cap": [], "w/unc": []}, ["slow", "mid"], top=1)
+    assert "\n  no pair clears w/unc\n" in capsys.readouterr().out
+
+
 def test_every_seed_weighs_alike_however_long_its_workflow():
     # Montage seed 2 draws one 44,657 s task: its critical path and bound are ten times the
     # others'. A plain mean of seconds is that seed's; scaled, each seed counts as much
