@@ -52,8 +52,9 @@ nor memory: the simulator's defaults apply (100 % CPU, 512 MB).
 rivals in place of ``hta-time`` and ``hta-cost``: what the goals would say with other
 presets (docs/pareto.md, eighth run). ``--sweep`` runs HTA's tuned settings (``SWEEP``)
 beside them and ranks every pair of the settings run by the rivals the default and the
-pair leave undominated (``pair_covers``; not a goal): which two presets would serve best,
-the presets' own rank, and the cases no pair clears.
+pair leave undominated (``covers``; not a goal): on fewest cases, then fewest rivals; which
+two presets would serve best, the presets' own rank, the best single setting, and the cases
+no pair clears.
 
 Each run, once simulated, is appended to ``OUT/runs.jsonl``; a second call with the same
 ``--out`` reuses it (a long run can be resumed).
@@ -63,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import random
 import statistics
@@ -160,34 +162,40 @@ def undominated(rival_points: list[Point], hta_points: list[Point]) -> list[Poin
 
 @dataclass
 class Cover:
-    """What HTA's default and a pair of other settings leave undominated, over every case."""
-    pair: tuple[str, str]
-    #: case → labels of the rivals neither the default nor the pair dominates
-    free: dict[str, list[str]]
+    """What HTA's default and some other settings (one, or a pair) leave undominated, over every case."""
+    settings: tuple[str, ...]
+    #: case → labels of the rivals that neither the default nor these settings dominate
+    left: dict[str, list[str]]
 
     @property
-    def cases(self) -> int:
-        return sum(1 for labels in self.free.values() if labels)
+    def cases_left(self) -> int:
+        return sum(1 for labels in self.left.values() if labels)
 
     @property
-    def rivals(self) -> int:
-        return sum(len(labels) for labels in self.free.values())
+    def rivals_left(self) -> int:
+        return sum(len(labels) for labels in self.left.values())
+
+    def rank_key(self) -> tuple[int, int]:
+        return self.cases_left, self.rivals_left
 
 
-def pair_covers(cases: dict[str, tuple[list[Point], dict[str, Point]]], candidates: list[str]) -> list[Cover]:
-    """For every pair of ``candidates`` (HTA settings other than the default, run on every case),
-    the rivals left undominated by the default and the pair: fewest cases with any first, then
-    fewest rivals. ``cases``: case → (rival points, HTA points by label, ``hta`` among them).
+def covers(cases: dict[str, tuple[list[Point], dict[str, Point]]], candidates: list[str], size: int = 2) -> list[Cover]:
+    """For every ``size`` of ``candidates`` (HTA settings other than the default, run on every
+    case), the rivals left undominated by the default and them; ranked by the cases left with
+    any (a goal line each), then by the rivals left. ``cases``: case → (rival points, HTA
+    points by label, ``hta`` among them).
 
     The goal holds the rivals against the default and two presets; this asks which two of the
     settings run would serve best as those presets, and where no two of them can."""
-    out = []
-    for i, a in enumerate(candidates):
-        for b in candidates[i + 1:]:
-            free = {case: [r.label for r in undominated(rivs, [htas["hta"], htas[a], htas[b]])]
-                    for case, (rivs, htas) in cases.items()}
-            out.append(Cover((a, b), free))
-    return sorted(out, key=lambda c: (c.cases, c.rivals, c.pair))
+    out = [Cover(chosen, {case: [r.label for r in undominated(rivs, [htas["hta"], *(htas[k] for k in chosen)])]
+                          for case, (rivs, htas) in cases.items()})
+           for chosen in itertools.combinations(candidates, size)]
+    return sorted(out, key=lambda c: (*c.rank_key(), c.settings))
+
+
+def rank(cover: Cover, ranked: list[Cover]) -> int:
+    """1 + how many of ``ranked`` leave strictly fewer cases, or as many and fewer rivals (ties share a rank)."""
+    return 1 + sum(1 for c in ranked if c.rank_key() < cover.rank_key())
 
 
 def goals(hta: Point, bound_s: float, mtd: Point) -> list[tuple[str, bool, str]]:
@@ -490,8 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     rival_runs = free_total = still_total = 0  # rival settings held against HTA's, left undominated
     scaled_any = False  # some seed's figures were scaled (a case with seeds of unequal size)
-    covered: dict[str, tuple[list[Point], dict[str, Point]]] = {}  # case → rivals, HTA settings (--sweep)
-    nobody: dict[str, list[str]] = {}  # case → rivals no HTA setting run dominates (--sweep)
+    sweep_cases: dict[str, tuple[list[Point], dict[str, Point]]] = {}  # case → rivals, HTA settings (--sweep)
     for name in names:
         for cname in args.clusters.split(","):
             cap = CLUSTERS[cname]
@@ -537,8 +544,7 @@ def main(argv: list[str] | None = None) -> int:
             still = [r for r in free if not any(dominates(t, r) for t in tuned)] if tuned else free
             still_total += len(still)
             if tuned:
-                covered[f"{name}/{cname}"] = (rivs, {p.label: p for p in [*htas, *tuned]})
-                nobody[f"{name}/{cname}"] = [r.label for r in still]
+                sweep_cases[f"{name}/{cname}"] = (rivs, {p.label: p for p in [*htas, *tuned]})
             title = (f"{name}, {cname} ({cap} nodes), mean of {seeds} seed(s)" + (SCALED if scaled else "")
                      + (f"; HTA's presets replaced by {' and '.join(list(hta_settings)[1:])}" if args.preset else ""))
             print(f"\n{title}")
@@ -647,8 +653,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {free_total} of {rival_runs} rival settings not dominated by HTA's "
           + ("default and presets" if not args.preset else "default and --preset settings")
           + (f" ({still_total} by no tuned setting either)" if args.sweep else ""))
-    if covered:
-        print_pair_covers(covered, nobody, list(hta_settings)[1:])
+    if sweep_cases:
+        print_covers(sweep_cases, list(hta_settings)[1:])
     if args.preset:
         print(f"\nHTA's presets replaced by {' and '.join(list(hta_settings)[1:])} (--preset): "
               "not the goals' hta-time and hta-cost")
@@ -663,29 +669,36 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def print_pair_covers(covered: dict[str, tuple[list[Point], dict[str, Point]]], nobody: dict[str, list[str]],
-                      presets: list[str], top: int = 3) -> None:
-    """Which two of the settings run (presets and ``--sweep``'s) would leave fewest rivals
-    undominated beside the default, the presets' own rank, and the cases no pair clears."""
-    candidates = [label for label in next(iter(covered.values()))[1] if label != "hta"]
-    covers = pair_covers(covered, candidates)
-    if not covers:
+def print_covers(sweep_cases: dict[str, tuple[list[Point], dict[str, Point]]], presets: list[str],
+                 top: int = 3) -> None:
+    """Which two of the settings run (presets and ``--sweep``'s) would leave rivals undominated
+    beside the default on fewest cases, the presets' own rank, the best single setting, and the
+    cases no pair clears with the rivals no setting run dominates."""
+    candidates = [label for label in next(iter(sweep_cases.values()))[1] if label != "hta"]
+    pairs = covers(sweep_cases, candidates)
+    if not pairs:
         return
-    said = lambda c: (f"{c.rivals} rival setting(s) on {c.cases} case(s)"  # noqa: E731
-                      + (": " + ", ".join(f"{case} {len(labels)}" for case, labels in c.free.items() if labels)
-                         if c.cases else ""))
+    said = lambda c: (f"{c.rivals_left} rival setting(s) on {c.cases_left} case(s)"  # noqa: E731
+                      + (": " + ", ".join(f"{case} {len(labels)}" for case, labels in c.left.items() if labels)
+                         if c.cases_left else ""))
     print(f"\nwhich two of the {len(candidates)} HTA settings run beside the default (presets and --sweep's) "
-          "would leave fewest rivals undominated (not a goal: the goal's presets are fixed):")
-    for c in covers[:top]:
-        print(f"  {c.pair[0]} and {c.pair[1]}: {said(c)}")
-    own = next((n, c) for n, c in enumerate(covers, start=1) if set(c.pair) == set(presets)) \
-        if len(presets) == 2 else None
-    if own is not None:
-        print(f"  the presets, {presets[0]} and {presets[1]} (#{own[0]} of {len(covers)}): {said(own[1])}")
-    stuck = [case for case in covered if all(c.free[case] for c in covers)]
-    alone = "; ".join(f"{case}: {', '.join(labels)}" for case, labels in nobody.items() if labels)
+          "would leave rivals undominated on fewest cases, then fewest rivals (not a goal: the goal's presets "
+          "are fixed):")
+    for c in pairs[:top]:
+        print(f"  #{rank(c, pairs)} {' and '.join(c.settings)}: {said(c)}")
+    for c in pairs if presets else []:
+        if set(presets) <= set(c.settings):  # the presets' own pair, or one preset's best partner
+            what = f"the presets, {' and '.join(presets)}" if len(presets) == 2 else \
+                f"the preset {presets[0]} at its best, with {' and '.join(k for k in c.settings if k != presets[0])}"
+            print(f"  {what} (#{rank(c, pairs)} of {len(pairs)}): {said(c)}")
+            break
+    single = covers(sweep_cases, candidates, size=1)[0]
+    print(f"  the best one setting alone: {single.settings[0]}: {said(single)}")
+    stuck = [case for case in sweep_cases if all(c.left[case] for c in pairs)]
+    by_none = "; ".join(f"{case}: {', '.join(r.label for r in free)}" for case, (rivs, htas) in sweep_cases.items()
+                        if (free := undominated(rivs, list(htas.values()))))
     if stuck:
-        print(f"  no pair clears {', '.join(stuck)}" + (f"; no setting run dominates {alone}" if alone else ""))
+        print(f"  no pair clears {', '.join(stuck)}" + (f"; no setting run dominates {by_none}" if by_none else ""))
 
 
 def preset_settings(ap: argparse.ArgumentParser, presets: list[str]) -> dict[str, str]:

@@ -37,37 +37,59 @@ def test_undominated_lists_rivals_no_hta_setting_beats_and_leaves_unfinished_one
     assert pareto.losses(htas[1], free[1]) == ["runtime 900 > 1.02 × 800 = 816 s"]
 
 
-def test_pair_covers_ranks_pairs_by_cases_left_then_rivals_and_names_what_each_leaves():
-    # the default is fast and dear; "mid", "cheap" and "slow" each dominate their own rivals
-    htas = {"hta": P("hta", 100, 50, 900), "mid": P("mid", 200, 20, 500), "cheap": P("cheap", 400, 5, 200),
+@pytest.fixture
+def settings():
+    """The default is fast and dear; "mid", "cheap" and "slow" each dominate rivals of their own."""
+    return {"hta": P("hta", 100, 50, 900), "mid": P("mid", 200, 20, 500), "cheap": P("cheap", 400, 5, 200),
             "slow": P("slow", 900, 1, 190)}
+
+
+def test_covers_rank_pairs_by_cases_left_then_rivals_and_name_what_each_leaves(settings):
     cases = {
         "w/cap": ([P("r-mid", 210, 30, 600), P("r-mid2", 205, 25, 550), P("r-cheap", 500, 10, 300),
-                   P("r-fast", 99, 60, 950)], htas),  # (only the default dominates r-fast: it always counts)
-        "w/unc": ([P("r-none", 50, 1, 10), P("r-slow", 950, 2, 195), P("r-slow2", 920, 3, 200)], htas),
+                   P("r-fast", 99, 60, 950)], settings),  # (only the default dominates r-fast: it always counts)
+        "w/unc": ([P("r-none", 50, 1, 10), P("r-slow", 950, 2, 195), P("r-slow2", 920, 3, 200)], settings),
     }
-    covers = pareto.pair_covers(cases, ["mid", "cheap", "slow"])
+    pairs = pareto.covers(cases, ["mid", "cheap", "slow"])
     # one case left beats two, however many rivals it holds; then fewer rivals
-    assert [(c.pair, c.cases, c.rivals) for c in covers] == [
+    assert [(c.settings, c.cases_left, c.rivals_left) for c in pairs] == [
         (("mid", "cheap"), 1, 3), (("mid", "slow"), 2, 2), (("cheap", "slow"), 2, 3)]
-    assert covers[0].free == {"w/cap": [], "w/unc": ["r-none", "r-slow", "r-slow2"]}
-    assert covers[2].free == {"w/cap": ["r-mid", "r-mid2"], "w/unc": ["r-none"]}
+    assert pairs[0].left == {"w/cap": [], "w/unc": ["r-none", "r-slow", "r-slow2"]}
+    assert pairs[2].left == {"w/cap": ["r-mid", "r-mid2"], "w/unc": ["r-none"]}
+    assert [pareto.rank(c, pairs) for c in pairs] == [1, 2, 3]
+    singles = pareto.covers(cases, ["mid", "cheap", "slow"], size=1)
+    assert [(c.settings, c.cases_left, c.rivals_left) for c in singles] == [
+        (("mid",), 2, 4), (("slow",), 2, 4), (("cheap",), 2, 5)]
+    assert [pareto.rank(c, singles) for c in singles] == [1, 1, 3]  # a tie shares its rank
 
 
-def test_the_pair_ranking_gives_the_presets_rank_and_the_cases_no_pair_clears(capsys):
-    htas = {"hta": P("hta", 100, 50, 900), "mid": P("mid", 200, 20, 500), "cheap": P("cheap", 400, 5, 200),
-            "slow": P("slow", 900, 1, 190)}
-    cases = {"w/cap": ([P("r-mid", 210, 30, 600), P("r-cheap", 500, 10, 300)], htas),
-             "w/unc": ([P("r-none", 50, 1, 10), P("r-slow", 950, 2, 195)], htas)}
-    pareto.print_pair_covers(cases, {"w/cap": [], "w/unc": ["r-none"]}, ["slow", "mid"], top=1)
+def test_the_ranking_gives_the_presets_rank_the_best_single_setting_and_the_cases_no_pair_clears(settings, capsys):
+    cases = {"w/cap": ([P("r-mid", 210, 30, 600), P("r-cheap", 500, 10, 300)], settings),
+             "w/unc": ([P("r-none", 50, 1, 10), P("r-slow", 950, 2, 195)], settings)}
+    pareto.print_covers(cases, ["slow", "mid"], top=1)
     out = capsys.readouterr().out
     assert "which two of the 3 HTA settings run beside the default" in out
-    assert "\n  mid and cheap: 2 rival setting(s) on 1 case(s): w/unc 2\n" in out
-    assert "\n  the presets, slow and mid (#3 of 3): 2 rival setting(s) on 2 case(s): w/cap 1, w/unc 1\n" in out
+    assert "\n  #1 mid and cheap: 2 rival setting(s) on 1 case(s): w/unc 2\n" in out
+    # (mid, slow) ties with (cheap, slow): both second
+    assert "\n  the presets, slow and mid (#2 of 3): 2 rival setting(s) on 2 case(s): w/cap 1, w/unc 1\n" in out
+    assert "\n  the best one setting alone: cheap: 3 rival setting(s) on 2 case(s): w/cap 1, w/unc 2\n" in out
     assert "\n  no pair clears w/unc; no setting run dominates w/unc: r-none\n" in out
+    pareto.print_covers(cases, ["slow"], top=1)  # one preset: its best partner
+    assert "\n  the preset slow at its best, with cheap (#2 of 3): " in capsys.readouterr().out
     # a case no pair clears, though each of its rivals falls to some setting: no empty list is printed
-    pareto.print_pair_covers(cases, {"w/cap": [], "w/unc": []}, ["slow", "mid"], top=1)
+    cases["w/unc"] = ([P("r-slow", 950, 2, 195), P("r-mid3", 210, 30, 600)], settings)
+    pareto.print_covers(cases, ["slow", "mid"], top=1)
+    out = capsys.readouterr().out
+    assert "\n  no pair clears" not in out  # (mid, slow) clears both
+    cases["w/unc"] = ([P("r-slow", 950, 2, 195), P("r-cheap2", 500, 10, 300), P("r-mid3", 210, 30, 600)], settings)
+    pareto.print_covers(cases, ["slow", "mid"], top=1)
     assert "\n  no pair clears w/unc\n" in capsys.readouterr().out
+
+
+def test_short_labels_name_what_a_tuned_setting_changes():
+    assert [pareto.short_label(s) for s in ("hta:busy_runtimes=3", "hta-cost:busy_runtimes=3,unmeasured_per_worker=5",
+                                             "hta:worker_shape=learned,probe_split=3,busy_runtimes=2")] == [
+        "busy 3", "hta-cost, busy 3, unmeasured 5", "probes, busy 2"]
 
 
 def test_every_seed_weighs_alike_however_long_its_workflow():
@@ -143,7 +165,9 @@ def test_other_presets_are_held_against_the_rivals_in_place_of_htas_own(tmp_path
     monkeypatch.setattr(pareto, "run_one", run_one)
     argv = ["--seeds", "1", "--workloads", "io-bound", "--clusters", "cap20", "--out", str(tmp_path)]
     assert pareto.main(argv) == 1
-    assert "\n  20 of 22 rival settings not dominated by HTA's default and presets" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "\n  20 of 22 rival settings not dominated by HTA's default and presets" in out
+    assert "which two of the" not in out  # (the ranking needs --sweep's settings)
     pareto.main([*argv, "--preset", "hta-cost:busy_runtimes=3", "--markdown", str(tmp_path / "s.md")])
     out = capsys.readouterr().out
     assert "\n  0 of 22 rival settings not dominated by HTA's default and --preset settings" in out
@@ -157,7 +181,8 @@ def test_other_presets_are_held_against_the_rivals_in_place_of_htas_own(tmp_path
     assert "\n  H hta-cost:busy_runtimes=3 " in out and "\n  h hta-cost:busy_runtimes=3 " not in out
     # --sweep also ranks pairs of the settings run: any pair with the one that beats every rival clears all
     assert f"which two of the {len(pareto.SWEEP)} HTA settings run beside the default" in out
-    assert "\n  hta-cost:busy_runtimes=3 and " in out and ": 0 rival setting(s) on 0 case(s)\n" in out
+    assert "\n  #1 hta-cost:busy_runtimes=3 and " in out and ": 0 rival setting(s) on 0 case(s)\n" in out
+    assert "\n  the preset hta-cost:busy_runtimes=3 at its best, with " in out
     assert "no pair clears" not in out
     for bad, says in ((["max-then-drain"], "not an HTA setting"), (["hta:busy_runtimes=0"], "busy_runtimes must be"),
                       (["hta-time", "hta-cost", "hta:busy_runtimes=2"], "at most two settings"),
