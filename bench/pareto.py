@@ -56,6 +56,11 @@ pair leave undominated (``covers``; not a goal): on fewest cases, then fewest ri
 two presets would serve best, the presets' own rank, the best single setting, and the cases
 no pair clears.
 
+``--declared`` runs the same workloads with every task declaring its cores and memory
+(Makeflow's ``.MAKEFLOW CORES`` and ``MEMORY`` per category): no task takes a whole worker
+before its category is measured, for HTA and every rival alike (docs/pareto.md, twelfth
+look: what the first wave costs).
+
 Each run, once simulated, is appended to ``OUT/runs.jsonl``; a second call with the same
 ``--out`` reuses it (a long run can be resumed).
 """
@@ -273,11 +278,12 @@ def run_one(wl_name: str, wl: Workload, spec: str, cluster: ClusterModel, seed: 
 class Store:
     """runs.jsonl: one run a line (unfinished ones too, marked), keyed by workload, cluster,
     label, seed; only the lines of this ``tasks`` count (the WfCommons instances' size;
-    a line without one was written at the default, 600)."""
+    a line without one was written at the default, 600), and of this ``declared``."""
 
-    def __init__(self, path: Path, tasks: int = 600):
+    def __init__(self, path: Path, tasks: int = 600, declared: bool = False):
         self.path = path
         self.tasks = tasks
+        self.declared = declared
         self.runs: dict[tuple, dict] = {}
         if path.is_file():
             for n, line in enumerate(path.read_text().splitlines(), start=1):
@@ -287,7 +293,7 @@ class Store:
                 except (ValueError, TypeError, KeyError):
                     raise ValueError(f"{path}, line {n}, is not a stored run (cut short?): delete that line "
                                      "or the file, or choose another --out") from None
-                if d.get("tasks", 600) == tasks:
+                if d.get("tasks", 600) == tasks and d.get("declared", False) == declared:
                     self.runs[key] = d
 
     def get(self, key: tuple, make, settings: str | None = None) -> dict:
@@ -296,7 +302,8 @@ class Store:
         since, or stored before runs said (no ``settings``), is run again."""
         if key not in self.runs or self.runs[key].get("settings") != settings:
             d = {"workload": key[0], "cluster": key[1], "label": key[2], "seed": key[3], "tasks": self.tasks,
-                 **({"settings": settings} if settings else {}), **make()}
+                 **({"declared": True} if self.declared else {}), **({"settings": settings} if settings else {}),
+                 **make()}
             with self.path.open("a") as f:
                 f.write(json.dumps(d) + "\n")
             self.runs[key] = d
@@ -471,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="hold HTA's default and this setting (at most two, e.g. hta-cost:busy_runtimes=3) "
                          "against the rivals in place of hta-time and hta-cost: what the goals would say with "
                          "other presets")
+    ap.add_argument("--declared", action="store_true",
+                    help="every task declares its cores and memory (Makeflow's .MAKEFLOW CORES and MEMORY per "
+                         "category): none takes a whole worker before its category is measured; stored apart")
     ap.add_argument("--sweep", action="store_true",
                     help=f"also run HTA as {', '.join(SWEEP)} (tuned settings, "
                          f"shown beside the presets, not counted in the goals)")
@@ -489,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
             args.markdown.touch()
     except OSError as exc:
         ap.error(f"cannot write {exc.filename} ({exc.strerror}): choose another --out or --markdown")
-    store = open_store(ap, args.out, args.tasks)
+    store = open_store(ap, args.out, args.tasks, args.declared)
     misses: list[str] = []
     infeasible = 0  # goal lines no policy can meet
     fastest_miss = 0  # runtime goal lines max-then-drain misses too
@@ -511,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
             latency = min_latency_s(cluster)
             for seed in range(seeds):
                 wl = workload(name, seed, args.tasks, args.out / "workloads")
+                if args.declared:
+                    wl = dataclasses.replace(wl, declared=True)
                 bound = oracle_runtime_s(wl, cluster)
                 bounds.append(bound)
                 sizes.append(seed_size(wl))
@@ -545,7 +557,8 @@ def main(argv: list[str] | None = None) -> int:
             still_total += len(still)
             if tuned:
                 sweep_cases[f"{name}/{cname}"] = (rivs, {p.label: p for p in [*htas, *tuned]})
-            title = (f"{name}, {cname} ({cap} nodes), mean of {seeds} seed(s)" + (SCALED if scaled else "")
+            title = (f"{name}, {cname} ({cap} nodes)" + (", every task declared" if args.declared else "")
+                     + f", mean of {seeds} seed(s)" + (SCALED if scaled else "")
                      + (f"; HTA's presets replaced by {' and '.join(list(hta_settings)[1:])}" if args.preset else ""))
             print(f"\n{title}")
             print(HEADER)
@@ -645,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
                 + "| hta node·s saved vs max-then-drain at ≤ 1.02× its runtime |")
         args.markdown.write_text(f"Each cell: runtime / node·s / waste (core·s, during + after the run), mean of "
                                  f"{seeds} seed(s)" + (SCALED + " (every seed weighs alike)" if scaled_any else "")
+                                 + ("; every task declares its cores and memory (--declared)" if args.declared else "")
                                  + f".\n\n{head}\n|" + "---|" * (head.count("|") - 1) + "\n"
                                  + "\n".join(table) + "\n")
     print(f"\n{len(store.runs)} runs in {args.out / 'runs.jsonl'}; this call {time.perf_counter() - started:,.0f} s")
@@ -726,12 +740,12 @@ def preset_settings(ap: argparse.ArgumentParser, presets: list[str]) -> dict[str
     return out
 
 
-def open_store(ap: argparse.ArgumentParser, out: Path, tasks: int) -> Store:
+def open_store(ap: argparse.ArgumentParser, out: Path, tasks: int, declared: bool = False) -> Store:
     """``OUT/runs.jsonl``, ``OUT`` made if missing; a folder that cannot be written or a
     file that is not a store is one usage line."""
     try:
         out.mkdir(parents=True, exist_ok=True)
-        return Store(out / "runs.jsonl", tasks)
+        return Store(out / "runs.jsonl", tasks, declared)
     except OSError as exc:
         ap.error(f"cannot write {exc.filename} ({exc.strerror}): choose another --out")
     except ValueError as exc:
