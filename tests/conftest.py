@@ -35,15 +35,19 @@ def cctools_processes(marker: str | None = None, any_name: bool = False) -> list
 @pytest.fixture
 def blast_copy(tmp_path: Path) -> Path:
     """A small copy of the BLAST-shaped workflow (widths 6/1/4) in a temp dir. The narrow
-    stage's one align task (200 queries) outlasts a local preparation latency, so an
+    stage's one align task (400 queries) outlasts a local preparation latency, so an
     autoscaler has idle workers to drain there (HTA's default holds them for the next
-    stage, 30 latencies ahead: ``hta:hold_latencies=0`` drains them)."""
+    stage, 30 latencies ahead: ``hta:hold_latencies=0`` drains them). The first stage's
+    align tasks are small (10 queries): the narrow one must run well past twice their p90,
+    measured while three of them share 2 cores, or it looks about to end at every decision
+    and its idle workers are kept for the last stage (a CI run of 30 then 200 queries
+    drained none)."""
     src = ROOT / "workflows" / "blast"
     dst = tmp_path / "blast"
     dst.mkdir()
     for f in ("gendb.py", "seqio.py", "split.py", "align.py", "reduce.py", "make_makeflow.py"):
         shutil.copy(src / f, dst / f)
-    subprocess.run(["python3", "make_makeflow.py", "6", "1", "4", "30,200,30"], cwd=dst, check=True)
+    subprocess.run(["python3", "make_makeflow.py", "6", "1", "4", "10,400,10"], cwd=dst, check=True)
     return dst
 
 
