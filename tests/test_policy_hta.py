@@ -490,6 +490,32 @@ def test_busy_runtimes_caps_never_measured_tasks_one_worker_per_k():
     # nor when never-measured ones wait beside them: see test_never_measured_tasks_do_not_lift_the_cap_on_measured_ones
 
 
+def test_workers_on_their_way_to_never_measured_tasks_are_counted_for_u_of_them():
+    # 30 never-measured tasks, u = 5: 6 workers bought. A decision later, with those 6 on
+    # their way, each is to run 5 of the 30: nothing more is bought, where counting each
+    # for one task bought 24 / 5 → 5 more at every such decision
+    u5 = QueueDrainEstimator(EstimatorOptions(busy_runtimes=5))
+    first = obs(waiting=[TaskGroup(category="new", count=30)], max_workers=50)
+    assert u5.estimate(first, 10.0).workers_needed == 6
+    on_their_way = obs(waiting=[TaskGroup(category="new", count=30)], max_workers=50,
+                       pending=[PendingWorker(id=f"p{i}", shape=SHAPE, requested_at=95.0) for i in range(6)])
+    assert u5.estimate(on_their_way, 10.0).workers_needed == 0
+    # 20 more released: a worker for each 5 of them, the 6 counted for the first 30
+    more = on_their_way.model_copy(update={"waiting": [TaskGroup(category="new", count=50)]})
+    assert u5.estimate(more, 10.0).workers_needed == 4
+    # an idle worker the play gives one is counted for 5 too
+    idle = obs(waiting=[TaskGroup(category="new", count=30)], max_workers=50, workers=[worker("w0")])
+    assert u5.estimate(idle, 10.0).workers_needed == 5
+    # workers running one now are not: the 24 still waiting buy a worker per 5 (a ramp)
+    running = obs(waiting=[TaskGroup(category="new", count=24)], max_workers=50,
+                  workers=[worker(f"w{i}", 1, 2) for i in range(6)],
+                  running=[RunningTask(task_id=i, category="new", allocation=SHAPE, started_at=95.0, worker=f"w{i}")
+                           for i in range(6)])
+    assert u5.estimate(running, 10.0).workers_needed == 5
+    # u = 1 (the default): one each, as before
+    assert QueueDrainEstimator().estimate(on_their_way, 10.0).workers_needed == 24
+
+
 def test_presets_and_estimator_settings_by_name():
     import pytest
 
