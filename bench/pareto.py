@@ -11,7 +11,7 @@ For each workload × cluster it runs, over seeds, every setting a user would try
   ``hta-time`` (no tail awareness: buy for all that still waits at the horizon; keep an
   idle worker for work that never-measured tasks release too, where the default keeps
   one only for work no never-measured task comes before, within 30 latencies past it) and
-  ``hta-cost`` (buy a worker only if the backlog keeps it busy for 5 task runtimes, cut
+  ``hta-cost`` (buy a worker only if the backlog keeps it busy for 4 task runtimes, cut
   to what the waiting tasks measured, a third of a node for a never-measured task),
 
 and prints one table (mean over seeds: runtime, waste during the run and after its end,
@@ -99,14 +99,14 @@ BEST_FIXED_WITHIN = 1.10
 HTA_SETTINGS = {"hta": "hta", "hta-time": "hta-time", "hta-cost": "hta-cost"}
 #: ``--sweep``: HTA's cost knobs around its default and ``hta-cost``, to show which rivals
 #: a user who tunes them would beat; not presets, so not counted in the goals.
-#: ``busy_runtimes`` (default 1, ``hta-cost`` 5) caps every purchase by how long the
-#: backlog keeps a worker busy (10 on whole nodes: the cost preset before this one);
-#: ``unmeasured_per_worker`` (default 1) buys one worker per that many never-measured
-#: tasks, the first wave only; ``hta-cost`` at 3, 4 and 10 task runtimes brackets its 5, and
+#: ``busy_runtimes`` (default 1, ``hta-cost`` 4) caps every purchase by how long the
+#: backlog keeps a worker busy (10 on whole nodes, then 5: the cost presets before this
+#: one); ``unmeasured_per_worker`` (default 1) buys one worker per that many never-measured
+#: tasks, the first wave only; ``hta-cost`` at 3, 5 and 10 task runtimes brackets its 4, and
 #: at 3 with its first wave bought as at 5; the default with ``hta-cost``'s probes (a third
 #: of a node for a never-measured task), alone and with a cap of 2 task runtimes
 SWEEP = {spec: spec for spec in [*(f"hta:busy_runtimes={k}" for k in (2, 3, 5, 10)), "hta:unmeasured_per_worker=2",
-                                 *(f"hta-cost:busy_runtimes={k}" for k in (3, 4, 10)),
+                                 *(f"hta-cost:busy_runtimes={k}" for k in (3, 5, 10)),
                                  "hta-cost:busy_runtimes=3,unmeasured_per_worker=5",
                                  "hta:worker_shape=learned,probe_split=3",
                                  "hta:worker_shape=learned,probe_split=3,busy_runtimes=2"]}

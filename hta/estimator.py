@@ -895,13 +895,13 @@ class QueueDrainEstimator:
         A worker the play starts on such a task (``started``, by category: one on its way,
         or idle now) is to run u − 1 more of those left: they are taken off before the cap.
         Counting it for one, every decision bought again a u-th of what the workers on
-        their way would run: Epigenomics with declared cores (200 nodes, ``hta-cost``,
-        seed 0) bought 194 one-core workers in 9 purchases over 180 s and paid 18.8k node·s
+        their way would run: Epigenomics with declared cores (200 nodes, ``hta-cost`` at
+        5 task runtimes, seed 0) bought 194 one-core workers in 9 purchases over 180 s and paid 18.8k node·s
         (11.7k now, at 1.02× the runtime). A worker running such a task now is not
         counted for more: each latency still buys for a u-th of what waits while the
         first ones run, a ramp. Counting it too (u − 1 more each) cost 1.01–1.39× the
-        runtime for 0.68–1.03× the node·s on the bench's 14 cases, seed 0; not counting
-        it, 0.99–1.08× for 0.69–1.00×.
+        runtime for 0.68–1.03× the node·s on ``bench/pareto.py``'s 14 cases (the same
+        ``hta-cost``, seed 0); not counting it, 0.99–1.08× for 0.69–1.00×.
         """
         k = self.options.busy_runtimes
         measured: list[tuple[TaskGroup, float]] = []

@@ -174,7 +174,7 @@ def test_other_presets_are_held_against_the_rivals_in_place_of_htas_own(tmp_path
     assert "HTA's presets replaced by hta-cost:busy_runtimes=3" in out
     assert "| hta | hta-cost:busy_runtimes=3 | max-then-drain |" in (tmp_path / "s.md").read_text()
     # a setting is known by what it is: hta-cost's own settings are hta-cost (its stored runs, its name)
-    assert list(pareto.preset_settings(None, ["hta:busy_runtimes=5,worker_shape=learned,probe_split=3,hold_latencies=0",
+    assert list(pareto.preset_settings(None, ["hta:busy_runtimes=4,worker_shape=learned,probe_split=3,hold_latencies=0",
                                               "hta-cost:busy_runtimes=3"])) == ["hta", "hta-cost", "hta-cost:busy_runtimes=3"]
     pareto.main([*argv, "--sweep", "--preset", "hta-cost:busy_runtimes=3"])  # a tuned setting made a preset
     out = capsys.readouterr().out

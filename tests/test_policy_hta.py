@@ -523,13 +523,13 @@ def test_presets_and_estimator_settings_by_name():
 
     assert make_policy("hta-time").options.tail_aware is False
     cost = make_policy("hta-cost")
-    assert cost.name == "hta-cost" and cost.options.busy_runtimes == 5
+    assert cost.name == "hta-cost" and cost.options.busy_runtimes == 4
     assert (cost.worker_shape, cost.probe_split) == ("learned", 3)  # a preset sets the policy's own fields too
     assert cost.hold_latencies == 0 < make_policy("hta").hold_latencies == make_policy("hta-time").hold_latencies
     assert make_policy("hta-time").hold_for_unmeasured and not make_policy("hta").hold_for_unmeasured
     tuned_cost = make_policy("hta-cost:busy_runtimes=7,probe_split=1")  # ... and its spec overrides them
     assert tuned_cost.options.busy_runtimes == 7 and tuned_cost.worker_shape == "learned" and tuned_cost.probe_split == 1
-    assert make_policy("hta-cost").options.busy_runtimes == 5  # (a preset is not changed by a spec built on it)
+    assert make_policy("hta-cost").options.busy_runtimes == 4  # (a preset is not changed by a spec built on it)
     tuned = make_policy("hta:busy_runtimes=3,check_s=2")
     assert tuned.estimator.options.busy_runtimes == 3 and tuned.check_s == 2
     for bad, says in [("hta-fast", "presets are hta-time, hta-cost"), ("hta:busy_runtimes=0", "must be a number > 0"), ("hta:busy_runtimes=inf", "must be a number > 0"),
