@@ -264,7 +264,13 @@ def barrier_wait(tasks: list[tuple[CategoryModel, float]]) -> float:
 def _per_worker(g: TaskGroup, shape: Resources) -> int:
     """How many of the group's tasks a worker of ``shape`` holds at once (a whole-worker
     task: one; 0: none ever fits)."""
-    return 1 if g.whole_worker else g.request.count_in(shape)
+    return _fit_in(g.request, shape)
+
+
+def _fit_in(request: Resources, shape: Resources) -> int:
+    """:func:`_per_worker` for a request (all zero: a whole worker)."""
+    whole = request.cores <= 0 and request.memory_mb <= 0 and request.disk_mb <= 0
+    return 1 if whole else request.count_in(shape)
 
 
 def _runtime(models: dict[str, CategoryModel], category: str) -> float | None:
@@ -803,12 +809,14 @@ class _DrainPlay:
         return [TaskGroup(category=g.category, count=g.count, request=g.request, id=g.id)
                 for g in self.queue if g.count > 0]
 
-    def unmeasured_started(self) -> dict[str, int]:
-        """Never-measured tasks the play started, by category."""
-        started: dict[str, int] = {}
+    def unmeasured_started(self) -> dict[str, float]:
+        """Workers' worth of never-measured tasks the play started, by category (tasks over
+        how many of them a worker of the shape holds)."""
+        started: dict[str, float] = {}
         for g in self.queue:
-            if g.started_unmeasured:
-                started[g.category] = started.get(g.category, 0) + g.started_unmeasured
+            per = _fit_in(g.request, self.obs.worker_shape) if g.started_unmeasured else 0
+            if per > 0:
+                started[g.category] = started.get(g.category, 0.0) + g.started_unmeasured / per
         return started
 
     def unused_idle(self) -> list[str]:
@@ -872,7 +880,7 @@ class QueueDrainEstimator:
         return math.ceil(need - 1e-9)
 
     def _tail_cap(self, obs: Observation, left: list[TaskGroup], backlog_core_s: float,
-                  inflight: list[tuple[float, float]], started: dict[str, int] | None = None) -> int:
+                  inflight: list[tuple[float, float]], started: dict[str, float] | None = None) -> int:
         """Buy no more workers than the backlog keeps busy for ``busy_runtimes`` task runtimes.
 
         Measured tasks: after the horizon their backlog B (core·s) drains on the capacity C
@@ -892,12 +900,13 @@ class QueueDrainEstimator:
         Never-measured tasks have no runtime: one worker is bought for every
         u = max(k, ``unmeasured_per_worker``) of their packed need (each is to run about u
         of them in a row, as a KEDA job of u tasks does); u ≤ 1: one each, no cap.
-        A worker the play starts on such a task (``started``, by category: one on its way,
-        or idle now) is to run u − 1 more of those left: they are taken off before the cap.
-        Counting it for one, every decision bought again a u-th of what the workers on
-        their way would run: Epigenomics with declared cores (200 nodes, ``hta-cost`` at
-        5 task runtimes, seed 0) bought 194 one-core workers in 9 purchases over 180 s and paid 18.8k node·s
-        (11.7k now, at 1.02× the runtime). A worker running such a task now is not
+        A worker the play starts on such tasks (``started``: workers' worth of them, by
+        category; one on its way, idle now, or freed within the horizon) is to run them u − 1
+        more times over: that many of those left are taken off before the cap. Counting
+        it for one round, every decision bought again a u-th of what the workers on their
+        way would run: Epigenomics with declared cores (200 nodes, ``hta-cost`` at 5 task
+        runtimes, seed 0) bought 194 one-core workers in 9 purchases over 180 s and paid
+        18.8k node·s (11.7k with the credit, at 1.02× the runtime). A worker running such a task now is not
         counted for more: each latency still buys for a u-th of what waits while the
         first ones run, a ramp. Counting it too (u − 1 more each) cost 1.01–1.39× the
         runtime for 0.68–1.03× the node·s on ``bench/pareto.py``'s 14 cases (the same
@@ -916,7 +925,7 @@ class QueueDrainEstimator:
         if unmeasured:
             u = max(k, self.options.unmeasured_per_worker)
             if u > 1:
-                unmeasured = self._credit_first_runs(unmeasured, started or {}, u - 1)
+                unmeasured = self._credit_first_runs(unmeasured, started or {}, u - 1, obs.worker_shape)
             need = self._pack(unmeasured, obs.worker_shape)
             cap += math.ceil(need / u - 1e-9) if u > 1 else need
         tasks = sum(g.count for g, _ in measured)
@@ -930,15 +939,18 @@ class QueueDrainEstimator:
         return cap + max(0, math.ceil((work / r - capacity) / c - 1e-9))
 
     @staticmethod
-    def _credit_first_runs(unmeasured: list[TaskGroup], started: dict[str, int], more: float) -> list[TaskGroup]:
-        """The never-measured groups left once each task of their category the play started
-        takes ``more`` of them after it (from the back of the queue)."""
-        take = {c: math.floor(n * more + 1e-9) for c, n in started.items()}
+    def _credit_first_runs(unmeasured: list[TaskGroup], started: dict[str, float], more: float,
+                           shape: Resources) -> list[TaskGroup]:
+        """The never-measured groups left once each worker's worth of their category the play
+        started runs ``more`` rounds of them after it (from the back of the queue; a round is
+        as many tasks of a group as a worker of ``shape`` holds)."""
+        rounds = {c: n * more for c, n in started.items()}
         kept: list[TaskGroup] = []
         for g in reversed(unmeasured):
-            off = min(g.count, take.get(g.category, 0))
+            per = _per_worker(g, shape)
+            off = min(g.count, math.floor(rounds.get(g.category, 0.0) * per + 1e-9)) if per > 0 else 0
             if off:
-                take[g.category] -= off
+                rounds[g.category] -= off / per
             if g.count - off > 0:
                 kept.append(g if not off else g.model_copy(update={"count": g.count - off}))
         kept.reverse()

@@ -514,6 +514,19 @@ def test_workers_on_their_way_to_never_measured_tasks_are_counted_for_u_of_them(
     assert u5.estimate(running, 10.0).workers_needed == 5
     # u = 1 (the default): one each, as before
     assert QueueDrainEstimator().estimate(on_their_way, 10.0).workers_needed == 24
+    # declared 1-core tasks, two a 2-core worker: 60 want 30 workers' worth, 6 bought; the 6
+    # on their way start 12 and are counted for 4 more rounds of 2 each: 0 more
+    declared = obs(waiting=[TaskGroup(category="new", count=60, request=ONE)], max_workers=50)
+    assert u5.estimate(declared, 10.0).workers_needed == 6
+    declared_on_their_way = declared.model_copy(update={"pending": on_their_way.pending})
+    assert u5.estimate(declared_on_their_way, 10.0).workers_needed == 0
+    # a round is a worker's worth of the group it comes off: one worker on its way starts two
+    # 1-core tasks, and its 4 rounds after them take 4 of the category's whole-worker tasks
+    # behind (not 8): 6 left, 2 workers
+    mixed = obs(max_workers=50, waiting=[TaskGroup(category="new", count=2, request=ONE),
+                                         TaskGroup(category="new", count=10)],
+                pending=on_their_way.pending[:1])
+    assert u5.estimate(mixed, 10.0).workers_needed == 2
 
 
 def test_presets_and_estimator_settings_by_name():

@@ -39,9 +39,9 @@ from hta.model import Observation, ScaleDecision
 #:   (``hold_latencies=0``). Chosen among cost settings by the goal lines and rivals they
 #:   leave in ``bench/pareto.py`` (docs/pareto.md): at 5 task runtimes until workers on
 #:   their way to never-measured tasks were counted for the 5 they were bought for
-#:   (thirteenth run); since then 4 misses fewer goal lines than 5 (and than 3). Before,
-#:   the whole-node ``busy_runtimes=10`` (``hta:busy_runtimes=10`` now) left 53 of 308
-#:   rival settings undominated. ``hta-time`` ran as the default does on 11 of 14 of those cases until it held
+#:   (thirteenth run); since then 4 leaves 17 of 42 goal lines missed and 29 of 308 rival
+#:   settings undominated, against 21 and 47 at 5 and 19 and 30 at 3. Before learned
+#:   shapes, the whole-node ``busy_runtimes=10`` (``hta:busy_runtimes=10`` now) left 53. ``hta-time`` ran as the default does on 11 of 14 of those cases until it held
 #:   idle workers (ninth run: within 1.006 × max-then-drain's runtime on 12 of 14); since
 #:   the default holds them too, but not for what a never-measured task releases (tenth
 #:   run), the two differ again where tail awareness or those guesses matter.
