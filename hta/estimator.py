@@ -92,6 +92,11 @@ class EstimatorOptions:
     #: runtime (see :class:`_DrainPlay`); off: the usual slot order, busy workers first
     release_to_idle_first: bool = True
 
+    @property
+    def unmeasured_rounds(self) -> float:
+        """u: how many never-measured tasks in a row a worker bought for them is to run."""
+        return max(self.busy_runtimes, self.unmeasured_per_worker)
+
 
 @dataclass
 class Estimate:
@@ -844,7 +849,9 @@ class QueueDrainEstimator:
         backlog = self._backlog(obs, left)
         needed = packed
         if self.options.tail_aware and packed > 0:
-            needed = min(packed, self._tail_cap(obs, left, backlog, play.inflight, play.unmeasured_started()))
+            # workers on their way are credited only when each is to run u > 1 rounds
+            started = play.unmeasured_started() if self.options.unmeasured_rounds > 1 else None
+            needed = min(packed, self._tail_cap(obs, left, backlog, play.inflight, started))
         return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases,
                         play.inflight)
 
@@ -923,7 +930,7 @@ class QueueDrainEstimator:
                 measured.append((g, rt))
         cap = 0
         if unmeasured:
-            u = max(k, self.options.unmeasured_per_worker)
+            u = self.options.unmeasured_rounds
             if u > 1:
                 unmeasured = self._credit_first_runs(unmeasured, started or {}, u - 1, obs.worker_shape)
             need = self._pack(unmeasured, obs.worker_shape)
