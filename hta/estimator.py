@@ -71,6 +71,12 @@ class EstimatorOptions:
     #: mean task runtimes once it is there (1: the thesis's rule; more buys fewer workers,
     #: a cheaper and slower run; it must be > 0 — turn ``tail_aware`` off for no cap)
     busy_runtimes: float = 1.0
+    #: tail awareness: ``busy_runtimes`` asks no more than this many preparation latencies
+    #: of busy time (0: no such bound). The latency is what a worker pays before it works,
+    #: so k latencies of work keep it at most 1/k of its bill whatever its tasks' length;
+    #: k runtimes of a stage of long tasks ask far more, and a cost setting ran them in
+    #: rounds to save a latency per worker
+    busy_latencies: float = 0.0
     #: a never-measured category's tasks are expected to run at least as long as its
     #: longest-running task already has (off: a task just started is expected to end in
     #: about a second — the thesis-era prior, which kept idle workers for releases that
@@ -851,7 +857,7 @@ class QueueDrainEstimator:
         if self.options.tail_aware and packed > 0:
             # workers on their way are credited only when each is to run u > 1 rounds
             started = play.unmeasured_started() if self.options.unmeasured_rounds > 1 else None
-            needed = min(packed, self._tail_cap(obs, left, backlog, play.inflight, started))
+            needed = min(packed, self._tail_cap(obs, left, backlog, play.inflight, started, horizon_s))
         return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases,
                         play.inflight)
 
@@ -887,7 +893,8 @@ class QueueDrainEstimator:
         return math.ceil(need - 1e-9)
 
     def _tail_cap(self, obs: Observation, left: list[TaskGroup], backlog_core_s: float,
-                  inflight: list[tuple[float, float]], started: dict[str, float] | None = None) -> int:
+                  inflight: list[tuple[float, float]], started: dict[str, float] | None = None,
+                  latency_s: float = 0.0) -> int:
         """Buy no more workers than the backlog keeps busy for ``busy_runtimes`` task runtimes.
 
         Measured tasks: after the horizon their backlog B (core·s) drains on the capacity C
@@ -902,7 +909,9 @@ class QueueDrainEstimator:
         worker's cores they can use (2-core tasks on 3-core workers: ⅔, one at a time);
         counted as 3 cores, each worker looked 1.5 tasks wide and HTA bought two thirds of
         what a 2-core stage needed (BLAST with 2-core aligns, 200 nodes: 1,650 s where
-        buying for everything took 1,363 s).
+        buying for everything took 1,363 s). With ``busy_latencies`` b > 0 the busy time
+        asked is min(k·r, b·L), L the latency (the horizon): k runtimes of long tasks
+        ask more than a latency's worth of keep.
 
         Never-measured tasks have no runtime: one worker is bought for every
         u = max(k, ``unmeasured_per_worker``) of their packed need (each is to run about u
@@ -939,6 +948,8 @@ class QueueDrainEstimator:
         if tasks == 0 or backlog_core_s <= 0:
             return cap
         r = sum(rt * g.count for g, rt in measured) / tasks * k
+        if self.options.busy_latencies > 0:
+            r = min(r, max(self.options.busy_latencies * latency_s, 1e-9))
         work = backlog_core_s + sum(cores * min(seconds, r) for cores, seconds in inflight)
         capacity = sum(w.capacity.cores for w in obs.workers) + sum(p.shape.cores for p in obs.pending)
         c = obs.worker_shape.cores or 1.0

@@ -472,6 +472,19 @@ def test_busy_runtimes_buys_only_workers_the_backlog_keeps_busy_that_long():
         assert QueueDrainEstimator(EstimatorOptions(busy_runtimes=k)).estimate(o, 10.0).workers_needed == workers
 
 
+def test_busy_latencies_bounds_the_busy_time_asked_of_long_tasks():
+    # the same 40 tasks of 100 s at a latency of 10 s: k = 4 asks 400 s of busy time for
+    # each worker bought; busy_latencies = 20 asks no more than 200 s (as k = 2 does), and
+    # a bound above 400 s, or none (0), leaves k = 4's 4 workers
+    o = obs(workers=[worker("w1")], waiting=[TaskGroup(category="a", count=40, request=ONE)],
+            categories={"a": cat("a", 100.0)}, max_workers=50)
+    for latencies, workers in [(20, 9), (100, 4), (0, 4)]:
+        options = EstimatorOptions(busy_runtimes=4, busy_latencies=latencies)
+        assert QueueDrainEstimator(options).estimate(o, 10.0).workers_needed == workers
+    # and it is a bound, never a floor: short tasks keep k runtimes (k = 1 here: 19)
+    assert QueueDrainEstimator(EstimatorOptions(busy_latencies=100)).estimate(o, 10.0).workers_needed == 19
+
+
 def test_busy_runtimes_caps_never_measured_tasks_one_worker_per_k():
     # 30 tasks of a category never measured: each takes a whole worker (30 wanted); with
     # k = 10 a worker is bought for every 10 of them, with k = 1 there is no cap
@@ -548,9 +561,10 @@ def test_presets_and_estimator_settings_by_name():
     for bad, says in [("hta-fast", "presets are hta-time, hta-cost"), ("hta:busy_runtimes=0", "must be a number > 0"), ("hta:busy_runtimes=inf", "must be a number > 0"),
                       ("hta-cost:tail_aware=maybe", "is not a bool"),
                       ("hta:unmeasured_per_worker=0.5", "must be a number ≥ 1"),
+                      ("hta:busy_latencies=-1", "busy_latencies must be a number ≥ 0"),
                       ("hta:hold_latencies=-1", "must be a number ≥ 0"), ("hta:hold_latencies=nan", "must be a number ≥ 0"),
                       ("hta:hold_for_unmeasured=maybe", "is not a bool"),
-                      ("hta:nope=1", "it has: barrier_aware, busy_runtimes")]:
+                      ("hta:nope=1", "it has: barrier_aware, busy_latencies, busy_runtimes")]:
         with pytest.raises(ValueError, match=says):
             make_policy(bad)
 

@@ -116,6 +116,8 @@ class HTAPolicy:
         if not (self.options.busy_runtimes > 0 and math.isfinite(self.options.busy_runtimes)):
             raise ValueError("busy_runtimes must be a number > 0 (1 is the default; "
                              "for no cap on the workers bought, set tail_aware=false)")
+        if not (self.options.busy_latencies >= 0 and math.isfinite(self.options.busy_latencies)):
+            raise ValueError("busy_latencies must be a number ≥ 0 (0: no such rule)")
         if not (self.options.unmeasured_per_worker >= 1 and math.isfinite(self.options.unmeasured_per_worker)):
             raise ValueError("unmeasured_per_worker must be a number ≥ 1 (1: a worker for each "
                              "never-measured task)")
