@@ -107,7 +107,7 @@ HTA_SETTINGS = {"hta": "hta", "hta-time": "hta-time", "hta-cost": "hta-cost"}
 #: of a node for a never-measured task), alone and with a cap of 2 task runtimes
 SWEEP = {spec: spec for spec in [*(f"hta:busy_runtimes={k}" for k in (2, 3, 5, 10)), "hta:unmeasured_per_worker=2",
                                  *(f"hta-cost:busy_runtimes={k}" for k in (3, 5, 10)),
-                                 "hta-cost:busy_runtimes=3,unmeasured_per_worker=5",
+                                 "hta-cost:busy_latencies=0",
                                  "hta:worker_shape=learned,probe_split=3",
                                  "hta:worker_shape=learned,probe_split=3,busy_runtimes=2"]}
 CLUSTERS = {"cap20": 20, "uncapped200": 200}
@@ -394,7 +394,7 @@ HEADER = (f"    {'setting':{LABEL_WIDTH}} {'runtime s':>9} {'waste run':>11} {'w
           f"{'shortage':>12}")
 
 
-SHORT = {"busy_runtimes=": "busy ", "unmeasured_per_worker=": "unmeasured ",
+SHORT = {"busy_runtimes=": "busy ", "busy_latencies=": "latencies ", "unmeasured_per_worker=": "unmeasured ",
          "worker_shape=learned,probe_split=3": "probes"}
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from hta.policies.hta_policy import PRESETS
+
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("pareto", ROOT / "bench" / "pareto.py")
 pareto = importlib.util.module_from_spec(spec)
@@ -88,8 +90,9 @@ def test_the_ranking_gives_the_presets_rank_the_best_single_setting_and_the_case
 
 def test_short_labels_name_what_a_tuned_setting_changes():
     assert [pareto.short_label(s) for s in ("hta:busy_runtimes=3", "hta-cost:busy_runtimes=3,unmeasured_per_worker=5",
-                                             "hta:worker_shape=learned,probe_split=3,busy_runtimes=2")] == [
-        "busy 3", "hta-cost, busy 3, unmeasured 5", "probes, busy 2"]
+                                             "hta:worker_shape=learned,probe_split=3,busy_runtimes=2",
+                                             "hta-cost:busy_latencies=0")] == [
+        "busy 3", "hta-cost, busy 3, unmeasured 5", "probes, busy 2", "hta-cost, latencies 0"]
 
 
 def test_every_seed_weighs_alike_however_long_its_workflow():
@@ -174,8 +177,8 @@ def test_other_presets_are_held_against_the_rivals_in_place_of_htas_own(tmp_path
     assert "HTA's presets replaced by hta-cost:busy_runtimes=3" in out
     assert "| hta | hta-cost:busy_runtimes=3 | max-then-drain |" in (tmp_path / "s.md").read_text()
     # a setting is known by what it is: hta-cost's own settings are hta-cost (its stored runs, its name)
-    assert list(pareto.preset_settings(None, ["hta:busy_runtimes=4,worker_shape=learned,probe_split=3,hold_latencies=0",
-                                              "hta-cost:busy_runtimes=3"])) == ["hta", "hta-cost", "hta-cost:busy_runtimes=3"]
+    assert list(pareto.preset_settings(None, [f"hta:{PRESETS['hta-cost']}", "hta-cost:busy_runtimes=3"])) == [
+        "hta", "hta-cost", "hta-cost:busy_runtimes=3"]
     pareto.main([*argv, "--sweep", "--preset", "hta-cost:busy_runtimes=3"])  # a tuned setting made a preset
     out = capsys.readouterr().out
     assert "\n  H hta-cost:busy_runtimes=3 " in out and "\n  h hta-cost:busy_runtimes=3 " not in out

@@ -32,7 +32,9 @@ from hta.model import Observation, ScaleDecision
 #:   and it holds idle workers for work that never-measured tasks release too
 #:   (``hold_for_unmeasured=true``);
 #: - ``hta-cost`` favours node-seconds: a worker is bought only if the backlog keeps it
-#:   busy for 4 task runtimes (never-measured tasks: one worker per 4 of them), and
+#:   busy for 4 task runtimes or 2 latencies, whichever is less (never-measured tasks:
+#:   one worker per 4 of them; the latency bound since the fourteenth run: 4 runtimes of
+#:   BLAST's 300 s aligns ran them in rounds to save a 140 s latency per worker), and
 #:   workers are cut to what the waiting tasks measured (``worker_shape=learned``), a
 #:   third of a node for a never-measured task (``probe_split=3``; one that needs more
 #:   goes over and runs again on a node), and no idle worker held for later work
@@ -40,14 +42,15 @@ from hta.model import Observation, ScaleDecision
 #:   leave in ``bench/pareto.py`` (docs/pareto.md): at 5 task runtimes until workers on
 #:   their way to never-measured tasks were counted for the 5 they were bought for
 #:   (thirteenth run); since then 4 leaves 17 of 42 goal lines missed and 29 of 308 rival
-#:   settings undominated, against 21 and 47 at 5 and 19 and 30 at 3. Before learned
+#:   settings undominated, against 21 and 47 at 5 and 19 and 30 at 3; with the bound at
+#:   2 latencies, 17 and 21 (at 4 latencies 18 and 26). Before learned
 #:   shapes, the whole-node ``busy_runtimes=10`` (``hta:busy_runtimes=10`` now) left 53. ``hta-time`` ran as the default does on 11 of 14 of those cases until it held
 #:   idle workers (ninth run: within 1.006 × max-then-drain's runtime on 12 of 14); since
 #:   the default holds them too, but not for what a never-measured task releases (tenth
 #:   run), the two differ again where tail awareness or those guesses matter.
 PRESETS: dict[str, str] = {
     "hta-time": "tail_aware=false,hold_for_unmeasured=true",
-    "hta-cost": "busy_runtimes=4,worker_shape=learned,probe_split=3,hold_latencies=0",
+    "hta-cost": "busy_runtimes=4,busy_latencies=2,worker_shape=learned,probe_split=3,hold_latencies=0",
 }
 
 
