@@ -11,7 +11,8 @@ For each workload × cluster it runs, over seeds, every setting a user would try
   ``hta-time`` (no tail awareness: buy for all that still waits at the horizon; keep an
   idle worker for work that never-measured tasks release too, where the default keeps
   one only for work no never-measured task comes before, within 30 latencies past it) and
-  ``hta-cost`` (buy a worker only if the backlog keeps it busy for 4 task runtimes, cut
+  ``hta-cost`` (buy a worker only if the backlog keeps it busy for 4 task runtimes or 2
+  latencies, whichever is less, cut
   to what the waiting tasks measured, a third of a node for a never-measured task),
 
 and prints one table (mean over seeds: runtime, waste during the run and after its end,
@@ -103,7 +104,7 @@ HTA_SETTINGS = {"hta": "hta", "hta-time": "hta-time", "hta-cost": "hta-cost"}
 #: backlog keeps a worker busy (10 on whole nodes, then 5: the cost presets before this
 #: one); ``unmeasured_per_worker`` (default 1) buys one worker per that many never-measured
 #: tasks, the first wave only; ``hta-cost`` at 3, 5 and 10 task runtimes brackets its 4, and
-#: at 3 with its first wave bought as at 5; the default with ``hta-cost``'s probes (a third
+#: without its bound of 2 latencies (the preset before it); the default with ``hta-cost``'s probes (a third
 #: of a node for a never-measured task), alone and with a cap of 2 task runtimes
 SWEEP = {spec: spec for spec in [*(f"hta:busy_runtimes={k}" for k in (2, 3, 5, 10)), "hta:unmeasured_per_worker=2",
                                  *(f"hta-cost:busy_runtimes={k}" for k in (3, 5, 10)),
