@@ -72,10 +72,12 @@ class EstimatorOptions:
     #: a cheaper and slower run; it must be > 0 — turn ``tail_aware`` off for no cap)
     busy_runtimes: float = 1.0
     #: tail awareness: ``busy_runtimes`` asks no more than this many preparation latencies
-    #: of busy time (0: no such bound). The latency is what a worker pays before it works,
-    #: so k latencies of work keep it at most 1/k of its bill whatever its tasks' length;
-    #: k runtimes of a stage of long tasks ask far more, and a cost setting ran them in
-    #: rounds to save a latency per worker
+    #: of busy time, and never less than one task runtime (0: no such bound). The latency
+    #: is what a worker pays before it works, so b latencies of work keep it at most
+    #: 1/(b+1) of its bill whatever its tasks' length; k runtimes of a stage of long tasks
+    #: ask far more, and a cost setting ran them in rounds to save a latency per worker.
+    #: Measured tasks only: never-measured ones still get a worker per ``unmeasured_rounds``
+    #: of them
     busy_latencies: float = 0.0
     #: a never-measured category's tasks are expected to run at least as long as its
     #: longest-running task already has (off: a task just started is expected to end in
@@ -847,7 +849,8 @@ class QueueDrainEstimator:
 
     def estimate(self, obs: Observation, horizon_s: float) -> Estimate:
         """Play the queue to the horizon, then size what is left: packed into
-        workers of the shape, capped by tail awareness."""
+        workers of the shape, capped by tail awareness. The horizon is the preparation
+        latency L (what a worker bought now waits), which ``busy_latencies`` counts in."""
         play = _DrainPlay(obs, horizon_s, self.options)
         play.run()
         left = play.left_waiting()
@@ -894,8 +897,9 @@ class QueueDrainEstimator:
 
     def _tail_cap(self, obs: Observation, left: list[TaskGroup], backlog_core_s: float,
                   inflight: list[tuple[float, float]], started: dict[str, float] | None = None,
-                  latency_s: float = 0.0) -> int:
-        """Buy no more workers than the backlog keeps busy for ``busy_runtimes`` task runtimes.
+                  latency_s: float | None = None) -> int:
+        """Buy no more workers than the backlog keeps busy for ``busy_runtimes`` task runtimes
+        (or ``busy_latencies`` latencies, if that is less but at least one runtime).
 
         Measured tasks: after the horizon their backlog B (core·s) drains on the capacity C
         that exists or is coming; a new worker of c cores earns its keep only if the drain
@@ -909,9 +913,11 @@ class QueueDrainEstimator:
         worker's cores they can use (2-core tasks on 3-core workers: ⅔, one at a time);
         counted as 3 cores, each worker looked 1.5 tasks wide and HTA bought two thirds of
         what a 2-core stage needed (BLAST with 2-core aligns, 200 nodes: 1,650 s where
-        buying for everything took 1,363 s). With ``busy_latencies`` b > 0 the busy time
-        asked is min(k·r, b·L), L the latency (the horizon): k runtimes of long tasks
-        ask more than a latency's worth of keep.
+        buying for everything took 1,363 s). With ``busy_latencies`` b > 0 and the latency L
+        given (``latency_s``: the horizon), the busy time asked is min(k·r, max(r, b·L)),
+        never under r unless k·r is: k runtimes of long tasks ask more than the latency a worker pays is worth,
+        and no setting asks less than the default's one runtime (with a small L, b·L
+        would buy for every task of a long stage at once).
 
         Never-measured tasks have no runtime: one worker is bought for every
         u = max(k, ``unmeasured_per_worker``) of their packed need (each is to run about u
@@ -947,14 +953,15 @@ class QueueDrainEstimator:
         tasks = sum(g.count for g, _ in measured)
         if tasks == 0 or backlog_core_s <= 0:
             return cap
-        r = sum(rt * g.count for g, rt in measured) / tasks * k
-        if self.options.busy_latencies > 0:
-            r = min(r, max(self.options.busy_latencies * latency_s, 1e-9))
-        work = backlog_core_s + sum(cores * min(seconds, r) for cores, seconds in inflight)
+        mean_s = sum(rt * g.count for g, rt in measured) / tasks
+        busy_s = k * mean_s  # the busy time asked of a worker bought
+        if self.options.busy_latencies > 0 and latency_s:
+            busy_s = min(busy_s, max(mean_s, self.options.busy_latencies * latency_s))
+        work = backlog_core_s + sum(cores * min(seconds, busy_s) for cores, seconds in inflight)
         capacity = sum(w.capacity.cores for w in obs.workers) + sum(p.shape.cores for p in obs.pending)
         c = obs.worker_shape.cores or 1.0
         work /= self._usable_share(measured, obs.worker_shape)
-        return cap + max(0, math.ceil((work / r - capacity) / c - 1e-9))
+        return cap + max(0, math.ceil((work / busy_s - capacity) / c - 1e-9))
 
     @staticmethod
     def _credit_first_runs(unmeasured: list[TaskGroup], started: dict[str, float], more: float,

@@ -481,8 +481,24 @@ def test_busy_latencies_bounds_the_busy_time_asked_of_long_tasks():
     for latencies, workers in [(20, 9), (100, 4), (0, 4)]:
         options = EstimatorOptions(busy_runtimes=4, busy_latencies=latencies)
         assert QueueDrainEstimator(options).estimate(o, 10.0).workers_needed == workers
-    # and it is a bound, never a floor: short tasks keep k runtimes (k = 1 here: 19)
+    # it only lowers what is asked: where k·r < b·L, k runtimes stay (k = 1 here: 19)
     assert QueueDrainEstimator(EstimatorOptions(busy_latencies=100)).estimate(o, 10.0).workers_needed == 19
+    # a core busy past the horizon counts as missing for the busy time asked (150 s here,
+    # not k·r = 400 s): a task of a 1,000 s category with 990 s to go and one of 90 s
+    # leave W = 3,900 + 150 + 90 (39 waiting after one free core takes one); (27.6 − 2)/2 → 13
+    busy = obs(workers=[worker("w1", running=1, busy_cores=1)], waiting=[TaskGroup(category="a", count=40, request=ONE)],
+               running=[RunningTask(task_id=1, category="long", allocation=ONE, started_at=100.0, worker="w1")],
+               categories={"a": cat("a", 100.0), "long": cat("long", 1000.0)}, max_workers=50)
+    assert QueueDrainEstimator(EstimatorOptions(busy_runtimes=4, busy_latencies=15)).estimate(busy, 10.0).workers_needed == 13
+    # never less than one runtime: at L = 50 s, b = 1 would ask 50 s and buy the packed 15;
+    # it asks 100 s, as the default does (5 idle workers start 10 tasks, 30 wait: 13)
+    five = obs(workers=[worker(f"w{i}") for i in range(5)], waiting=[TaskGroup(category="a", count=40, request=ONE)],
+               categories={"a": cat("a", 100.0)}, max_workers=50)
+    assert QueueDrainEstimator(EstimatorOptions(busy_runtimes=4, busy_latencies=1)).estimate(five, 50.0).workers_needed \
+        == QueueDrainEstimator().estimate(five, 50.0).workers_needed == 13
+    # no latency known (0): no bound, k runtimes as without it
+    assert QueueDrainEstimator(EstimatorOptions(busy_runtimes=4, busy_latencies=2)).estimate(five, 0.0).workers_needed \
+        == QueueDrainEstimator(EstimatorOptions(busy_runtimes=4)).estimate(five, 0.0).workers_needed
 
 
 def test_busy_runtimes_caps_never_measured_tasks_one_worker_per_k():
@@ -556,12 +572,14 @@ def test_presets_and_estimator_settings_by_name():
     tuned_cost = make_policy("hta-cost:busy_runtimes=7,probe_split=1")  # ... and its spec overrides them
     assert tuned_cost.options.busy_runtimes == 7 and tuned_cost.worker_shape == "learned" and tuned_cost.probe_split == 1
     assert make_policy("hta-cost").options.busy_runtimes == 4  # (a preset is not changed by a spec built on it)
+    assert make_policy("hta-cost").options.busy_latencies == 2 and make_policy("hta").options.busy_latencies == 0
     tuned = make_policy("hta:busy_runtimes=3,check_s=2")
     assert tuned.estimator.options.busy_runtimes == 3 and tuned.check_s == 2
     for bad, says in [("hta-fast", "presets are hta-time, hta-cost"), ("hta:busy_runtimes=0", "must be a number > 0"), ("hta:busy_runtimes=inf", "must be a number > 0"),
                       ("hta-cost:tail_aware=maybe", "is not a bool"),
                       ("hta:unmeasured_per_worker=0.5", "must be a number ≥ 1"),
                       ("hta:busy_latencies=-1", "busy_latencies must be a number ≥ 0"),
+                      ("hta:busy_latencies=nan", "busy_latencies must be a number ≥ 0"),
                       ("hta:hold_latencies=-1", "must be a number ≥ 0"), ("hta:hold_latencies=nan", "must be a number ≥ 0"),
                       ("hta:hold_for_unmeasured=maybe", "is not a bool"),
                       ("hta:nope=1", "it has: barrier_aware, busy_latencies, busy_runtimes")]:
