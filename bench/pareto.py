@@ -12,8 +12,8 @@ For each workload × cluster it runs, over seeds, every setting a user would try
   idle worker for work that never-measured tasks release too, where the default keeps
   one only for work no never-measured task comes before, within 30 latencies past it) and
   ``hta-cost`` (buy a worker only if the backlog keeps it busy for 4 task runtimes or 2
-  latencies, whichever is less, cut
-  to what the waiting tasks measured, a third of a node for a never-measured task),
+  latencies, whichever is less but at least one runtime, cut to what the waiting tasks
+  measured, a third of a node for a never-measured task),
 
 and prints one table (mean over seeds: runtime, waste during the run and after its end,
 node-seconds, shortage; each seed's times scaled by the median critical path over its own

@@ -32,9 +32,10 @@ from hta.model import Observation, ScaleDecision
 #:   and it holds idle workers for work that never-measured tasks release too
 #:   (``hold_for_unmeasured=true``);
 #: - ``hta-cost`` favours node-seconds: a worker is bought only if the backlog keeps it
-#:   busy for 4 task runtimes or 2 latencies, whichever is less (never-measured tasks:
-#:   one worker per 4 of them; the latency bound since the fourteenth run: 4 runtimes of
-#:   BLAST's 300 s aligns ran them in rounds to save a 140 s latency per worker), and
+#:   busy for 4 task runtimes or 2 latencies, whichever is less but at least one runtime
+#:   (never-measured tasks: one worker per 4 of them; the latency bound since the
+#:   fourteenth run: 4 runtimes of BLAST's 300 s aligns ran them in rounds to save a
+#:   140 s latency per worker), and
 #:   workers are cut to what the waiting tasks measured (``worker_shape=learned``), a
 #:   third of a node for a never-measured task (``probe_split=3``; one that needs more
 #:   goes over and runs again on a node), and no idle worker held for later work
