@@ -281,9 +281,8 @@ def _per_worker(g: TaskGroup, shape: Resources) -> int:
 
 
 def _fit_in(request: Resources, shape: Resources) -> int:
-    """:func:`_per_worker` for a request (all zero: a whole worker)."""
-    whole = request.cores <= 0 and request.memory_mb <= 0 and request.disk_mb <= 0
-    return 1 if whole else request.count_in(shape)
+    """:func:`_per_worker` for a request (one that declares nothing: a whole worker)."""
+    return 1 if request.declares_nothing else request.count_in(shape)
 
 
 def _runtime(models: dict[str, CategoryModel], category: str) -> float | None:
@@ -915,9 +914,9 @@ class QueueDrainEstimator:
         what a 2-core stage needed (BLAST with 2-core aligns, 200 nodes: 1,650 s where
         buying for everything took 1,363 s). With ``busy_latencies`` b > 0 and the latency L
         given (``latency_s``: the horizon), the busy time asked is min(k·r, max(r, b·L)),
-        never under r unless k·r is: k runtimes of long tasks ask more than the latency a worker pays is worth,
-        and no setting asks less than the default's one runtime (with a small L, b·L
-        would buy for every task of a long stage at once).
+        never under r unless k·r is: k runtimes of long tasks ask more than the latency a
+        worker pays is worth, and no setting asks less than the default's one runtime
+        (with a small L, b·L would buy for every task of a long stage at once).
 
         Never-measured tasks have no runtime: one worker is bought for every
         u = max(k, ``unmeasured_per_worker``) of their packed need (each is to run about u
@@ -928,9 +927,9 @@ class QueueDrainEstimator:
         it for one round, every decision bought again a u-th of what the workers on their
         way would run: Epigenomics with declared cores (200 nodes, ``hta-cost`` at 5 task
         runtimes, seed 0) bought 194 one-core workers in 9 purchases over 180 s and paid
-        18.8k node·s (11.7k with the credit, at 1.02× the runtime). A worker running such a task now is not
-        counted for more: each latency still buys for a u-th of what waits while the
-        first ones run, a ramp. Counting it too (u − 1 more each) cost 1.01–1.39× the
+        18.8k node·s (11.7k with the credit, at 1.02× the runtime). A worker running such
+        a task now is not counted for more: each latency still buys for a u-th of what
+        waits while the first ones run, a ramp. Counting it too (u − 1 more each) cost 1.01–1.39× the
         runtime for 0.68–1.03× the node·s on ``bench/pareto.py``'s 14 cases (the same
         ``hta-cost``, seed 0); not counting it, 0.99–1.08× for 0.69–1.00×.
         """

@@ -33,6 +33,11 @@ class Resources(BaseModel):
             and self.disk_mb <= free.disk_mb + eps
         )
 
+    @property
+    def declares_nothing(self) -> bool:
+        """A request of all zeros: Work Queue gives such a task a whole worker."""
+        return self.cores <= 0 and self.memory_mb <= 0 and self.disk_mb <= 0
+
     def count_in(self, free: "Resources") -> int:
         """How many of these fit in ``free`` (dimensions asked as 0 do not limit)."""
         counts = []
@@ -144,7 +149,7 @@ class TaskGroup(BaseModel):
 
     @property
     def whole_worker(self) -> bool:
-        return self.request.cores <= 0 and self.request.memory_mb <= 0 and self.request.disk_mb <= 0
+        return self.request.declares_nothing
 
 
 class RunningTask(BaseModel):
@@ -202,7 +207,7 @@ class UpcomingTasks(BaseModel):
 
     @property
     def whole_worker(self) -> bool:
-        return self.request.cores <= 0 and self.request.memory_mb <= 0 and self.request.disk_mb <= 0
+        return self.request.declares_nothing
 
 
 #: without an ``unschedulable`` phase, a worker bound to a node within this long of its
