@@ -72,12 +72,14 @@ import argparse
 import dataclasses
 import itertools
 import json
+import math
 import random
 import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -408,12 +410,61 @@ def short_label(spec: str) -> str:
     return ", ".join([*([policy] if policy != "hta" else []), *settings.split(",")])
 
 
+class Mark(NamedTuple):
+    """A point on a front and its label."""
+    node_s: float
+    runtime_s: float
+    text: str
+    size: float
+    weight: str = "normal"
+
+
+#: a joint label breaks its line between names past this many characters (io-bound with 20 nodes: 12 settings
+#: on one point)
+LABEL_LINE = 48
+
+#: points this close on both log axes (1.5 %) share one label: apart, their labels would
+#: be drawn over each other (the factory at 2 and 3 tasks a worker, costing alike)
+SAME_POINT = 0.015
+
+
+def labels_of(marks: list[Mark]) -> list[Mark]:
+    """One label per group of points within :data:`SAME_POINT` of the group's first, at that
+    point: its members' names joined by " = " (by " ≈ " once any differs), in the group's
+    largest font, a line break between names past :data:`LABEL_LINE` characters."""
+    groups: list[list[Mark]] = []
+    for m in marks:
+        for g in groups:
+            if (abs(math.log(max(m.node_s, 1e-9) / max(g[0].node_s, 1e-9))) <= SAME_POINT
+                    and abs(math.log(max(m.runtime_s, 1e-9) / max(g[0].runtime_s, 1e-9))) <= SAME_POINT):
+                g.append(m)
+                break
+        else:
+            groups.append([m])
+    out = []
+    for g in groups:
+        exact = all((m.node_s, m.runtime_s) == (g[0].node_s, g[0].runtime_s) for m in g)
+        names = list(dict.fromkeys(m.text for m in g))
+        big = max(g, key=lambda m: m.size)
+        sep = " = " if exact else " ≈ "
+        lines = [names[0]]
+        for name in names[1:]:
+            if len(lines[-1] + sep + name) > LABEL_LINE:
+                lines[-1] += sep.rstrip()
+                lines.append(name)
+            else:
+                lines[-1] += sep + name
+        out.append(Mark(g[0].node_s, g[0].runtime_s, "\n".join(lines), big.size, big.weight))
+    return out
+
+
 def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dict[str, Point], bound: float,
          free: list[Point], tuned: list[Point] = (), floors: list = (), scaled: bool = False) -> None:
     """One case's front; ``scaled``: its means are of scaled figures (:class:`SeedScale`), as both axes say."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from adjustText import adjust_text
 
     fig, ax = plt.subplots(figsize=(9, 6))
     # log axes: the settings worth comparing crowd near the bound, the slowest rivals run 5-10x longer
@@ -421,28 +472,27 @@ def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dic
     ax.set_yscale("log")
     colours = {"hpa": "tab:blue", "keda": "tab:orange", "factory": "tab:green", "max": "tab:purple",
                "static": "tab:brown"}
+    marks: list[Mark] = []
     for r in rivs:
         if r.unfinished:
             continue
         c = next((v for k, v in colours.items() if r.label.startswith(k)), "grey")
         ax.scatter(r.node_s, r.runtime_s, color=c, marker="o", s=60 if r in free else 25,
                    edgecolors="red" if r in free else "none", linewidths=1.5)
-        ax.annotate(r.label.replace(" (ScaledObject)", " SO"), (r.node_s, r.runtime_s), fontsize=6,
-                    xytext=(3, 3), textcoords="offset points")
-    same: dict[tuple[float, float], list[str]] = {}  # settings that land on one point share a label
+        marks.append(Mark(r.node_s, r.runtime_s, r.label.replace(" (ScaledObject)", " SO"), 6))
     for h in htas:
-        same.setdefault((h.node_s, h.runtime_s), []).append(h.label)
-    for (node_s, runtime_s), labels in same.items():
-        ax.scatter(node_s, runtime_s, color="black", marker="*", s=160)
-        ax.annotate(" = ".join(labels), (node_s, runtime_s), fontsize=8, weight="bold", xytext=(4, -10),
-                    textcoords="offset points")
+        ax.scatter(h.node_s, h.runtime_s, color="black", marker="*", s=160)
+        marks.append(Mark(h.node_s, h.runtime_s, h.label, 8, "bold"))
     for t in tuned:
         ax.scatter(t.node_s, t.runtime_s, color="black", marker="^", s=40)
-        ax.annotate(short_label(t.label), (t.node_s, t.runtime_s), fontsize=7,
-                    xytext=(4, -9), textcoords="offset points")
+        marks.append(Mark(t.node_s, t.runtime_s, short_label(t.label), 7))
     for name, p in refs.items():
         ax.scatter(p.node_s, p.runtime_s, color="grey", marker="s", s=50)
-        ax.annotate(name, (p.node_s, p.runtime_s), fontsize=7, xytext=(3, -9), textcoords="offset points")
+        marks.append(Mark(p.node_s, p.runtime_s, name, 7))
+    # HTA's own first, so a joint label starts with the preset a reader looks for
+    marks.sort(key=lambda m: m.weight != "bold")
+    texts = [ax.text(m.node_s, m.runtime_s, m.text, fontsize=m.size, weight=m.weight)
+             for m in labels_of(marks)]
     ax.axhline(bound, color="grey", linestyle="--", linewidth=1)
     ax.annotate("lower bound", (ax.get_xlim()[0], bound), fontsize=7, xytext=(2, 2), textcoords="offset points")
     if floors:  # the node·s floor: no policy lies left of it (fewer node·s at that runtime)
@@ -454,6 +504,9 @@ def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dic
                     color="dimgrey", ha="right", rotation=90)
         ax.set_xlim(min(x0, min(xs) / 1.1), x1)
         ax.set_ylim(y0, y1)
+    # labels pushed off each other and off the points, a thin line back to their point
+    adjust_text(texts, x=[m.node_s for m in marks], y=[m.runtime_s for m in marks], ax=ax,
+                expand=(1.1, 1.4), force_text=(0.8, 1.2), arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
     ax.set_xlabel(f"node·s paid (mean over seeds{', scaled' if scaled else ''}, log scale)")
     ax.set_ylabel(f"runtime s (mean over seeds{', scaled' if scaled else ''}, log scale)")
     ax.set_title(title.replace(", each seed", ",\neach seed").replace("; HTA's presets", ";\nHTA's presets")

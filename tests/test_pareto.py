@@ -95,6 +95,21 @@ def test_short_labels_name_what_a_tuned_setting_changes():
         "busy 3", "hta-cost, busy 3, unmeasured 5", "probes, busy 2", "hta-cost, latencies 0"]
 
 
+def test_points_that_sit_together_share_one_label_on_a_front():
+    M = pareto.Mark
+    marks = [M(100.0, 50.0, "factory-2x60s", 6), M(100.0, 50.0, "factory-3x60s", 6),
+             M(100.5, 50.2, "hta-cost", 8, "bold"),  # 0.5 % away: drawn over them, so joined (≈: not all alike)
+             M(200.0, 50.0, "keda-job-10", 6), M(100.0, 60.0, "hpa-80", 6)]  # 2x and 20 % away: apart
+    out = pareto.labels_of(marks)
+    assert [m.text for m in out] == ["factory-2x60s ≈ factory-3x60s ≈ hta-cost", "keda-job-10", "hpa-80"]
+    assert (out[0].node_s, out[0].runtime_s, out[0].size, out[0].weight) == (100.0, 50.0, 8, "bold")
+    many = pareto.labels_of([M(1.0, 1.0, f"setting-{i}", 7) for i in range(12)])
+    assert len(many) == 1
+    lines = many[0].text.split("\n")
+    assert len(lines) > 1 and all(len(x) <= pareto.LABEL_LINE for x in lines)
+    assert " = ".join(x.removesuffix(" =") for x in lines) == " = ".join(f"setting-{i}" for i in range(12))
+
+
 def test_every_seed_weighs_alike_however_long_its_workflow():
     # Montage seed 2 draws one 44,657 s task: its critical path and bound are ten times the
     # others'. A plain mean of seconds is that seed's; scaled, each seed counts as much
