@@ -105,12 +105,14 @@ HTA_SETTINGS = {"hta": "hta", "hta-time": "hta-time", "hta-cost": "hta-cost"}
 #: ``busy_runtimes`` (default 1, ``hta-cost`` 4) caps every purchase by how long the
 #: backlog keeps a worker busy (10 on whole nodes, then 5: the cost presets before this
 #: one); ``unmeasured_per_worker`` (default 1) buys one worker per that many never-measured
-#: tasks, the first wave only; ``hta-cost`` at 3, 5 and 10 task runtimes brackets its 4, and
-#: without its bound of 2 latencies (the preset before it); the default with ``hta-cost``'s probes (a third
-#: of a node for a never-measured task), alone and with a cap of 2 task runtimes
+#: tasks, the first wave only; ``hta-cost`` at 3, 5 and 10 task runtimes brackets its 4,
+#: without its bound of 2 latencies (the thirteenth run's preset), and with that bound's
+#: rounds counted in the mean runtime (the fourteenth's); the default with ``hta-cost``'s
+#: probes (a third of a node for a never-measured task), alone and with a cap of 2 task
+#: runtimes
 SWEEP = {spec: spec for spec in [*(f"hta:busy_runtimes={k}" for k in (2, 3, 5, 10)), "hta:unmeasured_per_worker=2",
                                  *(f"hta-cost:busy_runtimes={k}" for k in (3, 5, 10)),
-                                 "hta-cost:busy_latencies=0",
+                                 "hta-cost:busy_latencies=0", "hta-cost:busy_latencies_runtime=mean",
                                  "hta:worker_shape=learned,probe_split=3",
                                  "hta:worker_shape=learned,probe_split=3,busy_runtimes=2"]}
 CLUSTERS = {"cap20": 20, "uncapped200": 200}
@@ -397,8 +399,8 @@ HEADER = (f"    {'setting':{LABEL_WIDTH}} {'runtime s':>9} {'waste run':>11} {'w
           f"{'shortage':>12}")
 
 
-SHORT = {"busy_runtimes=": "busy ", "busy_latencies=": "latencies ", "unmeasured_per_worker=": "unmeasured ",
-         "worker_shape=learned,probe_split=3": "probes"}
+SHORT = {"busy_runtimes=": "busy ", "busy_latencies=": "latencies ", "busy_latencies_runtime=": "rounds in ",
+         "unmeasured_per_worker=": "unmeasured ", "worker_shape=learned,probe_split=3": "probes"}
 
 
 def short_label(spec: str) -> str:

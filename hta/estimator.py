@@ -79,6 +79,17 @@ class EstimatorOptions:
     #: Measured tasks only: never-measured ones still get a worker per ``unmeasured_rounds``
     #: of them
     busy_latencies: float = 0.0
+    #: the task runtime ``busy_latencies`` counts rounds in, ``mean`` or ``p90`` (the
+    #: category's measured 90th percentile): a worker is asked to run b·L / that runtime
+    #: tasks in a row (at least one, at most k). While a stage runs, its measurements are
+    #: its first completions, its shortest: SoyKB's 410 ``haplotype_caller`` tasks (true
+    #: mean 311 s) had a measured mean of 90–135 s from 1,100 to 1,300 s, so 2 latencies
+    #: (328 s) asked each new worker for about three rounds and ``hta-cost`` bought nothing
+    #: while 100–188 tasks waited; counted in their 90th percentile (165–275 s), 1.2–2
+    #: rounds (docs/pareto.md, fifteenth run). ``busy_runtimes``
+    #: needs no such care: the backlog and the busy time asked both scale with the mean, so
+    #: a short one buys as many workers as the true one would
+    busy_latencies_runtime: str = "mean"
     #: a never-measured category's tasks are expected to run at least as long as its
     #: longest-running task already has (off: a task just started is expected to end in
     #: about a second — the thesis-era prior, which kept idle workers for releases that
@@ -290,6 +301,13 @@ def _runtime(models: dict[str, CategoryModel], category: str) -> float | None:
     if m is None or not m.measured:
         return None
     return m.runtime_mean_s
+
+
+def _p90_runtime(models: dict[str, CategoryModel], category: str, mean_s: float) -> float:
+    """A measured category's 90th-percentile runtime (never under its mean)."""
+    m = models.get(category)
+    p90 = m.runtime_p90_s if m is not None else None
+    return max(mean_s, p90 or mean_s)
 
 
 INF = float("inf")
@@ -913,10 +931,12 @@ class QueueDrainEstimator:
         counted as 3 cores, each worker looked 1.5 tasks wide and HTA bought two thirds of
         what a 2-core stage needed (BLAST with 2-core aligns, 200 nodes: 1,650 s where
         buying for everything took 1,363 s). With ``busy_latencies`` b > 0 and the latency L
-        given (``latency_s``: the horizon), the busy time asked is min(k·r, max(r, b·L)),
-        never under r unless k·r is: k runtimes of long tasks ask more than the latency a
-        worker pays is worth, and no setting asks less than the default's one runtime
-        (with a small L, b·L would buy for every task of a long stage at once).
+        given (``latency_s``: the horizon), the busy time asked is r·min(k, max(1, b·L/ρ)),
+        where ρ is r or the tasks' 90th-percentile runtime (``busy_latencies_runtime``):
+        with ρ = r, min(k·r, max(r, b·L)). Never under r unless k·r is: k runtimes of long
+        tasks ask more than the latency a worker pays is worth, and no setting asks less
+        than the default's one runtime (with a small L, b·L would buy for every task of a
+        long stage at once).
 
         Never-measured tasks have no runtime: one worker is bought for every
         u = max(k, ``unmeasured_per_worker``) of their packed need (each is to run about u
@@ -955,7 +975,10 @@ class QueueDrainEstimator:
         mean_s = sum(rt * g.count for g, rt in measured) / tasks
         busy_s = k * mean_s  # the busy time asked of a worker bought
         if self.options.busy_latencies > 0 and latency_s:
-            busy_s = min(busy_s, max(mean_s, self.options.busy_latencies * latency_s))
+            round_s = mean_s
+            if self.options.busy_latencies_runtime == "p90":
+                round_s = sum(_p90_runtime(obs.categories, g.category, rt) * g.count for g, rt in measured) / tasks
+            busy_s = mean_s * min(k, max(1.0, self.options.busy_latencies * latency_s / round_s))
         work = backlog_core_s + sum(cores * min(seconds, busy_s) for cores, seconds in inflight)
         capacity = sum(w.capacity.cores for w in obs.workers) + sum(p.shape.cores for p in obs.pending)
         c = obs.worker_shape.cores or 1.0

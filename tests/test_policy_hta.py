@@ -2,6 +2,8 @@
 
 from collections import Counter
 
+import pytest
+
 from hta.estimator import EstimatorOptions, QueueDrainEstimator
 from hta.model import (CategoryModel, LatencyStats, Observation, PendingWorker, Resources, RunningTask, UpcomingTasks,
                        TaskGroup, WorkerInfo)
@@ -501,6 +503,37 @@ def test_busy_latencies_bounds_the_busy_time_asked_of_long_tasks():
         == QueueDrainEstimator(EstimatorOptions(busy_runtimes=4)).estimate(five, 0.0).workers_needed
 
 
+def test_busy_latencies_can_count_rounds_in_the_long_tasks_a_stage_has_not_measured_yet():
+    # 40 one-core tasks measured at a mean of 100 s, their 90th percentile 300 s (a stage's
+    # first, short completions), on 2-core workers, b = 2, k = 4. At L = 100 s, 2L asks 2
+    # rounds of the mean (200 s busy: W = 3,600 left + 2 cores × 100 s running, (3,800/200
+    # − 2)/2 → 9 workers) but one round of the long tasks (100 s: (38 − 2)/2 → 18, all 18
+    # the leftovers fill)
+    wide = CategoryModel(name="a", samples=5, peak=ONE, runtime_mean_s=100.0, runtime_median_s=80.0,
+                         runtime_p90_s=300.0)
+    o = obs(workers=[worker("w1")], waiting=[TaskGroup(category="a", count=40, request=ONE)],
+            categories={"a": wide}, max_workers=50)
+    mean = EstimatorOptions(busy_runtimes=4, busy_latencies=2)
+    p90 = EstimatorOptions(busy_runtimes=4, busy_latencies=2, busy_latencies_runtime="p90")
+    assert QueueDrainEstimator(mean).estimate(o, 100.0).workers_needed == 9
+    assert QueueDrainEstimator(p90).estimate(o, 100.0).workers_needed == 18
+    # at L = 400 s: 8 rounds of the mean, capped at k = 4 (400 s: W = 3,200, (8 − 2)/2 → 3);
+    # 2.67 of the long ones (267 s of the mean: (12 − 2)/2 → 5)
+    assert QueueDrainEstimator(mean).estimate(o, 400.0).workers_needed == 3
+    assert QueueDrainEstimator(p90).estimate(o, 400.0).workers_needed == 5
+    # a category whose 90th percentile is its mean, or under it (one long outlier past
+    # it): the two agree, rounds never counted in less than the mean
+    narrow = o.model_copy(update={"categories": {"a": cat("a", 100.0)}})
+    skewed = o.model_copy(update={"categories": {"a": wide.model_copy(update={"runtime_p90_s": 50.0})}})
+    for c in (narrow, skewed):
+        assert (QueueDrainEstimator(mean).estimate(c, 100.0).workers_needed
+                == QueueDrainEstimator(p90).estimate(c, 100.0).workers_needed == 9)
+    # the preset counts in the long tasks; anything but mean or p90 is refused in one line
+    assert make_policy("hta-cost").options.busy_latencies_runtime == "p90"
+    with pytest.raises(ValueError, match="busy_latencies_runtime must be mean or p90, not 'max'"):
+        make_policy("hta-cost:busy_latencies_runtime=max")
+
+
 def test_busy_runtimes_caps_never_measured_tasks_one_worker_per_k():
     # 30 tasks of a category never measured: each takes a whole worker (30 wanted); with
     # k = 10 a worker is bought for every 10 of them, with k = 1 there is no cap
@@ -582,7 +615,7 @@ def test_presets_and_estimator_settings_by_name():
                       ("hta:busy_latencies=nan", "busy_latencies must be a number ≥ 0"),
                       ("hta:hold_latencies=-1", "must be a number ≥ 0"), ("hta:hold_latencies=nan", "must be a number ≥ 0"),
                       ("hta:hold_for_unmeasured=maybe", "is not a bool"),
-                      ("hta:nope=1", "it has: barrier_aware, busy_latencies, busy_runtimes")]:
+                      ("hta:nope=1", "it has: barrier_aware, busy_latencies, busy_latencies_runtime, busy_runtimes")]:
         with pytest.raises(ValueError, match=says):
             make_policy(bad)
 
