@@ -433,7 +433,8 @@ SAME_POINT = 0.015
 def labels_of(marks: list[Mark]) -> list[Mark]:
     """One label per group of points within :data:`SAME_POINT` of the group's first, at that
     point: its members' names joined by " = " (by " ≈ " once any differs), in the group's
-    largest font, a line break between names past :data:`LABEL_LINE` characters."""
+    largest font; a line breaks before a name that would take it past :data:`LABEL_LINE`
+    characters (its trailing separator, or one long name, may)."""
     groups: list[list[Mark]] = []
     for m in marks:
         for g in groups:
@@ -508,7 +509,8 @@ def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dic
         ax.set_ylim(y0, y1)
     # labels pushed off each other and off the points, a thin line back to their point
     adjust_text(texts, x=[m.node_s for m in marks], y=[m.runtime_s for m in marks], ax=ax,
-                expand=(1.1, 1.4), force_text=(0.8, 1.2), arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
+                expand=(1.1, 1.4), force_text=(0.8, 1.2), iter_lim=300,  # (not a time limit: the same figure each time)
+                arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
     ax.set_xlabel(f"node·s paid (mean over seeds{', scaled' if scaled else ''}, log scale)")
     ax.set_ylabel(f"runtime s (mean over seeds{', scaled' if scaled else ''}, log scale)")
     ax.set_title(title.replace(", each seed", ",\neach seed").replace("; HTA's presets", ";\nHTA's presets")

@@ -39,7 +39,7 @@ import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, NamedTuple, Union, assert_never
+from typing import Callable, Iterable, Literal, NamedTuple, Union, assert_never
 
 from hta.model import CategoryModel, Observation, Resources, TaskGroup, UpcomingTasks
 from workqueue_bridge.dispatch import EPS, allocated, fit_count
@@ -79,17 +79,19 @@ class EstimatorOptions:
     #: Measured tasks only: never-measured ones still get a worker per ``unmeasured_rounds``
     #: of them
     busy_latencies: float = 0.0
-    #: the task runtime ``busy_latencies`` counts rounds in, ``mean`` or ``p90`` (the
-    #: category's measured 90th percentile): a worker is asked to run b·L / that runtime
-    #: tasks in a row (at least one, at most k). While a stage runs, its measurements are
+    #: the task runtime ρ that ``busy_latencies`` counts rounds in: ``mean`` (r) or ``p90``
+    #: (each waiting category's measured 90th percentile, at least its mean, weighted by its
+    #: tasks). The busy time asked is r × rounds, rounds = b·L / ρ kept within [1, k].
+    #: Why: while a stage runs, its measurements are
     #: its first completions, its shortest: SoyKB's 410 ``haplotype_caller`` tasks (true
     #: mean 311 s) had a measured mean of 90–135 s from 1,100 to 1,300 s, so 2 latencies
     #: (328 s) asked each new worker for about three rounds and ``hta-cost`` bought nothing
     #: while 100–188 tasks waited; counted in their 90th percentile (165–275 s), 1.2–2
-    #: rounds (docs/pareto.md, fifteenth run). ``busy_runtimes``
-    #: needs no such care: the backlog and the busy time asked both scale with the mean, so
-    #: a short one buys as many workers as the true one would
-    busy_latencies_runtime: str = "mean"
+    #: rounds (docs/pareto.md, fifteenth run). ``busy_runtimes`` alone needs no such care:
+    #: it asks k·r of a worker for a backlog counted as tasks × r, so r cancels out and a
+    #: mean that is too short buys as many workers as the true one would; b·L does not
+    #: scale with r
+    busy_latencies_runtime: Literal["mean", "p90"] = "mean"
     #: a never-measured category's tasks are expected to run at least as long as its
     #: longest-running task already has (off: a task just started is expected to end in
     #: about a second — the thesis-era prior, which kept idle workers for releases that
@@ -932,7 +934,8 @@ class QueueDrainEstimator:
         what a 2-core stage needed (BLAST with 2-core aligns, 200 nodes: 1,650 s where
         buying for everything took 1,363 s). With ``busy_latencies`` b > 0 and the latency L
         given (``latency_s``: the horizon), the busy time asked is r·min(k, max(1, b·L/ρ)),
-        where ρ is r or the tasks' 90th-percentile runtime (``busy_latencies_runtime``):
+        where ρ is r or the tasks' 90th-percentile runtime (``busy_latencies_runtime``: each
+        category's, at least its mean, weighted by its tasks):
         with ρ = r, min(k·r, max(r, b·L)). Never under r unless k·r is: k runtimes of long
         tasks ask more than the latency a worker pays is worth, and no setting asks less
         than the default's one runtime (with a small L, b·L would buy for every task of a

@@ -507,8 +507,8 @@ def test_busy_latencies_can_count_rounds_in_the_long_tasks_a_stage_has_not_measu
     # 40 one-core tasks measured at a mean of 100 s, their 90th percentile 300 s (a stage's
     # first, short completions), on 2-core workers, b = 2, k = 4. At L = 100 s, 2L asks 2
     # rounds of the mean (200 s busy: W = 3,600 left + 2 cores × 100 s running, (3,800/200
-    # − 2)/2 → 9 workers) but one round of the long tasks (100 s: (38 − 2)/2 → 18, all 18
-    # the leftovers fill)
+    # − 2)/2 → 9 workers) but one round of the long tasks (100 s: (38 − 2)/2 → 18, as many
+    # as the leftovers fill)
     wide = CategoryModel(name="a", samples=5, peak=ONE, runtime_mean_s=100.0, runtime_median_s=80.0,
                          runtime_p90_s=300.0)
     o = obs(workers=[worker("w1")], waiting=[TaskGroup(category="a", count=40, request=ONE)],
@@ -517,7 +517,8 @@ def test_busy_latencies_can_count_rounds_in_the_long_tasks_a_stage_has_not_measu
     p90 = EstimatorOptions(busy_runtimes=4, busy_latencies=2, busy_latencies_runtime="p90")
     assert QueueDrainEstimator(mean).estimate(o, 100.0).workers_needed == 9
     assert QueueDrainEstimator(p90).estimate(o, 100.0).workers_needed == 18
-    # at L = 400 s: 8 rounds of the mean, capped at k = 4 (400 s: W = 3,200, (8 − 2)/2 → 3);
+    # at L = 400 s: 8 rounds of the mean, capped at k = 4 (400 s: W = 3,000 left + 2 × 100
+    # running, (3,200/400 − 2)/2 → 3);
     # 2.67 of the long ones (267 s of the mean: (12 − 2)/2 → 5)
     assert QueueDrainEstimator(mean).estimate(o, 400.0).workers_needed == 3
     assert QueueDrainEstimator(p90).estimate(o, 400.0).workers_needed == 5
