@@ -82,12 +82,12 @@ class EstimatorOptions:
     #: the task runtime ρ that ``busy_latencies`` counts rounds in: ``mean`` (r) or ``p90``
     #: (each waiting category's measured 90th percentile, at least its mean, weighted by its
     #: tasks). The busy time asked is r × rounds, rounds = b·L / ρ kept within [1, k].
-    #: Why: while a stage runs, its measurements are
-    #: its first completions, its shortest: SoyKB's 410 ``haplotype_caller`` tasks (true
-    #: mean 311 s) had a measured mean of 90–135 s from 1,100 to 1,300 s, so 2 latencies
-    #: (328 s) asked each new worker for about three rounds and ``hta-cost`` bought nothing
-    #: while 100–188 tasks waited; counted in their 90th percentile (165–275 s), 1.2–2
-    #: rounds (docs/pareto.md, fifteenth run). ``busy_runtimes`` alone needs no such care:
+    #: Why: while a stage runs, its measurements are its first completions, its shortest:
+    #: SoyKB's 410 ``haplotype_caller`` tasks (true mean 311 s) had a measured mean of
+    #: 90–135 s from 1,100 to 1,300 s, so 2 latencies (328 s) asked each new worker for
+    #: about three rounds and ``hta-cost`` bought nothing while 100–188 tasks waited;
+    #: counted in their 90th percentile (165–275 s), 1.2–2 rounds (docs/pareto.md,
+    #: fifteenth run). ``busy_runtimes`` alone needs no such care:
     #: it asks k·r of a worker for a backlog counted as tasks × r, so r cancels out and a
     #: mean that is too short buys as many workers as the true one would; b·L does not
     #: scale with r
@@ -935,11 +935,11 @@ class QueueDrainEstimator:
         buying for everything took 1,363 s). With ``busy_latencies`` b > 0 and the latency L
         given (``latency_s``: the horizon), the busy time asked is r·min(k, max(1, b·L/ρ)),
         where ρ is r or the tasks' 90th-percentile runtime (``busy_latencies_runtime``: each
-        category's, at least its mean, weighted by its tasks):
-        with ρ = r, min(k·r, max(r, b·L)). Never under r unless k·r is: k runtimes of long
-        tasks ask more than the latency a worker pays is worth, and no setting asks less
-        than the default's one runtime (with a small L, b·L would buy for every task of a
-        long stage at once).
+        category's, at least its mean, weighted by its tasks); with ρ = r that is
+        min(k·r, max(r, b·L)). Never under r unless k·r is: k runtimes of long tasks ask
+        more than the latency a worker pays is worth, and no setting asks less than the
+        default's one runtime (with a small L, b·L would buy for every task of a long
+        stage at once).
 
         Never-measured tasks have no runtime: one worker is bought for every
         u = max(k, ``unmeasured_per_worker``) of their packed need (each is to run about u
