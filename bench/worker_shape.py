@@ -4,7 +4,8 @@ HTA buys whole-node workers by default. With ``worker_shape=learned`` it cuts ea
 purchase's nodes into the smallest 1/k that holds one of each task still waiting, by
 their measured peaks (never-measured tasks: whole nodes); ``probe`` adds
 ``probe_split=3``, a third of a node for never-measured tasks too (one that needs more
-goes over and is retried on a node). The simulator packs several worker pods per node
+memory is killed and retried on a node, more cores is throttled to the third's and
+measured at them). The simulator packs several worker pods per node
 (first fit, a node leaves with its last pod, node-seconds paid per node: ``hta.sim.world``).
 
 For each workload × cluster × seed this runs HTA's default, ``hta-time`` and ``hta-cost``

@@ -281,6 +281,20 @@ def test_tasks_after_the_first_bought_node_come_in_whole_waves():
     assert s.runtime_s == pytest.approx(30)
 
 
+def test_a_task_that_declares_nothing_counts_the_cores_a_throttled_pod_leaves_it():
+    # 2-core tasks at 95 %, undeclared: a 1-core pod throttles one to 1.9 × its runtime, so
+    # three share a 3-core node (one slot a core) and each occupies 1.9 cores' worth of
+    # it; declared, each holds its 2 cores (one a node) — the bound is higher
+    tasks = [SimTask(f"t{i}", "x", 100, cores=2, cpu_util=0.95) for i in range(6)]
+    cluster = ClusterModel(max_nodes=1, start_nodes=1, node_cores=3, teardown_s=0.0)
+    [ph] = phases(Workload("free", tasks), cluster)
+    assert (ph.min_cores, ph.work_core_s) == (1.0, pytest.approx(6 * 100 * 1.9))
+    [ph] = phases(Workload("declared", tasks, declared=True), cluster)
+    assert (ph.min_cores, ph.work_core_s) == (2.0, 6 * 100 * 2)
+    assert oracle_runtime_s(Workload("declared", tasks, declared=True), cluster) == 600  # one at a time
+    assert oracle_runtime_s(Workload("free", tasks), cluster) == pytest.approx(6 * 100 * 1.9 / 3)
+
+
 def test_tasks_that_take_no_core_are_not_counted_in_waves():
     # (a reviewer's case) 4 tasks of 10 s and 0 cores run at once, all on the starting node
     wl = Workload("free", [SimTask(f"t{i}", "x", 10, cores=0) for i in range(4)])

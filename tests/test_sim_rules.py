@@ -135,9 +135,12 @@ def test_makeflow_releases_a_task_when_all_parents_completed():
     assert s.runtime_s == pytest.approx(25)
 
 
-def test_task_exceeding_its_allocation_is_retried_on_a_whole_worker():
-    # the category's first task teaches "1 core, 100 MB"; the big one needs 4000 MB
-    tasks = [SimTask("small", "a", 10, memory_mb=100), SimTask("big", "a", 10, memory_mb=4000, parents=["small"])]
+@pytest.mark.parametrize("need", [dict(memory_mb=4000), dict(cores=2, memory_mb=100)], ids=["memory", "cores"])
+def test_task_exceeding_its_allocation_is_retried_on_a_whole_worker(need):
+    # the category's first task teaches "1 core, 100 MB"; the big one needs 4000 MB, or 2
+    # cores: over an allocation of its own (the monitor's limits) it fails, whatever it is
+    # (on a whole worker, a pod's CPU limit would throttle it instead: test_worker_shape)
+    tasks = [SimTask("small", "a", 10, memory_mb=100), SimTask("big", "a", 10, parents=["small"], **need)]
     w = world(tasks, Scripted())
     s = w.run()
     assert s.tasks_retried == 1 and s.lost_work_core_s == pytest.approx(5 * 1)  # failed halfway at 1 core

@@ -40,7 +40,8 @@ from hta.model import Observation, ScaleDecision
 #:   its short tasks, had it ask three rounds of SoyKB's 311 s ``haplotype_caller``), and
 #:   workers are cut to what the waiting tasks measured (``worker_shape=learned``), a
 #:   third of a node for a never-measured task (``probe_split=3``; one that needs more
-#:   goes over and runs again on a node), and no idle worker held for later work
+#:   memory is killed and runs again on a node, more cores is throttled to the third's),
+#:   and no idle worker held for later work
 #:   (``hold_latencies=0``). Chosen among cost settings by the goal lines and rivals they
 #:   leave in ``bench/pareto.py`` (docs/pareto.md): at 5 task runtimes until workers on
 #:   their way to never-measured tasks were counted for the 5 they were bought for
@@ -87,8 +88,10 @@ class HTAPolicy:
     #: waiting at the horizon, by their measured peaks; a node while any is unmeasured)
     worker_shape: str = "node"
     #: learned shapes only: pods bought for never-measured tasks are 1/probe_split of a node
-    #: (1: a whole node). Such a task takes a whole worker, whatever its size; one that
-    #: needs more than the pod goes over it and is retried on a node-sized worker
+    #: (1: a whole node). Such a task takes a whole worker, whatever its size, and nothing
+    #: in Work Queue stops one that needs more; the pod's limits do: more memory is killed
+    #: and retried on a node-sized worker, more cores is throttled to the pod's, runs
+    #: longer and is measured at them (so its category is bought such pods again)
     probe_split: int = 1
     #: an idle worker is kept while the play, run this many latencies past the one-latency
     #: horizon, gives it work (0: drain whatever the horizon does not need). Draining it

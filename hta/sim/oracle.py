@@ -9,7 +9,9 @@ No policy, not even the largest cluster present from t = 0, finishes sooner:
   workflow is cut at its barriers into phases that run one after the other;
   each barrier is a phase of its own. A phase lasts at least its critical
   path (the longest chain of runtimes inside it) and at least as long as the
-  cluster takes to supply its work (Σ runtime × cores, core·s).
+  cluster takes to supply its work (Σ runtime × cores, core·s; a task that
+  declares nothing may be throttled on a pod smaller than it, and counts only the
+  cores it keeps busy, one at least: :func:`held_cores`).
 - **Capacity over time.** Until the first bought node can arrive only the
   starting nodes work (``start_nodes`` × ``node_cores`` cores; none at all
   when there are none); after that at most ``max_nodes`` × ``node_cores``.
@@ -232,12 +234,25 @@ class Phase:
         return start
 
 
+def held_cores(t: SimTask, declared: bool) -> tuple[float, float]:
+    """The fewest cores ``t`` holds at once, and the fewest it occupies on average over its
+    runtime (its work is that × its runtime). Its own cores where it declares them; else it
+    may run on a whole worker smaller than it, which only the pod's limits hold: throttled
+    to the pod's cores (a Work Queue worker's are whole, so one at least), it holds as few
+    as one at a time, for longer, occupying its busy cores' worth
+    (:func:`hta.sim.world.throttled`)."""
+    if declared:
+        return t.cores, t.cores
+    return min(t.cores, 1.0), min(t.cores, max(1.0, t.cores * t.cpu_util))
+
+
 def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
     """The workflow cut at its barriers, in order (each barrier a phase of its own)."""
     order = topological_order(w)
     dur = _durations(w, cluster)
     is_barrier = barriers(order)
-    cores = {t.id: t.cores for t in order}
+    held = {t.id: held_cores(t, w.declared) for t in order}
+    cores = {tid: h[1] for tid, h in held.items()}
     children: dict[str, list[str]] = {}
     for t in order:
         for p in t.parents:
@@ -260,7 +275,7 @@ def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
         if bar:
             if count:
                 close()
-            out.append(Phase(1, dur[t.id], dur[t.id] * t.cores, t.cores, [(dur[t.id], dur[t.id])]))
+            out.append(Phase(1, dur[t.id], dur[t.id] * cores[t.id], held[t.id][0], [(dur[t.id], dur[t.id])]))
             finish, members, count, cp, work, min_cores = {}, [], 0, 0.0, 0.0, float("inf")
             continue
         f = dur[t.id] + max((finish[p] for p in t.parents if p in finish), default=0.0)
@@ -268,8 +283,8 @@ def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
         members.append(t.id)
         count += 1
         cp = max(cp, f)
-        work += dur[t.id] * t.cores
-        min_cores = min(min_cores, t.cores)
+        work += dur[t.id] * cores[t.id]
+        min_cores = min(min_cores, held[t.id][0])
     if count:
         close()
     return out

@@ -19,8 +19,16 @@ Rules, as in the real systems:
   worker (in connection order) with room; a task that declares its
   resources (``Workload.declared``) gets them; one that declares nothing runs
   on a whole worker while its category is unmeasured, then at its measured
-  peak (makeflow's ``--allocation=throughput``); a task whose true need exceeds its allocation
-  fails halfway and is retried on a whole worker; a worker removed while
+  peak (makeflow's ``--allocation=throughput``); nothing in Work Queue or makeflow's
+  monitor stops a task that uses more than its worker when it declares nothing (measured
+  with CCTools 8.0: 2 cores on a ``--cores 1`` worker, 811 MB on a ``--memory 300`` one,
+  both ran to their end), so on a whole worker the pod's limits decide, as Kubernetes
+  enforces them: a task needing more cores than its pod is throttled to them (its runtime
+  stretched by need / pod, its measured peak the pod's cores: what cpu time over wall
+  time reads under a CFS quota), one needing more memory is killed (taken to be halfway)
+  and retried on a whole worker; a task that goes over an allocation of its own (measured
+  or declared: the monitor's limits) fails halfway and is retried on a whole worker too;
+  a worker removed while
   running tasks sends them back to the queue and the work they had done is
   counted as lost;
 - workers that run to completion (a policy's ``worker_lifetime``, e.g. KEDA's
@@ -48,7 +56,7 @@ from hta.model import Resources
 from hta.policies.base import WorkerLifetime
 from resource_monitor.incremental import IncrementalCategoryLearner
 from hta.sim.workload import SimTask, Workload
-from workqueue_bridge.dispatch import allocated, allocation_request, fit_count
+from workqueue_bridge.dispatch import allocated, allocation_request, fit_count, is_whole_worker
 from workqueue_bridge.makeflow_log import NodeState
 from workqueue_bridge.monitor_summaries import TaskSummary
 
@@ -252,6 +260,13 @@ class SimNode:
         return Resources(cores=self.free_c, memory_mb=self.free_m, disk_mb=self.capacity.disk_mb)
 
 
+def throttled(t: SimTask, alloc: Resources) -> float:
+    """How much longer ``t`` runs on ``alloc`` than on what it needs: the cores it keeps busy
+    over the cores it is given, when that is more than 1 (a CFS quota's throttling)."""
+    busy = t.cores * t.cpu_util
+    return busy / alloc.cores if alloc.cores > 0 and busy > alloc.cores + 1e-9 else 1.0
+
+
 @dataclass
 class SimRun:
     task: SimTask
@@ -261,6 +276,8 @@ class SimRun:
     token: int
     #: what the master reports of it (built once: it does not change while it runs)
     status: object | None = None
+    #: it runs on a whole worker (no allocation of its own: only the pod's limits hold it)
+    whole: bool = False
 
 
 class World:
@@ -604,7 +621,7 @@ class World:
                 started += 1
                 self.waiting_ids.remove(self.task_id[tid])
                 self.waiting_by_category[run[0][0]] -= 1
-                self._start(self.tasks[tid], node, allocated(request, node.capacity))
+                self._start(self.tasks[tid], node, allocated(request, node.capacity), is_whole_worker(request))
             else:
                 continue
             if all(n.free_c <= 1e-9 for n in live):
@@ -612,7 +629,7 @@ class World:
         if started:
             self.waiting.taken(started)
 
-    def _start(self, t: SimTask, node: SimNode, alloc: Resources) -> None:
+    def _start(self, t: SimTask, node: SimNode, alloc: Resources, whole: bool = False) -> None:
         now = self.env.now
         self._token += 1
         node.free_c -= alloc.cores
@@ -621,13 +638,19 @@ class World:
         node.idle_token += 1
         if node.tasks_left is not None:
             node.tasks_left -= 1
-        run = SimRun(t, node, now, alloc, self._token)
+        run = SimRun(t, node, now, alloc, self._token, whole=whole)
         self.runs[t.id] = run
-        exceeds = t.cores > alloc.cores + 1e-9 or t.memory_mb > alloc.memory_mb + 1e-9
+        # on a whole worker nothing but the pod's limits holds a task (Kubernetes: "cpu
+        # limits are enforced by CPU throttling", memory ones by the kernel's OOM kill):
+        # more memory fails (halfway), more cores runs at the pod's speed. An allocation
+        # smaller than the worker (measured or declared) is the monitor's limit: going
+        # over it in anything fails (halfway)
+        slow = throttled(t, alloc) if whole else 1.0
+        killed = t.memory_mb > alloc.memory_mb + 1e-9 or (not whole and t.cores > alloc.cores + 1e-9)
         overhead = self.cluster.task_overhead_by_category_s.get(t.category, self.cluster.task_overhead_s)
-        duration = t.runtime_s * (0.5 if exceeds else 1.0) + overhead
+        duration = t.runtime_s * (0.5 if killed else slow) + overhead
         ev = self.env.timeout(duration)
-        ev.callbacks.append(lambda _ev, tid=t.id, tok=run.token, bad=exceeds: self._finish(tid, tok, bad))
+        ev.callbacks.append(lambda _ev, tid=t.id, tok=run.token, bad=killed: self._finish(tid, tok, bad))
         self._changed()
 
     def _finish(self, tid: str, token: int, failed: bool) -> None:
@@ -652,7 +675,7 @@ class World:
             self._wait(tid, front=True)
             self._dispatch()
             return
-        self._summarize(r.task, r.start, now)
+        self._summarize(r.task, r.start, now, r.alloc if r.whole else None)
         self.done.add(tid)
         self._set_state(tid, NodeState.COMPLETE)
         for c in self.children[tid]:
@@ -665,11 +688,13 @@ class World:
             return
         self._dispatch()
 
-    def _summarize(self, t: SimTask, start: float, end: float) -> None:
-        """The resource monitor's summary of a completed task: its true peak and runtime."""
+    def _summarize(self, t: SimTask, start: float, end: float, alloc: Resources | None = None) -> None:
+        """The resource monitor's summary of a completed task: its true peak and runtime, or,
+        throttled to fewer cores than it needs, those cores and its stretched runtime."""
+        cores = float(t.cores) if alloc is None or throttled(t, alloc) == 1.0 else alloc.cores
         s = TaskSummary(category=t.category, exit_type="normal", exit_status=0, start=start, end=end,
-                        wall_time_s=end - start, cpu_time_s=(end - start) * t.cores * t.cpu_util,
-                        cores=float(t.cores), memory_mb=t.memory_mb)
+                        wall_time_s=end - start, cpu_time_s=(end - start) * min(t.cores * t.cpu_util, cores),
+                        cores=cores, memory_mb=t.memory_mb)
         self.summaries.append(s)
         self.master_learner.add(s)
 
