@@ -97,9 +97,9 @@ def test_simulated_jobs_run_to_completion_and_none_is_deleted_busy():
     started: dict[str, int] = {}
     original_start = sim.world._start
 
-    def start(t, node, alloc, *rest):
+    def start(t, node, alloc):
         started[node.id] = started.get(node.id, 0) + 1
-        original_start(t, node, alloc, *rest)
+        original_start(t, node, alloc)
     sim.world._start = start
     summary = sim.run()
     assert summary.exit_code == 0

@@ -286,15 +286,18 @@ def test_pods_that_land_beside_others_leave_hta_s_horizon_at_the_node_latency():
 
 def test_small_pods_for_never_measured_tasks_cost_where_those_tasks_need_more():
     # why whole nodes stay the default: with 2-core aligns, every first-wave align on a
-    # third of a node is throttled to its one core, runs 1.9 × as long and is measured at
-    # 1 core, so later ones are bought thirds too
+    # third of a node is throttled to its one core and runs 1.9 × as long (read as 1 core;
+    # the align the starting node ran reads 2, the category's peak, and later ones get nodes)
     from hta.sim.workload import load_workload
 
     wl = load_workload("blast-3stage-2core", 0)
     assert {t.cores for t in wl.tasks if t.category == "align"} == {2}
     cluster = ClusterModel(max_nodes=200)
-    whole = Simulation(wl, make_policy("hta"), cluster, seed=0, log=ScalingLogWriter()).run()
-    probe = Simulation(wl, make_policy("hta:worker_shape=learned,probe_split=3"), cluster, seed=0,
-                       log=ScalingLogWriter()).run()
+    runs = {spec: Simulation(wl, make_policy(spec), cluster, seed=0, log=ScalingLogWriter())
+            for spec in ("hta", "hta:worker_shape=learned,probe_split=3")}
+    whole, probe = (sim.run() for sim in runs.values())
     assert whole.tasks_retried == probe.tasks_retried == 0
+    throttled = [[s for s in sim.world.summaries if s.category == "align" and s.cores == 1.0] for sim in runs.values()]
+    assert throttled[0] == [] and len(throttled[1]) > 100
+    assert all(s.wall_time_s > 1.8 * 240 for s in throttled[1])  # aligns: 300 s ± 20 %, at 1.9 ×
     assert probe.runtime_s > 1.2 * whole.runtime_s

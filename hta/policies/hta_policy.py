@@ -91,7 +91,7 @@ class HTAPolicy:
     #: (1: a whole node). Such a task takes a whole worker, whatever its size, and nothing
     #: in Work Queue stops one that needs more; the pod's limits do: more memory is killed
     #: and retried on a node-sized worker, more cores is throttled to the pod's, runs
-    #: longer and is measured at them (so its category is bought such pods again)
+    #: longer and reads as them (a category's peak is the largest it measured)
     probe_split: int = 1
     #: an idle worker is kept while the play, run this many latencies past the one-latency
     #: horizon, gives it work (0: drain whatever the horizon does not need). Draining it

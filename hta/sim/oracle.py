@@ -234,16 +234,17 @@ class Phase:
         return start
 
 
-def held_cores(t: SimTask, declared: bool) -> tuple[float, float]:
+def held_cores(t: SimTask, declared: bool, smallest_pod: float = 1.0) -> tuple[float, float]:
     """The fewest cores ``t`` holds at once, and the fewest it occupies on average over its
-    runtime (its work is that × its runtime). Its own cores where it declares them; else it
-    may run on a whole worker smaller than it, which only the pod's limits hold: throttled
-    to the pod's cores (a Work Queue worker's are whole, so one at least), it holds as few
-    as one at a time, for longer, occupying its busy cores' worth
-    (:func:`hta.sim.world.throttled`)."""
+    runtime (its overhead is held at the first, its runtime at the second). Its own cores
+    where it declares them; else it may run on a whole worker smaller than it, which only
+    the pod's limits hold: throttled to the pod's cores, it holds as few as the smallest
+    pod's at a time (HTA cuts a node into at most as many pods as it has whole cores), for
+    longer, occupying its busy cores' worth (:func:`hta.sim.world.throttled`)."""
     if declared:
         return t.cores, t.cores
-    return min(t.cores, 1.0), min(t.cores, max(1.0, t.cores * t.cpu_util))
+    least = min(t.cores, smallest_pod)
+    return least, min(t.cores, max(least, t.cores * t.cpu_util))
 
 
 def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
@@ -251,8 +252,11 @@ def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
     order = topological_order(w)
     dur = _durations(w, cluster)
     is_barrier = barriers(order)
-    held = {t.id: held_cores(t, w.declared) for t in order}
-    cores = {tid: h[1] for tid, h in held.items()}
+    smallest_pod = min(1.0, cluster.node_cores) if cluster is not None else 1.0
+    held = {t.id: held_cores(t, w.declared, smallest_pod) for t in order}
+    # the fewest core·s each task occupies: its runtime at its busy cores, its overhead
+    # (dispatch, transfers: no throttling stretches it) at the fewest it holds
+    occupied = {t.id: t.runtime_s * held[t.id][1] + (dur[t.id] - t.runtime_s) * held[t.id][0] for t in order}
     children: dict[str, list[str]] = {}
     for t in order:
         for p in t.parents:
@@ -267,7 +271,7 @@ def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
         for tid in reversed(members):
             tail[tid] = dur[tid] + max((tail[c] for c in children.get(tid, ()) if c in tail), default=0.0)
         by_tail = sorted(((tail[tid], dur[tid]) for tid in members), reverse=True)
-        chains = sorted(((finish[tid] - dur[tid], tail[tid] - dur[tid], dur[tid] * cores[tid]) for tid in members),
+        chains = sorted(((finish[tid] - dur[tid], tail[tid] - dur[tid], occupied[tid]) for tid in members),
                         key=lambda x: -x[1])
         out.append(Phase(count, cp, work, min_cores, by_tail, chains))
 
@@ -275,7 +279,7 @@ def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
         if bar:
             if count:
                 close()
-            out.append(Phase(1, dur[t.id], dur[t.id] * cores[t.id], held[t.id][0], [(dur[t.id], dur[t.id])]))
+            out.append(Phase(1, dur[t.id], occupied[t.id], held[t.id][0], [(dur[t.id], dur[t.id])]))
             finish, members, count, cp, work, min_cores = {}, [], 0, 0.0, 0.0, float("inf")
             continue
         f = dur[t.id] + max((finish[p] for p in t.parents if p in finish), default=0.0)
@@ -283,7 +287,7 @@ def phases(w: Workload, cluster: ClusterModel | None = None) -> list[Phase]:
         members.append(t.id)
         count += 1
         cp = max(cp, f)
-        work += dur[t.id] * cores[t.id]
+        work += occupied[t.id]
         min_cores = min(min_cores, held[t.id][0])
     if count:
         close()

@@ -56,7 +56,7 @@ from hta.model import Resources
 from hta.policies.base import WorkerLifetime
 from resource_monitor.incremental import IncrementalCategoryLearner
 from hta.sim.workload import SimTask, Workload
-from workqueue_bridge.dispatch import allocated, allocation_request, fit_count, is_whole_worker
+from workqueue_bridge.dispatch import allocated, allocation_request, fit_count
 from workqueue_bridge.makeflow_log import NodeState
 from workqueue_bridge.monitor_summaries import TaskSummary
 
@@ -260,11 +260,17 @@ class SimNode:
         return Resources(cores=self.free_c, memory_mb=self.free_m, disk_mb=self.capacity.disk_mb)
 
 
-def throttled(t: SimTask, alloc: Resources) -> float:
-    """How much longer ``t`` runs on ``alloc`` than on what it needs: the cores it keeps busy
-    over the cores it is given, when that is more than 1 (a CFS quota's throttling)."""
+def throttled(t: SimTask, pod: Resources) -> float:
+    """How much longer ``t`` runs in ``pod`` than on what it needs: the cores it keeps busy
+    over the pod's, when that is more than 1 (a CFS quota's throttling)."""
     busy = t.cores * t.cpu_util
-    return busy / alloc.cores if alloc.cores > 0 and busy > alloc.cores + 1e-9 else 1.0
+    return busy / pod.cores if pod.cores > 0 and busy > pod.cores + 1e-9 else 1.0
+
+
+def reads_cores(t: SimTask, pod: Resources) -> float:
+    """The peak cores the resource monitor reads of ``t`` in ``pod``: its own, or the pod's
+    where the quota holds it to fewer."""
+    return float(min(t.cores, pod.cores)) if pod.cores > 0 else float(t.cores)
 
 
 @dataclass
@@ -276,8 +282,6 @@ class SimRun:
     token: int
     #: what the master reports of it (built once: it does not change while it runs)
     status: object | None = None
-    #: it runs on a whole worker (no allocation of its own: only the pod's limits hold it)
-    whole: bool = False
 
 
 class World:
@@ -601,7 +605,7 @@ class World:
             request = self.request_of(tids[0])
             # a task retried after going over its allocation runs on a whole worker: Work
             # Queue's largest allocation, which the simulator takes to be a node (a smaller
-            # pod would fail it again, for ever)
+            # pod would kill it again, for ever, where it needs more memory than the pod)
             retry = run[0][1]
             while tids:
                 if all(n.free_c <= 1e-9 for n in live):
@@ -621,7 +625,7 @@ class World:
                 started += 1
                 self.waiting_ids.remove(self.task_id[tid])
                 self.waiting_by_category[run[0][0]] -= 1
-                self._start(self.tasks[tid], node, allocated(request, node.capacity), is_whole_worker(request))
+                self._start(self.tasks[tid], node, allocated(request, node.capacity))
             else:
                 continue
             if all(n.free_c <= 1e-9 for n in live):
@@ -629,7 +633,7 @@ class World:
         if started:
             self.waiting.taken(started)
 
-    def _start(self, t: SimTask, node: SimNode, alloc: Resources, whole: bool = False) -> None:
+    def _start(self, t: SimTask, node: SimNode, alloc: Resources) -> None:
         now = self.env.now
         self._token += 1
         node.free_c -= alloc.cores
@@ -638,15 +642,15 @@ class World:
         node.idle_token += 1
         if node.tasks_left is not None:
             node.tasks_left -= 1
-        run = SimRun(t, node, now, alloc, self._token, whole=whole)
+        run = SimRun(t, node, now, alloc, self._token)
         self.runs[t.id] = run
-        # on a whole worker nothing but the pod's limits holds a task (Kubernetes: "cpu
-        # limits are enforced by CPU throttling", memory ones by the kernel's OOM kill):
-        # more memory fails (halfway), more cores runs at the pod's speed. An allocation
-        # smaller than the worker (measured or declared) is the monitor's limit: going
-        # over it in anything fails (halfway)
-        slow = throttled(t, alloc) if whole else 1.0
-        killed = t.memory_mb > alloc.memory_mb + 1e-9 or (not whole and t.cores > alloc.cores + 1e-9)
+        # the pod's limits (Kubernetes: "cpu limits are enforced by CPU throttling", memory
+        # ones by the kernel's OOM kill) hold what a task can use: more cores than the pod
+        # runs at the pod's speed, and reads as the pod's cores. The allocation is the
+        # monitor's limit, the pod itself on a whole worker: going over it in memory or in
+        # the cores it can read fails (halfway)
+        slow = throttled(t, node.capacity)
+        killed = t.memory_mb > alloc.memory_mb + 1e-9 or reads_cores(t, node.capacity) > alloc.cores + 1e-9
         overhead = self.cluster.task_overhead_by_category_s.get(t.category, self.cluster.task_overhead_s)
         duration = t.runtime_s * (0.5 if killed else slow) + overhead
         ev = self.env.timeout(duration)
@@ -675,7 +679,7 @@ class World:
             self._wait(tid, front=True)
             self._dispatch()
             return
-        self._summarize(r.task, r.start, now, r.alloc if r.whole else None)
+        self._summarize(r.task, r.start, now, r.node.capacity)
         self.done.add(tid)
         self._set_state(tid, NodeState.COMPLETE)
         for c in self.children[tid]:
@@ -688,10 +692,10 @@ class World:
             return
         self._dispatch()
 
-    def _summarize(self, t: SimTask, start: float, end: float, alloc: Resources | None = None) -> None:
+    def _summarize(self, t: SimTask, start: float, end: float, pod: Resources | None = None) -> None:
         """The resource monitor's summary of a completed task: its true peak and runtime, or,
-        throttled to fewer cores than it needs, those cores and its stretched runtime."""
-        cores = float(t.cores) if alloc is None or throttled(t, alloc) == 1.0 else alloc.cores
+        on a pod with fewer cores than it needs, those cores and its stretched runtime."""
+        cores = reads_cores(t, pod) if pod is not None else float(t.cores)
         s = TaskSummary(category=t.category, exit_type="normal", exit_status=0, start=start, end=end,
                         wall_time_s=end - start, cpu_time_s=(end - start) * min(t.cores * t.cpu_util, cores),
                         cores=cores, memory_mb=t.memory_mb)
