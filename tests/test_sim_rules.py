@@ -128,6 +128,19 @@ def test_fifo_dispatch_to_first_worker_with_room():
     assert s.runtime_s == pytest.approx(101 + 106)
 
 
+@pytest.mark.parametrize("auto", [True, False])
+def test_measured_tasks_share_a_worker_only_where_work_queue_allocates_their_peak(auto):
+    # after "seed" is measured (1 core), three alike tasks on one 3-core worker: at once
+    # with measured allocations; one at a time on the whole worker without (CCTools 8.0
+    # under makeflow -T wq here)
+    tasks = [SimTask("seed", "a", 1)] + [SimTask(f"t{i}", "a", 100, parents=["seed"]) for i in range(3)]
+    w = world(tasks, Scripted(), max_nodes=1, auto_allocation=auto)
+    s = w.run()
+    starts = [start for task, _, start, _ in schedule(w) if task != "seed"]
+    assert starts == ([1, 1, 1] if auto else [1, 101, 201])
+    assert s.runtime_s == pytest.approx(101 if auto else 301)
+
+
 def test_makeflow_releases_a_task_when_all_parents_completed():
     tasks = [SimTask("p1", "a", 5), SimTask("p2", "a", 20), SimTask("c", "b", 5, parents=["p1", "p2"])]
     w = world(tasks, Scripted(), start_nodes=2)

@@ -61,7 +61,7 @@ class SimMaster:
                 category, whole, declared = kind
                 asked = allocation_request(
                     Resources(cores=declared[0], memory_mb=declared[1]) if declared else None,
-                    w.master_learner.model(category), auto=True, exceeded=whole)
+                    w.master_learner.model(category), auto=w.cluster.auto_allocation, exceeded=whole)
                 req = requests[kind] = task_request(TaskStatus.model_construct(
                     task_id=lo, state="waiting", category=category, worker=None, started_at=None,
                     **_declared(asked)))

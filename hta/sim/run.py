@@ -66,7 +66,7 @@ class Simulation:
         c = self.cluster
         return ControllerConfig(worker_shape=c.node_shape, min_workers=0, max_workers=c.max_nodes,
                                 min_interval_s=c.min_interval_s, max_interval_s=c.max_interval_s,
-                                latency_prior_s=c.latency_mean_s, auto_allocation=True)
+                                latency_prior_s=c.latency_mean_s, auto_allocation=c.auto_allocation)
 
     def _tearing_down(self) -> bool:
         w = self.world

@@ -192,6 +192,12 @@ class ClusterModel(BaseModel):
     task_overhead_s: float = 0.0
     #: the same per category, where measured (overrides ``task_overhead_s``)
     task_overhead_by_category_s: dict[str, float] = {}
+    #: Work Queue gives a task of a category it has measured that category's peak, so
+    #: several share a worker (makeflow ``--allocation=throughput``: what the simulator has
+    #: always assumed). False: a task that declares nothing takes a whole worker, always,
+    #: which is what CCTools 8.0 did here under ``makeflow -T wq``, with that option or
+    #: without (docs/pareto.md, "What Work Queue packs"), and what production assumes
+    auto_allocation: bool = True
 
     @property
     def node_shape(self) -> Resources:
@@ -567,8 +573,8 @@ class World:
     def request_of(self, tid: str) -> Resources:
         """What the master will allocate the task (``Resources()``: a whole worker)."""
         t = self.tasks[tid]
-        return allocation_request(self.declared(t), self.master_learner.model(t.category), auto=True,
-                                  exceeded=tid in self.whole_worker)
+        return allocation_request(self.declared(t), self.master_learner.model(t.category),
+                                  auto=self.cluster.auto_allocation, exceeded=tid in self.whole_worker)
 
     def kind(self, tid: str) -> tuple:
         """What decides the master's allocation of a task besides its category's measurements:
