@@ -62,6 +62,11 @@ no pair clears.
 before its category is measured, for HTA and every rival alike (docs/pareto.md, twelfth
 look: what the first wave costs).
 
+``--whole-worker`` runs them in the world CCTools 8.0 is under ``makeflow -T wq`` (measured
+here: docs/pareto.md, "What Work Queue packs"): a task that declares nothing takes a whole
+worker, always, even once its category is measured (``ClusterModel.auto_allocation=False``);
+by default the simulator packs measured tasks at their peak, as every stored table was run.
+
 Each run, once simulated, is appended to ``OUT/runs.jsonl``; a second call with the same
 ``--out`` reuses it (a long run can be resumed).
 """
@@ -283,12 +288,14 @@ def run_one(wl_name: str, wl: Workload, spec: str, cluster: ClusterModel, seed: 
 class Store:
     """runs.jsonl: one run a line (unfinished ones too, marked), keyed by workload, cluster,
     label, seed; only the lines of this ``tasks`` count (the WfCommons instances' size;
-    a line without one was written at the default, 600), and of this ``declared``."""
+    a line without one was written at the default, 600), of this ``declared`` and of this
+    ``whole_worker`` (a line without either was written without it)."""
 
-    def __init__(self, path: Path, tasks: int = 600, declared: bool = False):
+    def __init__(self, path: Path, tasks: int = 600, declared: bool = False, whole_worker: bool = False):
         self.path = path
         self.tasks = tasks
         self.declared = declared
+        self.whole_worker = whole_worker
         self.runs: dict[tuple, dict] = {}
         if path.is_file():
             for n, line in enumerate(path.read_text().splitlines(), start=1):
@@ -298,7 +305,8 @@ class Store:
                 except (ValueError, TypeError, KeyError):
                     raise ValueError(f"{path}, line {n}, is not a stored run (cut short?): delete that line "
                                      "or the file, or choose another --out") from None
-                if d.get("tasks", 600) == tasks and d.get("declared", False) == declared:
+                if (d.get("tasks", 600) == tasks and d.get("declared", False) == declared
+                        and d.get("whole_worker", False) == whole_worker):
                     self.runs[key] = d
 
     def get(self, key: tuple, make, settings: str | None = None) -> dict:
@@ -307,7 +315,8 @@ class Store:
         since, or stored before runs said (no ``settings``), is run again."""
         if key not in self.runs or self.runs[key].get("settings") != settings:
             d = {"workload": key[0], "cluster": key[1], "label": key[2], "seed": key[3], "tasks": self.tasks,
-                 **({"declared": True} if self.declared else {}), **({"settings": settings} if settings else {}),
+                 **({"declared": True} if self.declared else {}),
+                 **({"whole_worker": True} if self.whole_worker else {}), **({"settings": settings} if settings else {}),
                  **make()}
             with self.path.open("a") as f:
                 f.write(json.dumps(d) + "\n")
@@ -539,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--declared", action="store_true",
                     help="every task declares its cores and memory (Makeflow's .MAKEFLOW CORES and MEMORY per "
                          "category): none takes a whole worker before its category is measured; stored apart")
+    ap.add_argument("--whole-worker", action="store_true",
+                    help="every task that declares nothing takes a whole worker, measured or not, as Work Queue "
+                         "does under makeflow -T wq (CCTools 8.0); stored apart")
     ap.add_argument("--sweep", action="store_true",
                     help=f"also run HTA as {', '.join(SWEEP)} (tuned settings, "
                          f"shown beside the presets, not counted in the goals)")
@@ -557,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
             args.markdown.touch()
     except OSError as exc:
         ap.error(f"cannot write {exc.filename} ({exc.strerror}): choose another --out or --markdown")
-    store = open_store(ap, args.out, args.tasks, args.declared)
+    store = open_store(ap, args.out, args.tasks, args.declared, args.whole_worker)
     misses: list[str] = []
     infeasible = 0  # goal lines no policy can meet
     fastest_miss = 0  # runtime goal lines max-then-drain misses too
@@ -570,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         for cname in args.clusters.split(","):
             cap = CLUSTERS[cname]
-            cluster = ClusterModel(max_nodes=cap)
+            cluster = ClusterModel(max_nodes=cap, auto_allocation=not args.whole_worker)
             settings = {**hta_settings, **(SWEEP if args.sweep else {}), **rivals(cap)}
             ids = {label: settings_of(spec) for label, spec in settings.items()}
             per: dict[str, list[dict]] = {k: [] for k in settings}
@@ -592,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
                     per[label].append(store.get((name, cname, label, seed), settings=ids[label], make=
                                                 lambda: run_one(name, wl, spec, cluster, seed, bound)))
                 for k in FIXED_SIZES[cap]:
-                    c = ClusterModel(max_nodes=k, start_nodes=k)
+                    c = ClusterModel(max_nodes=k, start_nodes=k, auto_allocation=not args.whole_worker)
                     fixed[k].append(store.get((name, cname, f"fixed-{k}", seed),
                                               lambda: run_one(name, wl, "static", c, seed, bound)))
             scales = seed_scales(sizes)  # every seed weighs alike, in the same units on both clusters
@@ -616,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
             if tuned:
                 sweep_cases[f"{name}/{cname}"] = (rivs, {p.label: p for p in [*htas, *tuned]})
             title = (f"{name}, {cname} ({cap} nodes)" + (", every task declared" if args.declared else "")
+                     + (", a whole worker a task" if args.whole_worker else "")
                      + f", mean of {seeds} seed(s)" + (SCALED if scaled else "")
                      + (f"; HTA's presets replaced by {' and '.join(list(hta_settings)[1:])}" if args.preset else ""))
             print(f"\n{title}")
@@ -717,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         args.markdown.write_text(f"Each cell: runtime / node·s / waste (core·s, during + after the run), mean of "
                                  f"{seeds} seed(s)" + (SCALED + " (every seed weighs alike)" if scaled_any else "")
                                  + ("; every task declares its cores and memory (--declared)" if args.declared else "")
+                                 + ("; a whole worker a task, measured or not (--whole-worker)" if args.whole_worker else "")
                                  + f".\n\n{head}\n|" + "---|" * (head.count("|") - 1) + "\n"
                                  + "\n".join(table) + "\n")
     print(f"\n{len(store.runs)} runs in {args.out / 'runs.jsonl'}; this call {time.perf_counter() - started:,.0f} s")
@@ -798,12 +812,13 @@ def preset_settings(ap: argparse.ArgumentParser, presets: list[str]) -> dict[str
     return out
 
 
-def open_store(ap: argparse.ArgumentParser, out: Path, tasks: int, declared: bool = False) -> Store:
+def open_store(ap: argparse.ArgumentParser, out: Path, tasks: int, declared: bool = False,
+               whole_worker: bool = False) -> Store:
     """``OUT/runs.jsonl``, ``OUT`` made if missing; a folder that cannot be written or a
     file that is not a store is one usage line."""
     try:
         out.mkdir(parents=True, exist_ok=True)
-        return Store(out / "runs.jsonl", tasks, declared)
+        return Store(out / "runs.jsonl", tasks, declared, whole_worker)
     except OSError as exc:
         ap.error(f"cannot write {exc.filename} ({exc.strerror}): choose another --out")
     except ValueError as exc:

@@ -259,6 +259,30 @@ def test_declared_runs_give_every_task_its_cores_and_are_stored_apart(tmp_path, 
     assert pareto.Store(tmp_path / "runs.jsonl", declared=True).runs.keys() == pareto.Store(tmp_path / "runs.jsonl").runs.keys()
 
 
+def test_whole_worker_runs_give_every_task_a_whole_worker_and_are_stored_apart(tmp_path, capsys, monkeypatch):
+    # --whole-worker: Work Queue as CCTools 8.0 runs under makeflow -T wq (no measured
+    # allocations); its runs are kept apart from the same store's others
+    from hta.sim.workload import SimTask, Workload
+
+    monkeypatch.setattr(pareto, "workload", lambda name, seed, tasks, folder: Workload("w", [SimTask("a", "a", 100.0)]))
+    seen = []
+    def run_one(name, wl, spec, cluster, seed, bound):
+        seen.append(cluster.auto_allocation)
+        return {"runtime_s": bound, "waste_core_s": 1.0, "waste_after_core_s": 0.0, "node_s": 10.0,
+                "shortage_core_s": 0.0, "finished": True}
+    monkeypatch.setattr(pareto, "run_one", run_one)
+    argv = ["--seeds", "1", "--workloads", "io-bound", "--clusters", "cap20", "--out", str(tmp_path)]
+    pareto.main([*argv, "--whole-worker"])
+    assert seen and not any(seen) and ", a whole worker a task, mean of 1 seed(s)" in capsys.readouterr().out
+    lines = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert lines and all(d["whole_worker"] is True for d in lines)
+    n = len(seen)
+    pareto.main([*argv, "--whole-worker"])
+    assert len(seen) == n  # all reused
+    pareto.main(argv)
+    assert len(seen) == 2 * n and all(seen[n:])  # the packed world's runs are others
+
+
 def test_goals_against_the_bound_and_max_then_drain():
     mtd = P("max-then-drain", 1000, 1000, 10000)
     met = pareto.goals(P("hta", 1020, 100, 7500), bound_s=1000, mtd=mtd)
