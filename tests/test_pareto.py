@@ -234,53 +234,35 @@ def test_a_stored_run_of_a_preset_defined_otherwise_since_is_run_again(tmp_path)
     assert old_line.get(("io-bound", "cap20", "hta", 0), make, settings=pareto.settings_of("hta"))["runtime_s"] == 4
 
 
-def test_declared_runs_give_every_task_its_cores_and_are_stored_apart(tmp_path, capsys, monkeypatch):
-    # --declared: the workloads' tasks declare their cores and memory (no whole-worker first wave);
-    # their runs are kept apart from the same store's undeclared ones
+@pytest.mark.parametrize("flag, world, title, key", [
+    # --declared: the workloads' tasks declare their cores and memory (no whole-worker first wave)
+    ("--declared", lambda wl, cluster: wl.declared, ", every task declared", "declared"),
+    # --whole-worker: Work Queue as CCTools 8.0 runs under makeflow -T wq (no measured allocations)
+    ("--whole-worker", lambda wl, cluster: not cluster.auto_allocation, ", a whole worker a task", "whole_worker"),
+])
+def test_runs_in_another_world_are_run_there_and_stored_apart(tmp_path, capsys, monkeypatch, flag, world, title, key):
+    # every run (fixed sizes too) is made in that world; its runs are kept apart from the
+    # same store's others, and reused
     from hta.sim.workload import SimTask, Workload
 
     monkeypatch.setattr(pareto, "workload", lambda name, seed, tasks, folder: Workload("w", [SimTask("a", "a", 100.0)]))
     seen = []
     def run_one(name, wl, spec, cluster, seed, bound):
-        seen.append(wl.declared)
+        seen.append(world(wl, cluster))
         return {"runtime_s": bound, "waste_core_s": 1.0, "waste_after_core_s": 0.0, "node_s": 10.0,
                 "shortage_core_s": 0.0, "finished": True}
     monkeypatch.setattr(pareto, "run_one", run_one)
     argv = ["--seeds", "1", "--workloads", "io-bound", "--clusters", "cap20", "--out", str(tmp_path)]
-    pareto.main([*argv, "--declared"])
-    assert seen and all(seen) and ", every task declared, mean of 1 seed(s)" in capsys.readouterr().out
+    pareto.main([*argv, flag])
+    assert seen and all(seen) and f"{title}, mean of 1 seed(s)" in capsys.readouterr().out
     lines = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
-    assert lines and all(d["declared"] is True for d in lines)
+    assert lines and all(d[key] is True for d in lines)
     n = len(seen)
-    pareto.main([*argv, "--declared"])
+    pareto.main([*argv, flag])
     assert len(seen) == n  # all reused
     pareto.main(argv)
-    assert len(seen) == 2 * n and not any(seen[n:])  # the undeclared runs are others
-    assert pareto.Store(tmp_path / "runs.jsonl", declared=True).runs.keys() == pareto.Store(tmp_path / "runs.jsonl").runs.keys()
-
-
-def test_whole_worker_runs_give_every_task_a_whole_worker_and_are_stored_apart(tmp_path, capsys, monkeypatch):
-    # --whole-worker: Work Queue as CCTools 8.0 runs under makeflow -T wq (no measured
-    # allocations); its runs are kept apart from the same store's others
-    from hta.sim.workload import SimTask, Workload
-
-    monkeypatch.setattr(pareto, "workload", lambda name, seed, tasks, folder: Workload("w", [SimTask("a", "a", 100.0)]))
-    seen = []
-    def run_one(name, wl, spec, cluster, seed, bound):
-        seen.append(cluster.auto_allocation)
-        return {"runtime_s": bound, "waste_core_s": 1.0, "waste_after_core_s": 0.0, "node_s": 10.0,
-                "shortage_core_s": 0.0, "finished": True}
-    monkeypatch.setattr(pareto, "run_one", run_one)
-    argv = ["--seeds", "1", "--workloads", "io-bound", "--clusters", "cap20", "--out", str(tmp_path)]
-    pareto.main([*argv, "--whole-worker"])
-    assert seen and not any(seen) and ", a whole worker a task, mean of 1 seed(s)" in capsys.readouterr().out
-    lines = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
-    assert lines and all(d["whole_worker"] is True for d in lines)
-    n = len(seen)
-    pareto.main([*argv, "--whole-worker"])
-    assert len(seen) == n  # all reused
-    pareto.main(argv)
-    assert len(seen) == 2 * n and all(seen[n:])  # the packed world's runs are others
+    assert len(seen) == 2 * n and not any(seen[n:])  # the default world's runs are others
+    assert pareto.Store(tmp_path / "runs.jsonl", **{key: True}).runs.keys() == pareto.Store(tmp_path / "runs.jsonl").runs.keys()
 
 
 def test_goals_against_the_bound_and_max_then_drain():
