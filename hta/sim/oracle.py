@@ -11,7 +11,7 @@ No policy, not even the largest cluster present from t = 0, finishes sooner:
   path (the longest chain of runtimes inside it) and at least as long as the
   cluster takes to supply its work (Σ runtime × cores, core·s; a task that
   declares nothing may be throttled on a pod smaller than it, and counts only the
-  cores it keeps busy, one at least: :func:`held_cores`).
+  cores it keeps busy, the smallest pod's at least: :func:`held_cores`).
 - **Capacity over time.** Until the first bought node can arrive only the
   starting nodes work (``start_nodes`` × ``node_cores`` cores; none at all
   when there are none); after that at most ``max_nodes`` × ``node_cores``.
