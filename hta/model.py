@@ -281,6 +281,10 @@ class Observation(BaseModel):
     max_workers: int = 1
     tasks_done: int = 0
     tasks_failed: int = 0
+    #: whether the master gives a task that declares nothing its category's measured peak
+    #: (makeflow ``--allocation``); if not, every such task takes a whole worker, measured
+    #: or not, and only the worker's own size can fit it to what it uses
+    auto_allocation: bool = False
 
     @property
     def waiting_count(self) -> int:

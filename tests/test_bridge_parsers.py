@@ -109,6 +109,17 @@ def test_a_task_and_a_worker_started_at_the_epoch_itself_age_from_it():
     assert all(t.started_at == 500.0 for t in obs.running)  # not reported: as of this read
 
 
+@pytest.mark.parametrize("auto", [True, False])
+def test_an_observation_says_whether_the_master_allocates_measured_tasks_their_peak(auto):
+    # a policy sizes pods by it: without it, a measured task taking a whole worker reads as
+    # one retried after going over its peak (which needs a node) where the master never
+    # allocates peaks at all (makeflow without --allocation)
+    builder = ObservationBuilder(epoch=0.0, worker_shape=Resources(cores=2), min_workers=0, max_workers=3,
+                                 auto_allocation=auto)
+    obs = builder.build(captured_snapshot(), categories={}, worker_ids={}, pending=[], latency=LatencyStats())
+    assert obs.auto_allocation is auto
+
+
 def test_waiting_groups_keep_fifo_order_and_merge_runs():
     from workqueue_bridge.status import TaskStatus
 

@@ -200,13 +200,25 @@ def test_probe_split_buys_small_pods_for_never_measured_tasks_but_a_node_for_a_r
     d = make_policy("hta-time:worker_shape=learned,probe_split=3").decide(obs([first_wave], {}))
     assert d.shape == THIRD and d.add == 12  # the cap: 4 nodes of 3 pods
     assert make_policy("hta-time:worker_shape=learned").decide(obs([first_wave], {})).shape == NODE
-    # a task of a measured category waiting for a whole worker went over its allocation: a node
+    # where the master gives a measured category its peak (makeflow --allocation), a task of
+    # one waiting for a whole worker went over its allocation: a node
     retry = TaskGroup(category="a", count=1)
-    d = make_policy("hta-time:worker_shape=learned,probe_split=3").decide(
-        obs([first_wave, retry], {"a": cat("a", 1, 2000)}))
-    assert d.shape == NODE
+    packed = obs([first_wave, retry], {"a": cat("a", 1, 2000)}).model_copy(update={"auto_allocation": True})
+    assert make_policy("hta-time:worker_shape=learned,probe_split=3").decide(packed).shape == NODE
     with pytest.raises(ValueError, match="probe_split must be a whole number"):
         make_policy("hta:probe_split=0")
+
+
+@pytest.mark.parametrize("peak_cores, shape, add", [(1, THIRD, 6), (1.5, NODE.split(2), 6), (2, NODE, 4)])
+def test_where_every_task_takes_a_whole_worker_a_measured_one_gets_a_pod_of_its_peak(peak_cores, shape, add):
+    # makeflow -T wq without --allocation: a task that declares nothing takes a whole worker
+    # however often its category was measured, so the worker's size is what fits it
+    waiting = TaskGroup(category="a", count=6)
+    d = make_policy("hta:worker_shape=learned").decide(obs([waiting], {"a": cat("a", peak_cores, 2000)}))
+    assert d.shape == shape and d.add == add  # (the cap: 4 nodes)
+    # never measured beside it: a node (probe_split=1), whatever the measured ones fit
+    both = obs([waiting, TaskGroup(category="new", count=1)], {"a": cat("a", 1, 2000)})
+    assert make_policy("hta:worker_shape=learned").decide(both).shape == NODE
 
 
 def test_a_never_measured_task_that_waits_beside_idle_pods_gets_a_node_next():

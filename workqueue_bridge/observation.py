@@ -254,6 +254,7 @@ class ObservationBuilder:
             categories=dict(categories), upcoming=ups, latency=latency, worker_shape=self.worker_shape,
             min_workers=self.min_workers, max_workers=self.max_workers,
             tasks_done=snap.queue.tasks_done, tasks_failed=snap.queue.tasks_failed,
+            auto_allocation=self.auto_allocation,
         )
 
     def _running(self, snap: MasterSnapshot, by_addr: Mapping[str, WorkerStatus],

@@ -161,20 +161,23 @@ class HTAPolicy:
     def _split(self, obs: Observation, left: list, too_small: list[str]) -> int:
         """Into how many equal workers a node is cut for this purchase (1: a whole node):
         the most that still hold one of each measured task left at the horizon; never-measured
-        ones (a whole worker each) allow ``probe_split``; a task retried after going over its
-        allocation (whole worker, measured category) needs a whole node."""
+        ones (a whole worker each) allow ``probe_split``. Where the master allocates a measured
+        task its category's peak, a measured task that still takes a whole worker was retried
+        after going over its allocation and needs a whole node; where it does not (makeflow
+        without ``--allocation``, ``obs.auto_allocation`` false), every task that declares
+        nothing takes a whole worker, and a pod of its category's peak is the worker it fits."""
         if self.worker_shape != "learned" or not left or too_small:
             return 1  # (pods idle while tasks wait: what waits needs more than a pod)
-        measured = {name for name, m in obs.categories.items() if m.samples > 0}
-        if any(g.whole_worker and (g.category in measured or g.category in self._needs_node)
+        measured = {name: m.peak for name, m in obs.categories.items() if m.samples > 0}
+        if any(g.whole_worker and (g.category in self._needs_node or (obs.auto_allocation and g.category in measured))
                for g in [*left, *obs.waiting]):
             return 1
-        sized = [g for g in left if not g.whole_worker]
+        sized = [g.request if not g.whole_worker else measured[g.category]
+                 for g in left if not g.whole_worker or g.category in measured]
         node = obs.worker_shape
         k = max(1, int(node.cores + 1e-9))
         if sized:
-            need = [max(g.request.cores for g in sized), max(g.request.memory_mb for g in sized),
-                    max(g.request.disk_mb for g in sized)]
+            need = [max(r.cores for r in sized), max(r.memory_mb for r in sized), max(r.disk_mb for r in sized)]
             have = [node.cores, node.memory_mb, node.disk_mb]
             while k > 1 and any(n > h / k + 1e-9 for n, h in zip(need, have)):
                 k -= 1
