@@ -112,14 +112,13 @@ HTA_SETTINGS = {"hta": "hta", "hta-time": "hta-time", "hta-cost": "hta-cost"}
 #: one); ``unmeasured_per_worker`` (default 1) buys one worker per that many never-measured
 #: tasks, the first wave only; ``hta-cost`` at 3, 5 and 10 task runtimes brackets its 4,
 #: without its bound of 2 latencies (the thirteenth run's preset), and with that bound's
-#: rounds counted in the mean runtime (the fourteenth's); the default with ``hta-cost``'s
-#: probes (a third of a node for a never-measured task), alone and with a cap of 2 task
-#: runtimes
+#: rounds counted in the mean runtime (the fourteenth's); the default on whole nodes (the
+#: default's shape until the twenty-fourth session) and with whole nodes for never-measured
+#: tasks only (no probes)
 SWEEP = {spec: spec for spec in [*(f"hta:busy_runtimes={k}" for k in (2, 3, 5, 10)), "hta:unmeasured_per_worker=2",
                                  *(f"hta-cost:busy_runtimes={k}" for k in (3, 5, 10)),
                                  "hta-cost:busy_latencies=0", "hta-cost:busy_latencies_runtime=mean",
-                                 "hta:worker_shape=learned,probe_split=3",
-                                 "hta:worker_shape=learned,probe_split=3,busy_runtimes=2"]}
+                                 "hta:worker_shape=node", "hta:probe_split=1"]}
 CLUSTERS = {"cap20": 20, "uncapped200": 200}
 WFCOMMONS = {"montage": "MontageRecipe", "epigenomics": "EpigenomicsRecipe", "1000genome": "GenomeRecipe",
              "soykb": "SoykbRecipe", "cycles": "CyclesRecipe"}
@@ -409,12 +408,13 @@ HEADER = (f"    {'setting':{LABEL_WIDTH}} {'runtime s':>9} {'waste run':>11} {'w
 
 
 SHORT = {"busy_runtimes=": "busy ", "busy_latencies=": "latencies ", "busy_latencies_runtime=": "rounds in ",
-         "unmeasured_per_worker=": "unmeasured ", "worker_shape=learned,probe_split=3": "probes"}
+         "unmeasured_per_worker=": "unmeasured ", "worker_shape=learned,probe_split=3": "probes",
+         "worker_shape=node": "whole nodes", "probe_split=1": "no probes"}
 
 
 def short_label(spec: str) -> str:
     """A tuned setting's name on a front: ``busy 3``, ``unmeasured 2``, ``hta-cost, busy 3``,
-    ``probes, busy 2``."""
+    ``whole nodes``."""
     policy, _, settings = spec.partition(":")
     for key, word in SHORT.items():
         settings = settings.replace(key, word)

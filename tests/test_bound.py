@@ -19,7 +19,7 @@ from hta.sim.workload import SimTask, Workload, WorkloadError, parse_wfformat, t
 from hta.sim.world import ClusterModel
 
 POLICIES = ["observe", "static", "max-then-drain", "hta", "factory", "hpa-20", "keda-2", "hta-cost",
-            "hta:worker_shape=learned", "hta-time:worker_shape=learned", "hta:worker_shape=learned,probe_split=3"]
+            "hta:worker_shape=node", "hta-time:worker_shape=node", "hta:probe_split=1", "hta-time"]
 
 
 def random_workload(rng: random.Random) -> Workload:
@@ -302,7 +302,7 @@ def test_throttled_tasks_do_not_beat_the_bound(case):
     if case == "overhead":
         tasks = [SimTask(f"t{i}", "x", 100, cores=2, cpu_util=0.95) for i in range(6)]
         cluster = ClusterModel(max_nodes=2, start_nodes=0, task_overhead_s=100, teardown_s=0.0)
-        policy = "hta:worker_shape=learned,probe_split=3"
+        policy = "hta"  # (probes: a third of a node for a never-measured task)
     else:
         tasks = [SimTask(f"t{i}", "x", 100, cores=2, cpu_util=0.2) for i in range(2)]
         cluster = ClusterModel(max_nodes=2, start_nodes=2, node_cores=0.5, teardown_s=0.0)

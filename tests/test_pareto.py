@@ -91,8 +91,10 @@ def test_the_ranking_gives_the_presets_rank_the_best_single_setting_and_the_case
 def test_short_labels_name_what_a_tuned_setting_changes():
     assert [pareto.short_label(s) for s in ("hta:busy_runtimes=3", "hta-cost:busy_runtimes=3,unmeasured_per_worker=5",
                                              "hta:worker_shape=learned,probe_split=3,busy_runtimes=2",
-                                             "hta-cost:busy_latencies=0")] == [
-        "busy 3", "hta-cost, busy 3, unmeasured 5", "probes, busy 2", "hta-cost, latencies 0"]
+                                             "hta-cost:busy_latencies=0", "hta:worker_shape=node",
+                                             "hta:probe_split=1")] == [
+        "busy 3", "hta-cost, busy 3, unmeasured 5", "probes, busy 2", "hta-cost, latencies 0", "whole nodes",
+        "no probes"]
 
 
 def test_points_that_sit_together_share_one_label_on_a_front():
@@ -318,6 +320,9 @@ def test_worker_shape_bench_names_each_shape_by_what_differs_from_the_settings_o
     for setting in ws.SETTINGS:
         for shape, (worker_shape, probe_split) in ws.SHAPES.items():
             p = make_policy(ws.shaped(setting, shape))
-            assert (p.worker_shape, p.probe_split) == (worker_shape, probe_split), (setting, shape)
-    assert ws.shaped("hta", "node") == "hta" and ws.shaped("hta-cost", "probe") == "hta-cost"
-    assert ws.shaped("hta:busy_runtimes=3", "learned") == "hta:busy_runtimes=3,worker_shape=learned"
+            assert p.worker_shape == worker_shape, (setting, shape)
+            assert p.probe_split == probe_split or worker_shape == "node", (setting, shape)
+    assert ws.DEFAULT_SHAPE == "probe"
+    assert ws.shaped("hta", "probe") == "hta" and ws.shaped("hta-cost", "probe") == "hta-cost"
+    assert ws.shaped("hta", "node") == "hta:worker_shape=node"
+    assert ws.shaped("hta:busy_runtimes=3", "learned") == "hta:busy_runtimes=3,probe_split=1"

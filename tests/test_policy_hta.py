@@ -41,7 +41,7 @@ def test_buys_for_what_still_waits_after_one_latency():
     est = QueueDrainEstimator(EstimatorOptions(tail_aware=False)).estimate(o, 10.0)
     # at t=105 the two running tasks end and two waiting ones start: 8 still wait at t=110
     assert est.left_count == 8 and est.packed_need == 4
-    d = HTAPolicy(options=EstimatorOptions(tail_aware=False)).decide(o)
+    d = HTAPolicy(options=EstimatorOptions(tail_aware=False), worker_shape="node").decide(o)
     assert d.add == 4 and not d.drain
     # asked again at the next idle check (5 s), before the cycle (10 s) ends
     assert d.next_decision_s == 5.0
@@ -51,7 +51,8 @@ def test_buys_for_what_still_waits_after_one_latency():
     # for w1 and the queue would end at t=305 instead of 210.
     est = QueueDrainEstimator().estimate(o, 10.0)
     assert est.inflight_core_s == 2 * 95.0
-    assert HTAPolicy().decide(o).add == 4
+    assert HTAPolicy(worker_shape="node").decide(o).add == 4  # (learned shapes: 8 pods of 1 core)
+    assert (d := HTAPolicy().decide(o)).add == 8 and d.shape == SHAPE.split(2)
 
 
 def test_pending_workers_count_as_coming_capacity():
@@ -85,8 +86,10 @@ def test_idle_worker_needed_for_waiting_work_is_kept():
 
 def test_unmeasured_category_takes_whole_workers_up_to_max():
     o = obs(waiting=[TaskGroup(category="new", count=30)], max_workers=6)  # nothing declared, never measured
-    d = HTAPolicy().decide(o)
-    assert d.add == 6
+    d = HTAPolicy(worker_shape="node").decide(o)
+    assert d.add == 6 and d.shape == SHAPE
+    d = HTAPolicy().decide(o)  # probes: half a node each (2 cores split at most 3 ways: 2)
+    assert d.add == 12 and d.shape == SHAPE.split(2)
 
 
 def test_tail_awareness_skips_workers_that_would_arrive_too_late():
@@ -97,8 +100,8 @@ def test_tail_awareness_skips_workers_that_would_arrive_too_late():
                for i in range(20)]
     o = obs(workers=workers, running=running, waiting=[TaskGroup(category="a", count=22, request=ONE)],
             categories={"a": cat("a", 60.0)}, latency=LatencyStats(samples=[10.0]), max_workers=20)
-    plain = HTAPolicy(options=EstimatorOptions(tail_aware=False)).decide(o)
-    aware = HTAPolicy().decide(o)
+    plain = HTAPolicy(options=EstimatorOptions(tail_aware=False), worker_shape="node").decide(o)
+    aware = HTAPolicy(worker_shape="node").decide(o)
     assert plain.add == 4  # the 7 packed into 2-core workers
     # the 5 cores freeing just after the horizon take 5 of the 7: only the last 2 would
     # wait (until t=160) — one new worker runs them, busy one task runtime; more would idle

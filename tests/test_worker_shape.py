@@ -76,25 +76,25 @@ def obs(waiting, categories, workers=(), pending=()) -> Observation:
 
 def test_hta_cuts_nodes_into_the_smallest_part_that_holds_what_waits():
     small = TaskGroup(category="a", count=12, request=Resources(cores=1, memory_mb=2000, disk_mb=100))
-    d = make_policy("hta:worker_shape=learned").decide(obs([small], {"a": cat("a", 1, 2000)}))
+    d = make_policy("hta:probe_split=1").decide(obs([small], {"a": cat("a", 1, 2000)}))
     assert d.shape == THIRD and d.add == 12  # 12 one-core tasks: 12 pods of 1/3 node, 4 nodes' worth
     # a task of 6 GB does not fit a third (5 GB): halves
     big = TaskGroup(category="b", count=2, request=Resources(cores=1, memory_mb=6000, disk_mb=100))
-    d = make_policy("hta:worker_shape=learned").decide(obs([small, big], {"a": cat("a", 1, 2000),
+    d = make_policy("hta:probe_split=1").decide(obs([small, big], {"a": cat("a", 1, 2000),
                                                                           "b": cat("b", 1, 6000)}))
     assert d.shape == NODE.split(2)
     # a category never measured takes a whole worker: a whole node
-    d = make_policy("hta:worker_shape=learned").decide(obs([TaskGroup(category="new", count=3)], {}))
+    d = make_policy("hta:probe_split=1").decide(obs([TaskGroup(category="new", count=3)], {}))
     assert d.shape == NODE
-    # the default keeps whole nodes
-    assert make_policy("hta").decide(obs([small], {"a": cat("a", 1, 2000)})).shape == NODE
+    # whole nodes, if asked for
+    assert make_policy("hta:worker_shape=node").decide(obs([small], {"a": cat("a", 1, 2000)})).shape == NODE
 
 
 def test_the_cap_counts_smaller_workers_as_their_share():
     small = TaskGroup(category="a", count=12, request=Resources(cores=1, memory_mb=2000, disk_mb=100))
     there = [WorkerInfo(id="w1", capacity=NODE, in_use=NODE, running=3)]
     on_way = [PendingWorker(id="p1", requested_at=90.0, shape=THIRD)]
-    d = make_policy("hta-time:worker_shape=learned").decide(obs([small], {"a": cat("a", 1, 2000)}, there, on_way))
+    d = make_policy("hta-time:probe_split=1").decide(obs([small], {"a": cat("a", 1, 2000)}, there, on_way))
     # 11 pods wanted (no tail cap); 4 nodes: 1 + 1/3 used, 2 2/3 left = 8 thirds
     assert d.shape == THIRD and d.add == 8
 
@@ -107,7 +107,7 @@ def test_a_simulated_run_with_learned_shapes_pays_nodes_not_pods():
     cluster = ClusterModel(max_nodes=10, latency_mean_s=20.0, latency_sd_s=0.0, teardown_s=0.0)
     log = ScalingLogWriter()
     # (hold_latencies=0: else the first wave's nodes are kept for the 30 and no pod is bought)
-    s = Simulation(Workload("w", tasks), make_policy("hta-time:worker_shape=learned,hold_latencies=0"), cluster,
+    s = Simulation(Workload("w", tasks), make_policy("hta-time:probe_split=1,hold_latencies=0"), cluster,
                    log=log).run()
     assert s.exit_code == 0
     workers = [r for r in log.records if isinstance(r, WorkerRecord)]
@@ -125,13 +125,13 @@ def test_idle_pods_too_small_for_what_waits_are_drained_to_make_room():
     pods = [WorkerInfo(id=f"p{i}", capacity=THIRD, connected_at=0.0, idle_since=50.0) for i in range(2)]
     wait = TaskGroup(category="b", count=2, request=Resources(cores=2, memory_mb=2000, disk_mb=100))
     o = obs([wait], {"b": cat("b", 2, 2000)}, pods).model_copy(update={"max_workers": 1})
-    d = make_policy("hta-time:worker_shape=learned").decide(o)
+    d = make_policy("hta-time:probe_split=1").decide(o)
     assert d.shape == NODE and sorted(d.drain) == ["p0", "p1"]
     # just idle (under one check): kept, the master may not have given them a task yet
     fresh = [p.model_copy(update={"idle_since": 99.0}) for p in pods]
-    assert make_policy("hta-time:worker_shape=learned").decide(o.model_copy(update={"workers": fresh})).drain == []
-    # whole nodes (the default): never drained while tasks wait
-    assert make_policy("hta-time").decide(o).drain == []
+    assert make_policy("hta-time:probe_split=1").decide(o.model_copy(update={"workers": fresh})).drain == []
+    # whole nodes: never drained while tasks wait
+    assert make_policy("hta-time:worker_shape=node").decide(o).drain == []
 
 
 def test_a_task_retried_on_a_whole_worker_waits_for_a_node_sized_one():
@@ -197,14 +197,14 @@ def test_a_smaller_worker_counts_as_its_share_only_when_it_is_an_exact_part():
 
 def test_probe_split_buys_small_pods_for_never_measured_tasks_but_a_node_for_a_retry():
     first_wave = TaskGroup(category="new", count=30)  # never measured: a whole worker each
-    d = make_policy("hta-time:worker_shape=learned,probe_split=3").decide(obs([first_wave], {}))
+    d = make_policy("hta-time").decide(obs([first_wave], {}))
     assert d.shape == THIRD and d.add == 12  # the cap: 4 nodes of 3 pods
-    assert make_policy("hta-time:worker_shape=learned").decide(obs([first_wave], {})).shape == NODE
+    assert make_policy("hta-time:probe_split=1").decide(obs([first_wave], {})).shape == NODE
     # where the master gives a measured category its peak (makeflow --allocation), a task of
     # one waiting for a whole worker went over its allocation: a node
     retry = TaskGroup(category="a", count=1)
     packed = obs([first_wave, retry], {"a": cat("a", 1, 2000)}).model_copy(update={"auto_allocation": True})
-    assert make_policy("hta-time:worker_shape=learned,probe_split=3").decide(packed).shape == NODE
+    assert make_policy("hta-time").decide(packed).shape == NODE
     with pytest.raises(ValueError, match="probe_split must be a whole number"):
         make_policy("hta:probe_split=0")
 
@@ -214,17 +214,17 @@ def test_where_every_task_takes_a_whole_worker_a_measured_one_gets_a_pod_of_its_
     # makeflow -T wq without --allocation: a task that declares nothing takes a whole worker
     # however often its category was measured, so the worker's size is what fits it
     waiting = TaskGroup(category="a", count=6)
-    d = make_policy("hta:worker_shape=learned").decide(obs([waiting], {"a": cat("a", peak_cores, 2000)}))
+    d = make_policy("hta:probe_split=1").decide(obs([waiting], {"a": cat("a", peak_cores, 2000)}))
     assert d.shape == shape and d.add == add  # (the cap: 4 nodes)
     # never measured beside it: a node (probe_split=1), whatever the measured ones fit
     both = obs([waiting, TaskGroup(category="new", count=1)], {"a": cat("a", 1, 2000)})
-    assert make_policy("hta:worker_shape=learned").decide(both).shape == NODE
+    assert make_policy("hta:probe_split=1").decide(both).shape == NODE
 
 
 def test_a_never_measured_task_that_waits_beside_idle_pods_gets_a_node_next():
     # a third sat idle while a never-measured task waited: the task needs more than a third
     # (it went over one); drain the third, and buy a node for it, not another third
-    p = make_policy("hta-time:worker_shape=learned,probe_split=3")
+    p = make_policy("hta-time")
     pods = [WorkerInfo(id="p0", capacity=THIRD, connected_at=0.0, idle_since=50.0)]
     big = TaskGroup(category="x", count=1)
     d = p.decide(obs([big], {}, pods))
@@ -232,7 +232,7 @@ def test_a_never_measured_task_that_waits_beside_idle_pods_gets_a_node_next():
     d = p.decide(obs([big], {}))
     assert d.shape == NODE and d.add == 1
     # a fresh policy, never having seen that, probes with a third
-    assert make_policy("hta-time:worker_shape=learned,probe_split=3").decide(obs([big], {})).shape == THIRD
+    assert make_policy("hta-time").decide(obs([big], {})).shape == THIRD
 
 
 def test_a_pod_bound_to_a_node_already_there_is_not_a_sample_of_the_preparation_latency():
@@ -279,7 +279,7 @@ def test_pods_that_land_beside_others_leave_hta_s_horizon_at_the_node_latency():
 
     log = ScalingLogWriter()
     cluster = ClusterModel(max_nodes=200)
-    s = Simulation(load_workload("blast-3stage", 0), make_policy("hta:worker_shape=learned,probe_split=3"),
+    s = Simulation(load_workload("blast-3stage", 0), make_policy("hta"),
                    cluster, seed=0, log=log).run()
     decided = [r.latency_s for r in log.records if type(r).__name__ == "DecisionRecord" and r.latency_s is not None]
     assert min(decided) >= 140.0  # never below the world's smallest draw (157.4 − 4 × 4.2)
@@ -291,13 +291,13 @@ def test_pods_that_land_beside_others_leave_hta_s_horizon_at_the_node_latency():
     waited = [r for r in log.records if type(r).__name__ == "WorkerRecord" and r.event == "connected"
               and r.latency_s is not None and r.phases["unschedulable"] > 0]
     assert found_room and report.latency_count == len(waited) and report.latency_median_s >= 140.0
-    whole = Simulation(load_workload("blast-3stage", 0), make_policy("hta"), cluster, seed=0,
+    whole = Simulation(load_workload("blast-3stage", 0), make_policy("hta:worker_shape=node"), cluster, seed=0,
                        log=ScalingLogWriter()).run()
     assert s.runtime_s <= 1.01 * whole.runtime_s and s.node_s < 0.6 * whole.node_s
 
 
 def test_small_pods_for_never_measured_tasks_cost_where_those_tasks_need_more():
-    # why whole nodes stay the default: with 2-core aligns, every first-wave align on a
+    # what probes, HTA's default, cost where their guess is wrong: with 2-core aligns, every first-wave align on a
     # third of a node is throttled to its one core and runs 1.9 × as long (read as 1 core;
     # the align the starting node ran reads 2, the category's peak, and later ones get nodes)
     from hta.sim.workload import load_workload
@@ -306,7 +306,7 @@ def test_small_pods_for_never_measured_tasks_cost_where_those_tasks_need_more():
     assert {t.cores for t in wl.tasks if t.category == "align"} == {2}
     cluster = ClusterModel(max_nodes=200)
     runs = {spec: Simulation(wl, make_policy(spec), cluster, seed=0, log=ScalingLogWriter())
-            for spec in ("hta", "hta:worker_shape=learned,probe_split=3")}
+            for spec in ("hta:worker_shape=node", "hta")}
     whole, probe = (sim.run() for sim in runs.values())
     assert whole.tasks_retried == probe.tasks_retried == 0
     throttled = [[s for s in sim.world.summaries if s.category == "align" and s.cores == 1.0] for sim in runs.values()]

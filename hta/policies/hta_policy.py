@@ -85,14 +85,21 @@ class HTAPolicy:
     stabilize: bool = True
     #: the workers' shape: ``node`` (one worker as large as the configured shape, a node) or
     #: ``learned`` (per decision, the smallest 1/k of a node that holds one of each task still
-    #: waiting at the horizon, by their measured peaks; a node while any is unmeasured)
-    worker_shape: str = "node"
+    #: waiting at the horizon, by their measured peaks; see ``probe_split`` while any is
+    #: unmeasured). Learned by default since the twenty-fourth session: ``hta makeflow`` runs
+    #: ``makeflow -T wq`` without ``--allocation``, where a task that declares nothing takes a
+    #: whole worker however often its category was measured (CCTools 8.0, measured), so a
+    #: whole-node worker runs one 1-core task at a time: 2.3 × the runtime and node·s of
+    #: probes on BLAST with 20 nodes (docs/pareto.md, "Production's world")
+    worker_shape: str = "learned"
     #: learned shapes only: pods bought for never-measured tasks are 1/probe_split of a node
     #: (1: a whole node). Such a task takes a whole worker, whatever its size, and nothing
     #: in Work Queue stops one that needs more; the pod's limits do: more memory is killed
     #: and retried on a node-sized worker, more cores is throttled to the pod's, runs
-    #: longer and reads as them (a category's peak is the largest it measured)
-    probe_split: int = 1
+    #: longer and reads as them (a category's peak is the largest it measured). Where that
+    #: guess is wrong it costs: BLAST with 2-core aligns runs 1.5 × as long uncapped
+    #: (``bench/worker_shape.py``)
+    probe_split: int = 3
     #: an idle worker is kept while the play, run this many latencies past the one-latency
     #: horizon, gives it work (0: drain whatever the horizon does not need). Draining it
     #: saves its idle seconds; buying it back costs a latency of runtime when the work
