@@ -62,10 +62,12 @@ no pair clears.
 before its category is measured, for HTA and every rival alike (docs/pareto.md, twelfth
 look: what the first wave costs).
 
-``--whole-worker`` runs them in the world CCTools 8.0 is under ``makeflow -T wq`` (measured
-here: docs/pareto.md, "What Work Queue packs"): a task that declares nothing takes a whole
-worker, always, even once its category is measured (``ClusterModel.auto_allocation=False``);
-by default the simulator packs measured tasks at their peak, as every stored table was run.
+The simulator runs them in the world CCTools 8.0 is under ``makeflow -T wq``, which
+``hta makeflow`` runs (measured here: docs/pareto.md, "What Work Queue packs"): a task that
+declares nothing takes a whole worker, always, even once its category is measured
+(``ClusterModel.auto_allocation=False``). ``--packed`` runs the world every table before
+the twenty-fourth session was measured in: a measured category's tasks are allocated its
+peak and share a worker (what ``--allocation=throughput`` is documented to do); stored apart.
 
 Each run, once simulated, is appended to ``OUT/runs.jsonl``; a second call with the same
 ``--out`` reuses it (a long run can be resumed).
@@ -548,9 +550,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--declared", action="store_true",
                     help="every task declares its cores and memory (Makeflow's .MAKEFLOW CORES and MEMORY per "
                          "category): none takes a whole worker before its category is measured; stored apart")
-    ap.add_argument("--whole-worker", action="store_true",
-                    help="every task that declares nothing takes a whole worker, measured or not, as Work Queue "
-                         "does under makeflow -T wq (CCTools 8.0); stored apart")
+    ap.add_argument("--packed", action="store_true",
+                    help="a measured category's tasks are allocated its peak and share a worker (the simulator's "
+                         "world before the twenty-fourth session; makeflow -T wq gave every task that declares "
+                         "nothing a whole worker, CCTools 8.0); stored apart")
     ap.add_argument("--sweep", action="store_true",
                     help=f"also run HTA as {', '.join(SWEEP)} (tuned settings, "
                          f"shown beside the presets, not counted in the goals)")
@@ -569,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
             args.markdown.touch()
     except OSError as exc:
         ap.error(f"cannot write {exc.filename} ({exc.strerror}): choose another --out or --markdown")
-    store = open_store(ap, args.out, args.tasks, args.declared, args.whole_worker)
+    store = open_store(ap, args.out, args.tasks, args.declared, whole_worker=not args.packed)
     misses: list[str] = []
     infeasible = 0  # goal lines no policy can meet
     fastest_miss = 0  # runtime goal lines max-then-drain misses too
@@ -582,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         for cname in args.clusters.split(","):
             cap = CLUSTERS[cname]
-            cluster = ClusterModel(max_nodes=cap, auto_allocation=not args.whole_worker)
+            cluster = ClusterModel(max_nodes=cap, auto_allocation=args.packed)
             settings = {**hta_settings, **(SWEEP if args.sweep else {}), **rivals(cap)}
             ids = {label: settings_of(spec) for label, spec in settings.items()}
             per: dict[str, list[dict]] = {k: [] for k in settings}
@@ -604,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
                     per[label].append(store.get((name, cname, label, seed), settings=ids[label], make=
                                                 lambda: run_one(name, wl, spec, cluster, seed, bound)))
                 for k in FIXED_SIZES[cap]:
-                    c = ClusterModel(max_nodes=k, start_nodes=k, auto_allocation=not args.whole_worker)
+                    c = ClusterModel(max_nodes=k, start_nodes=k, auto_allocation=args.packed)
                     fixed[k].append(store.get((name, cname, f"fixed-{k}", seed),
                                               lambda: run_one(name, wl, "static", c, seed, bound)))
             scales = seed_scales(sizes)  # every seed weighs alike, in the same units on both clusters
@@ -628,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
             if tuned:
                 sweep_cases[f"{name}/{cname}"] = (rivs, {p.label: p for p in [*htas, *tuned]})
             title = (f"{name}, {cname} ({cap} nodes)" + (", every task declared" if args.declared else "")
-                     + (", a whole worker a task" if args.whole_worker else "")
+                     + (", measured tasks packed at their peak" if args.packed else "")
                      + f", mean of {seeds} seed(s)" + (SCALED if scaled else "")
                      + (f"; HTA's presets replaced by {' and '.join(list(hta_settings)[1:])}" if args.preset else ""))
             print(f"\n{title}")
@@ -730,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
         args.markdown.write_text(f"Each cell: runtime / node·s / waste (core·s, during + after the run), mean of "
                                  f"{seeds} seed(s)" + (SCALED + " (every seed weighs alike)" if scaled_any else "")
                                  + ("; every task declares its cores and memory (--declared)" if args.declared else "")
-                                 + ("; a whole worker a task, measured or not (--whole-worker)" if args.whole_worker else "")
+                                 + ("; measured tasks packed at their peak (--packed)" if args.packed else "")
                                  + f".\n\n{head}\n|" + "---|" * (head.count("|") - 1) + "\n"
                                  + "\n".join(table) + "\n")
     print(f"\n{len(store.runs)} runs in {args.out / 'runs.jsonl'}; this call {time.perf_counter() - started:,.0f} s")

@@ -21,13 +21,13 @@ cluster) cases and costs at most 5 % more runtime and node-seconds on every case
 every run finishes. Exit 1 if either misses (in the first case, the default should
 change).
 
-``--whole-worker`` runs the world ``hta makeflow`` is in (``makeflow -T wq`` without
-``--allocation``: a task that declares nothing takes a whole worker, measured or not),
-stored apart; without it, the world the Pareto tables were first measured in (a measured
-category's tasks are allocated its peak and share a worker).
+The simulator runs the world ``hta makeflow`` is in (``makeflow -T wq`` without
+``--allocation``: a task that declares nothing takes a whole worker, measured or not);
+``--packed``, stored apart, the world the tables before the twenty-fourth session were
+measured in (a measured category's tasks are allocated its peak and share a worker).
 
     .venv/bin/python bench/worker_shape.py                 # blast-3stage, io-bound, montage, blast-3stage-2core; 2 seeds
-    .venv/bin/python bench/worker_shape.py --workloads blast-3stage --seeds 5 --whole-worker
+    .venv/bin/python bench/worker_shape.py --workloads blast-3stage --seeds 5 --packed
 
 Each run, once simulated, is appended to ``OUT/runs.jsonl``; a second call with the same ``--out``
 reuses it.
@@ -83,9 +83,9 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--tasks", type=int, default=600)
     ap.add_argument("--out", type=Path, default=Path("/tmp/hta-worker-shape"))
-    ap.add_argument("--whole-worker", action="store_true",
-                    help="a task that declares nothing takes a whole worker, measured or not (makeflow -T wq "
-                         "without --allocation, what hta makeflow runs); stored apart")
+    ap.add_argument("--packed", action="store_true",
+                    help="a measured category's tasks are allocated its peak and share a worker (the simulator's "
+                         "world before the twenty-fourth session); stored apart")
     args = ap.parse_args()
     unknown = [n for n in args.workloads.split(",") if n not in SHAPE_WORKLOADS] + \
         [c for c in args.clusters.split(",") if c not in CLUSTERS]
@@ -93,7 +93,7 @@ def main() -> int:
         ap.error(f"unknown workload or cluster: {', '.join(unknown)} (workloads: {', '.join(SHAPE_WORKLOADS)}; "
                  f"clusters: {', '.join(CLUSTERS)})")
     # runs, reused by the next call with this --out
-    store = open_store(ap, args.out, args.tasks, whole_worker=args.whole_worker)
+    store = open_store(ap, args.out, args.tasks, whole_worker=not args.packed)
     t0 = time.perf_counter()
     better = {shape: 0 for shape in SHAPES if shape != DEFAULT_SHAPE}
     vs_default: dict[str, list[tuple[float, float, str]]] = {s: [] for s in better}  # (runtime ×, node·s ×, case)
@@ -103,7 +103,7 @@ def main() -> int:
           f"{'waste end':>10} {'node·s':>10}   shape/{DEFAULT_SHAPE}: runtime  waste  node·s")
     for wl_name in args.workloads.split(","):
         for cl_name in args.clusters.split(","):
-            cluster = ClusterModel(max_nodes=CLUSTERS[cl_name], auto_allocation=not args.whole_worker)
+            cluster = ClusterModel(max_nodes=CLUSTERS[cl_name], auto_allocation=args.packed)
             default_means = {}
             for setting in SETTINGS:
                 means = {}

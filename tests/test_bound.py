@@ -273,7 +273,7 @@ def test_tasks_after_the_first_bought_node_come_in_whole_waves():
     # a fluid 30 + 100 / 6 would end at 26.7 s; two waves after 10 s end at 30 s, as a run does
     wl = Workload("waves", [SimTask(f"t{i}", "x", 10) for i in range(13)])
     cluster = ClusterModel(max_nodes=2, start_nodes=1, node_cores=3, latency_mean_s=10, latency_sd_s=0,
-                           teardown_s=0.0)
+                           teardown_s=0.0, auto_allocation=True)  # (whole nodes share: the packed world)
     [ph] = phases(wl, cluster)
     assert ph.end_in_waves(0, 3, 6, 10) == 30
     assert oracle_runtime_s(wl, cluster) == 30

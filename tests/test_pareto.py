@@ -238,9 +238,9 @@ def test_a_stored_run_of_a_preset_defined_otherwise_since_is_run_again(tmp_path)
 
 @pytest.mark.parametrize("flag, world, title, key", [
     # --declared: the workloads' tasks declare their cores and memory (no whole-worker first wave)
-    ("--declared", lambda wl, cluster: wl.declared, ", every task declared", "declared"),
-    # --whole-worker: Work Queue as CCTools 8.0 runs under makeflow -T wq (no measured allocations)
-    ("--whole-worker", lambda wl, cluster: not cluster.auto_allocation, ", a whole worker a task", "whole_worker"),
+    ("--declared", lambda wl, cluster: wl.declared, ", every task declared", {"declared": True, "whole_worker": True}),
+    # --packed: measured allocations, several measured tasks a worker (no whole worker once measured)
+    ("--packed", lambda wl, cluster: cluster.auto_allocation, ", measured tasks packed at their peak", {}),
 ])
 def test_runs_in_another_world_are_run_there_and_stored_apart(tmp_path, capsys, monkeypatch, flag, world, title, key):
     # every run (fixed sizes too) is made in that world; its runs are kept apart from the
@@ -258,13 +258,16 @@ def test_runs_in_another_world_are_run_there_and_stored_apart(tmp_path, capsys, 
     pareto.main([*argv, flag])
     assert seen and all(seen) and f"{title}, mean of 1 seed(s)" in capsys.readouterr().out
     lines = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
-    assert lines and all(d[key] is True for d in lines)
+    # (a line says the world it was run in; one without whole_worker was run packed)
+    assert lines and all({k: d.get(k, False) for k in ("declared", "whole_worker")} == {
+        "declared": False, "whole_worker": False, **key} for d in lines)
     n = len(seen)
     pareto.main([*argv, flag])
     assert len(seen) == n  # all reused
     pareto.main(argv)
     assert len(seen) == 2 * n and not any(seen[n:])  # the default world's runs are others
-    assert pareto.Store(tmp_path / "runs.jsonl", **{key: True}).runs.keys() == pareto.Store(tmp_path / "runs.jsonl").runs.keys()
+    default = pareto.Store(tmp_path / "runs.jsonl", whole_worker=True)
+    assert pareto.Store(tmp_path / "runs.jsonl", **{"whole_worker": False, **key}).runs.keys() == default.runs.keys()
 
 
 def test_goals_against_the_bound_and_max_then_drain():

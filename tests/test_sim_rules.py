@@ -93,7 +93,7 @@ WHOLE = (NODE.cores, NODE.memory_mb)  # a whole worker's allocation (3 cores, 15
 
 def test_unmeasured_category_runs_alone_on_a_whole_worker_until_one_completes():
     tasks = [SimTask(f"a{i}", "a", runtime_s=10 + i, cores=1) for i in range(4)]
-    w = world(tasks, Scripted())
+    w = world(tasks, Scripted(), auto_allocation=True)  # (measured: its peak; else test_measured_tasks_share…)
     s = w.run()
     assert s.exit_code == 0
     # one worker: a0 alone (0–10), then measured → three at once at 1 core each
@@ -108,7 +108,7 @@ def test_waste_is_split_between_idle_workers_and_cores_beside_running_tasks():
     # two workers all along; a1 takes worker 1 whole (never measured), then a2 runs there at
     # 1 core: 2 cores sit beside it for 100 s; worker 2 idles for the whole 200 s
     tasks = [SimTask("a1", "a", runtime_s=100), SimTask("a2", "a", runtime_s=100, parents=["a1"])]
-    s = world(tasks, Scripted(), start_nodes=2).run()
+    s = world(tasks, Scripted(), start_nodes=2, auto_allocation=True).run()
     assert s.runtime_s == 200
     assert s.waste_core_s == 2 * 100 + 3 * 200 and s.idle_waste_core_s == 3 * 200
 
@@ -116,7 +116,7 @@ def test_waste_is_split_between_idle_workers_and_cores_beside_running_tasks():
 def test_fifo_dispatch_to_first_worker_with_room():
     tasks = [SimTask("seed", "a", runtime_s=1)] + [SimTask(f"t{i}", "a", runtime_s=100 + i, parents=["seed"])
                                                    for i in range(7)]
-    w = world(tasks, Scripted(), start_nodes=2)
+    w = world(tasks, Scripted(), start_nodes=2, auto_allocation=True)
     s = w.run()
     assert s.exit_code == 0
     # after "seed" is measured (1 core), the seven tasks are dispatched in FIFO order, each to
@@ -154,7 +154,7 @@ def test_task_exceeding_its_allocation_is_retried_on_a_whole_worker(need):
     # cores: over an allocation of its own (the monitor's limits) it fails, whatever it is
     # (on a whole worker, a pod's CPU limit would throttle it instead: test_worker_shape)
     tasks = [SimTask("small", "a", 10, memory_mb=100), SimTask("big", "a", 10, parents=["small"], **need)]
-    w = world(tasks, Scripted())
+    w = world(tasks, Scripted(), auto_allocation=True)  # (measured allocations: the packed world)
     s = w.run()
     assert s.tasks_retried == 1 and s.lost_work_core_s == pytest.approx(5 * 1)  # failed halfway at 1 core
     assert s.runtime_s == pytest.approx(10 + 5 + 10)

@@ -193,11 +193,12 @@ class ClusterModel(BaseModel):
     #: the same per category, where measured (overrides ``task_overhead_s``)
     task_overhead_by_category_s: dict[str, float] = {}
     #: Work Queue gives a task of a category it has measured that category's peak, so
-    #: several share a worker (makeflow ``--allocation=throughput``: what the simulator has
-    #: always assumed). False: a task that declares nothing takes a whole worker, always,
-    #: which is what CCTools 8.0 did here under ``makeflow -T wq``, with that option or
-    #: without (docs/pareto.md, "What Work Queue packs"), and what production assumes
-    auto_allocation: bool = True
+    #: several share a worker (what makeflow ``--allocation=throughput`` is documented to
+    #: do, and what the simulator assumed until the twenty-fourth session: the "packed"
+    #: world). False, the default: a task that declares nothing takes a whole worker,
+    #: always, which is what CCTools 8.0 did here under ``makeflow -T wq``, with that option
+    #: or without (docs/pareto.md, "What Work Queue packs"), and what production assumes
+    auto_allocation: bool = False
 
     @property
     def node_shape(self) -> Resources:
