@@ -699,10 +699,10 @@ class World:
             return
         self._dispatch()
 
-    def _summarize(self, t: SimTask, start: float, end: float, pod: Resources | None = None) -> None:
+    def _summarize(self, t: SimTask, start: float, end: float, pod: Resources) -> None:
         """The resource monitor's summary of a completed task: its true peak and runtime, or,
         on a pod with fewer cores than it needs, those cores and its stretched runtime."""
-        cores = reads_cores(t, pod) if pod is not None else float(t.cores)
+        cores = reads_cores(t, pod)
         s = TaskSummary(category=t.category, exit_type="normal", exit_status=0, start=start, end=end,
                         wall_time_s=end - start, cpu_time_s=(end - start) * min(t.cores * t.cpu_util, cores),
                         cores=cores, memory_mb=t.memory_mb)
