@@ -469,6 +469,8 @@ class KubernetesBackend:
             st = self.informer.snapshot().get(tr.name)
         if not tr.adopted and tr.connected_at is not None:
             rec.phases = self._phases(tr, st, tr.connected_at)
+        if st is not None and st.node:
+            rec.node = st.node  # pods that share a node pay it once (hta.summary.paid_intervals)
         self._events.append(rec)
 
     def _phases(self, tr: Tracked, st: PodState | None, now: float) -> dict[str, float]:

@@ -232,8 +232,10 @@ def _end(r) -> tuple[str, list[str]]:
 def test_a_shape_larger_than_any_node_ends_the_run_in_one_line(cluster, core, tmp_path):
     wf = sleepy(tmp_path, 3, 1)
     t0 = time.time()
+    # (whole nodes: HTA's learned pods are cut to the tasks' 1 core, which any node holds)
     r = run_hta(*k8s_args(cluster["kubeconfig"], "--max-workers", "3"), "--worker-cores", "8",
-                "Makeflow", cwd=wf, timeout=150, env={"HTA_K8S_START_TIMEOUT_S": "15"})
+                "--policy", "hta:worker_shape=node", "Makeflow", cwd=wf, timeout=150,
+                env={"HTA_K8S_START_TIMEOUT_S": "15"})
     took = time.time() - t0
     last, lines = _end(r)
     assert r.returncode == 1, r.stderr[-3000:]

@@ -71,7 +71,9 @@ def test_blast_on_kubernetes_scales_pods_and_leaves_nothing(cluster, core, blast
     # the narrow stage (one long align task) outlasts a preparation latency, so its idle pods are drained
     subprocess.run(["python3", "make_makeflow.py", "6", "1", "4", "30,400,30"], cwd=blast_copy, check=True)
     # (no hold: HTA's default would keep them up to 30 latencies for the stage after it)
-    r = run_hta(*k8s_args(cluster, "--max-workers", "3", "--policy", "hta:hold_latencies=0"),
+    # (whole nodes: each pod waits for a node of its own, so every latency below is one
+    # node's; a pod that lands beside another on a node being prepared waits less)
+    r = run_hta(*k8s_args(cluster, "--max-workers", "3", "--policy", "hta:hold_latencies=0,worker_shape=node"),
                 str(blast_copy / "Makeflow"), timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     for s in (1, 2, 3):
@@ -84,6 +86,8 @@ def test_blast_on_kubernetes_scales_pods_and_leaves_nothing(cluster, core, blast
     drained = [x for x in workers if x["event"] == "drained"]
     assert len(requested) >= 2 and drained, "pods created for the wide stage and deleted in the narrow one"
     assert min(x["t"] for x in requested) < min(x["t"] for x in drained)
+    connected = [x for x in workers if x["event"] == "connected"]
+    assert connected and all(x["node"] for x in connected), "each pod's node is named: node·s are paid per node"
     # latency: phases measured from pod events match the configured delays within 20 %
     # pods that waited for a node provisioned for them
     fresh = [x for x in workers if x["event"] == "connected" and x["phases"].get("node", 0) > 0.5 * PROVISION_S]
@@ -112,7 +116,9 @@ def _sleepy(tmp_path: Path, n: int, seconds: int) -> Path:
 
 def test_killed_hta_restarts_and_adopts_its_pods(cluster, core, tmp_path):
     wf = _sleepy(tmp_path, 6, 20)
-    args = [*HTA, *k8s_args(cluster, "--max-workers", "2"), "--port", "9311", str(wf / "Makeflow")]
+    # (whole nodes: --max-workers 2 is then 2 pods; learned pods are 2 nodes' worth of them)
+    args = [*HTA, *k8s_args(cluster, "--max-workers", "2"), "--policy", "hta:worker_shape=node", "--port", "9311",
+            str(wf / "Makeflow")]
     p = subprocess.Popen(args, cwd=wf, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = wf / "Makeflow.scaling.jsonl"
     assert wait(lambda: log.exists() and '"connected"' in log.read_text(), 120), "no worker connected"
