@@ -54,8 +54,8 @@ SETTINGS = ["hta", "hta-time", "hta-cost"]
 #: shape → (worker_shape, probe_split); whole nodes have no probes to split
 SHAPES = {"node": ("node", 1), "learned": ("learned", 1), "probe": ("learned", 3)}
 #: HTA's default's own shape, the one every other is held against
-DEFAULT_SHAPE = next(name for name, fields in SHAPES.items()
-                     if fields == (make_policy("hta").worker_shape, make_policy("hta").probe_split))
+_DEFAULT = make_policy("hta")
+DEFAULT_SHAPE = next(name for name, fields in SHAPES.items() if fields == (_DEFAULT.worker_shape, _DEFAULT.probe_split))
 #: node-seconds the learned shape must save to count as better (at no runtime cost)
 BETTER_BY = 0.01
 #: what a default may cost, runtime or node-seconds, on any case (where its guess is wrong)

@@ -97,8 +97,8 @@ class HTAPolicy:
     #: in Work Queue stops one that needs more; the pod's limits do: more memory is killed
     #: and retried on a node-sized worker, more cores is throttled to the pod's, runs
     #: longer and reads as them (a category's peak is the largest it measured). Where that
-    #: guess is wrong it costs: BLAST with 2-core aligns runs 1.5 × as long uncapped
-    #: (``bench/worker_shape.py``)
+    #: guess is wrong it costs: BLAST with 2-core aligns runs 1.7 × as long as on whole nodes
+    #: uncapped, at 0.85 × the node·s (``bench/worker_shape.py``)
     probe_split: int = 3
     #: an idle worker is kept while the play, run this many latencies past the one-latency
     #: horizon, gives it work (0: drain whatever the horizon does not need). Draining it
