@@ -34,20 +34,24 @@ def cctools_processes(marker: str | None = None, any_name: bool = False) -> list
 
 @pytest.fixture
 def blast_copy(tmp_path: Path) -> Path:
-    """A small copy of the BLAST-shaped workflow (widths 6/1/4) in a temp dir. The narrow
+    """A small copy of the BLAST-shaped workflow (widths 12/1/4) in a temp dir. The narrow
     stage's one align task (400 queries) outlasts a local preparation latency, so an
     autoscaler has idle workers to drain there (HTA's default holds them for the next
     stage, 30 latencies ahead: ``hta:hold_latencies=0`` drains them). The first stage's
     align tasks are small (10 queries): the narrow one must run well past twice their p90,
     measured while three of them share 2 cores, or it looks about to end at every decision
     and its idle workers are kept for the last stage (a CI run of 30 then 200 queries
-    drained none)."""
+    drained none). The first stage is 12 wide so that its serial work (~12 s) outlasts a
+    preparation latency inflated by load: 6 wide, a CI run added no second worker and drained
+    none. On an idle machine the same happens with L = 7 s (``--provision-delay 6``) and 6
+    aligns of 30 queries: by the second decision the measured aligns leave nothing still
+    waiting a latency ahead, so no worker would arrive in time to help."""
     src = ROOT / "workflows" / "blast"
     dst = tmp_path / "blast"
     dst.mkdir()
     for f in ("gendb.py", "seqio.py", "split.py", "align.py", "reduce.py", "make_makeflow.py"):
         shutil.copy(src / f, dst / f)
-    subprocess.run(["python3", "make_makeflow.py", "6", "1", "4", "10,400,10"], cwd=dst, check=True)
+    subprocess.run(["python3", "make_makeflow.py", "12", "1", "4", "10,400,10"], cwd=dst, check=True)
     return dst
 
 

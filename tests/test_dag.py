@@ -20,7 +20,7 @@ def test_dag_from_real_makeflow_viz(tmp_path):
 def test_blast_dag_has_three_chained_stages(blast_copy):
     dag = load_dag(blast_copy / "Makeflow")
     cats = [r.category for r in dag.rules]
-    assert cats.count("align") == 6 + 1 + 4 and cats.count("split") == 3 and cats.count("reduce") == 3
+    assert cats.count("align") == 12 + 1 + 4 and cats.count("split") == 3 and cats.count("reduce") == 3
     split2 = [r for r in dag.rules if r.category == "split"][1]
     parent = dag.rules[split2.parents[-1]]
     assert parent.category == "reduce"  # stage 2 splits what stage 1 reduced

@@ -75,7 +75,7 @@ def test_blast_completes_with_correct_outputs_and_scales_up_then_down(blast_copy
     recs = records(blast_copy / "Makeflow.scaling.jsonl")
     kinds = [x["kind"] for x in recs]
     assert kinds[0] == "run" and kinds[-1] == "end" and recs[-1]["exit_code"] == 0
-    assert recs[-1]["tasks_done"] == 1 + 3 * 2 + 6 + 1 + 4  # prepare + 3×(split, reduce) + aligns
+    assert recs[-1]["tasks_done"] == 1 + 3 * 2 + 12 + 1 + 4  # prepare + 3×(split, reduce) + aligns
     adds = [x["t"] for x in recs if x["kind"] == "decision" and x["add"] > 0]
     drains = [x["t"] for x in recs if x["kind"] == "worker" and x["event"] == "drained"]
     assert adds and drains and min(adds) < min(drains), "workers must be added, then drained"
