@@ -412,6 +412,31 @@ class _Group:
     started_unmeasured: int = 0
 
 
+class _BarrierMemo:
+    """The barrier times (:meth:`_DrainPlay._barrier_times`) of the last observation played.
+
+    One decision plays the same observation several times (HTA's policy plays it once to
+    choose a worker shape and again with that shape; draining plays it to the hold's
+    horizon), and barrier times depend only on what the plays share: the running tasks,
+    the DAG's upcoming groups, the learned categories and the time. A copy of an
+    observation with another worker shape (``model_copy``) holds the same lists, so they
+    are compared by identity and the memo keeps them alive: an id is never reused while
+    held. Measured: the barriers' bisection was 29 % of a 3k-task simulation, computed
+    twice per decision."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, object, object, float] | None = None
+        self._value: dict[str, float] = {}
+
+    def get(self, obs: Observation, compute: Callable[[], dict[str, float]]) -> dict[str, float]:
+        key = (obs.running, obs.upcoming, obs.categories, obs.time)
+        held = self._key
+        if held is None or any(a is not b for a, b in zip(held[:3], key[:3])) or held[3] != key[3]:
+            self._value = compute()
+            self._key = key
+        return self._value
+
+
 class _DrainPlay:
     """One play of the queue from ``obs.time`` to the horizon: call :meth:`run`
     once, then read :meth:`left_waiting`, :meth:`unused_idle` and ``releases``.
@@ -440,8 +465,9 @@ class _DrainPlay:
 
     def __init__(self, obs: Observation, horizon_s: float, options: EstimatorOptions,
                  latency_s: float | None = None, until_idle_used: bool = False,
-                 measured_only: bool = False) -> None:
+                 measured_only: bool = False, barrier_memo: _BarrierMemo | None = None) -> None:
         self.obs = obs
+        self.barrier_memo = barrier_memo
         #: :meth:`unused_idle` counts as used only a worker given a task that no never-measured
         #: one comes before (``_Group.after_unmeasured``)
         self.measured_only = measured_only
@@ -540,9 +566,15 @@ class _DrainPlay:
         """Lookahead, barrier-aware: a group waiting on several running tasks is
         released when the slowest ends (:func:`barrier_wait`), so each of those
         tasks counts as done then — for releases only: its resources still come
-        back at its own expected end. Returns task ref → that time."""
+        back at its own expected end. Returns task ref → that time (read only: plays
+        of one observation share it, see :class:`_BarrierMemo`)."""
         if not (self.options.barrier_aware and self.upcoming):
             return {}
+        if self.barrier_memo is not None:
+            return self.barrier_memo.get(self.obs, self._compute_barrier_times)
+        return self._compute_barrier_times()
+
+    def _compute_barrier_times(self) -> dict[str, float]:
         models, now = self.models, self.now
         running = {f"task:{t.task_id}": t for t in self.obs.running if self.runtimes.get(t.category) is not None}
         barrier_at: dict[str, float] = {}
@@ -861,16 +893,19 @@ class _DrainPlay:
 
 
 class QueueDrainEstimator:
-    """The estimator. Stateless: ``estimate()`` is a pure function of its input."""
+    """The estimator. ``estimate()`` is a pure function of its input; the one state kept,
+    a :class:`_BarrierMemo`, only spares the plays of one observation computing its barrier
+    times again."""
 
     def __init__(self, options: EstimatorOptions | None = None):
         self.options = options or EstimatorOptions()
+        self._barriers = _BarrierMemo()
 
     def estimate(self, obs: Observation, horizon_s: float) -> Estimate:
         """Play the queue to the horizon, then size what is left: packed into
         workers of the shape, capped by tail awareness. The horizon is the preparation
         latency L (what a worker bought now waits), which ``busy_latencies`` counts in."""
-        play = _DrainPlay(obs, horizon_s, self.options)
+        play = _DrainPlay(obs, horizon_s, self.options, barrier_memo=self._barriers)
         play.run()
         left = play.left_waiting()
         packed = self._pack(left, obs.worker_shape)
@@ -889,7 +924,7 @@ class QueueDrainEstimator:
         ``latency_s`` after their request) never gives a task (``measured_only``: a task
         released without waiting on a never-measured one, whose end the play guesses)."""
         play = _DrainPlay(obs, horizon_s, self.options, latency_s, until_idle_used=True,
-                          measured_only=measured_only)
+                          measured_only=measured_only, barrier_memo=self._barriers)
         play.run()
         return play.unused_idle()
 

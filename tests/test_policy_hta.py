@@ -703,3 +703,46 @@ def test_a_play_past_the_horizon_still_has_pending_workers_come_one_latency_afte
     short.run()
     full.run()
     assert short.unused_idle() == full.unused_idle() == [] and len(short._events) > len(full._events)
+
+
+def test_plays_of_one_observation_share_its_barrier_times(monkeypatch):
+    """A decision plays one observation several times (a shape, then the drain's hold);
+    barrier times depend only on what those plays share, so they are computed once per
+    observation, and again for the next one."""
+    import hta.estimator as estimator
+
+    calls = []
+    real = estimator.barrier_wait
+    monkeypatch.setattr(estimator, "barrier_wait", lambda tasks: calls.append(len(tasks)) or real(tasks))
+    m = spread("a", 100, 80, 120)
+
+    def at(time):
+        return obs(time=time, workers=[worker("w1", 2, 2), worker("w2")],
+                   running=[RunningTask(task_id=i, category="a", allocation=ONE, started_at=50.0, worker="w1")
+                            for i in (1, 2)],
+                   upcoming=[UpcomingTasks(id="r", category="a", count=3, request=ONE, after=["task:1", "task:2"])],
+                   categories={"a": m})
+
+    est, first = QueueDrainEstimator(), at(100.0)
+    a = est.estimate(first, 100.0)
+    b = est.estimate(first.model_copy(update={"worker_shape": ONE}), 100.0)
+    est.unused_idle(first, 10.0, 300.0)
+    assert calls == [2]
+    # the same answers as an estimator that computes them afresh
+    fresh = QueueDrainEstimator()
+    assert fresh.estimate(first.model_copy(update={"worker_shape": ONE}), 100.0) == b
+    assert fresh.unused_idle(first, 10.0, 300.0) == est.unused_idle(first, 10.0, 300.0)
+    assert a.releases and a.releases == QueueDrainEstimator().estimate(first, 100.0).releases
+    # the same observation but for its running tasks (a third parent started at 60 s)
+    calls.clear()
+    third = RunningTask(task_id=3, category="a", allocation=ONE, started_at=60.0, worker="w2")
+    up = UpcomingTasks(id="r", category="a", count=3, request=ONE, after=["task:1", "task:2", "task:3"])
+    later = first.model_copy(update={"running": [*first.running, third], "upcoming": [up]})
+    assert later.categories is first.categories and later.time == first.time
+    est.estimate(later, 100.0)
+    assert calls == [3]
+    assert est.estimate(later, 100.0) == QueueDrainEstimator().estimate(later, 100.0) != a
+    calls.clear()
+    est.estimate(at(100.0), 100.0)  # another observation, equal but not the same lists
+    est.estimate(at(101.0), 100.0)
+    assert calls == [2, 2]
