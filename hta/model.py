@@ -158,6 +158,9 @@ class RunningTask(BaseModel):
     allocation: Resources
     started_at: float
     worker: str | None = None
+    #: it declared nothing, so Work Queue gave it a whole worker: ``allocation`` is the
+    #: worker's size, not what the task uses (see :meth:`Observation.in_use_cores`)
+    whole_worker: bool = False
 
 
 class WorkerInfo(BaseModel):
@@ -290,11 +293,28 @@ class Observation(BaseModel):
     def waiting_count(self) -> int:
         return sum(g.count for g in self.waiting)
 
+    def measured_cores(self, category: str) -> float | None:
+        """The whole cores a task of ``category`` uses, by its measured peak (at least one:
+        Work Queue allocates whole cores); None if the category was never measured."""
+        m = self.categories.get(category)
+        if m is None or not m.measured:
+            return None
+        return float(max(1, math.ceil(m.peak.cores - 1e-6)))
+
     def waiting_cores(self) -> float:
-        """Cores the waiting tasks want (a whole-worker task wants a worker's cores)."""
-        return sum(
-            g.count * (self.worker_shape.cores if g.whole_worker else g.request.cores) for g in self.waiting
-        )
+        """Cores the waiting tasks want: what they declare; a task that declares nothing, its
+        category's measured cores (:meth:`measured_cores`), or a whole worker's if never
+        measured. It waits for a whole worker, but wants only what it uses: counting the
+        worker's cores would make a 1-core task on 3-core nodes look three cores short."""
+        total = 0.0
+        for g in self.waiting:
+            if g.whole_worker:
+                measured = self.measured_cores(g.category)
+                each = self.worker_shape.cores if measured is None else min(measured, self.worker_shape.cores)
+            else:
+                each = g.request.cores
+            total += g.count * each
+        return total
 
     def supply_cores(self) -> float:
         return sum(w.capacity.cores for w in self.workers)
@@ -309,7 +329,20 @@ class Observation(BaseModel):
         return max(0, math.floor((self.max_workers - used) / shape.share_of(whole) + 1e-6))
 
     def in_use_cores(self) -> float:
-        return sum(w.in_use.cores for w in self.workers)
+        """Cores the running tasks use: what the workers allocated them, except that a task
+        given a whole worker because it declared nothing uses only its category's measured
+        cores (:meth:`measured_cores`). The rest of that worker is paid for and unused —
+        waste, as much as an idle worker's cores (:mod:`hta.accounting`); counted as in
+        use, a policy whose node-sized workers run one 1-core task each would show none."""
+        allocated = sum(w.in_use.cores for w in self.workers)
+        listed = {w.id for w in self.workers}
+        unused = 0.0
+        for t in self.running:
+            if t.whole_worker and t.worker in listed:
+                measured = self.measured_cores(t.category)
+                if measured is not None:
+                    unused += max(t.allocation.cores - measured, 0.0)
+        return max(allocated - unused, 0.0)
 
     def idle_cores(self) -> float:
         """Cores of workers that run no task (what draining could give back)."""

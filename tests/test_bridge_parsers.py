@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hta.model import Resources
+from hta.model import CategoryModel, Resources
 from workqueue_bridge.makeflow_log import MakeflowLog, NodeState
 from workqueue_bridge.monitor_summaries import SummaryDirectory, parse_summary
 from workqueue_bridge.observation import ObservationBuilder, group_waiting
@@ -88,6 +88,29 @@ def test_observation_from_real_master():
     (w,) = obs.workers
     assert w.id == "w1" and w.running == 2 and w.free.cores == 0
     assert obs.supply_cores() == 2 and obs.in_use_cores() == 2 and obs.waiting_cores() == 1
+    assert not any(t.whole_worker for t in obs.running)  # they declared their cores
+
+
+def test_a_task_that_declares_nothing_uses_its_categorys_measured_cores_of_its_whole_worker():
+    # the captured read with one running task that declares nothing: the 2-core worker is
+    # all allocated to it, and it uses what its category measured (one core), if measured
+    undeclared = {"cores": -1, "memory": -1, "disk": -1}
+    tasks = [{**t, **undeclared} for t in load("task_status_running.json") if t["taskid"] != 2]
+    (worker,) = load("worker_status_running.json")
+    worker = {**worker, "total_tasks_running": 1}
+    snap = MasterSnapshot(taken_at=1795315971.9, queue=parse_queue_status(load("queue_status_running.json")),
+                          tasks=parse_task_status(tasks), workers=parse_worker_status([worker]))
+    builder = ObservationBuilder(epoch=1795315968.0, worker_shape=Resources(cores=2, memory_mb=1000, disk_mb=1000),
+                                 min_workers=0, max_workers=3)
+    build = lambda cats: builder.build(snap, categories=cats, worker_ids={"127.0.0.1:51424": "w1"}, pending=[],
+                                       latency=LatencyStats())
+    obs = build({})
+    (t,) = obs.running
+    assert t.whole_worker and t.allocation.cores == 2
+    assert (obs.in_use_cores(), obs.waiting_cores()) == (2, 2)  # never measured: the whole worker
+    align = CategoryModel(name="align", samples=3, peak=Resources(cores=0.9, memory_mb=40, disk_mb=1))
+    obs = build({"align": align})
+    assert (obs.in_use_cores(), obs.waiting_cores()) == (1, 1)  # measured: one (whole) core
 
 
 def test_a_task_and_a_worker_started_at_the_epoch_itself_age_from_it():

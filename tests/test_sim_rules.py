@@ -113,6 +113,25 @@ def test_waste_is_split_between_idle_workers_and_cores_beside_running_tasks():
     assert s.waste_core_s == 2 * 100 + 3 * 200 and s.idle_waste_core_s == 3 * 200
 
 
+def test_a_whole_worker_task_uses_and_wants_only_its_measured_cores():
+    # production's world: a task that declares nothing gets a whole worker, measured or not.
+    # a1 (never measured) is counted at the whole worker; once it measured 1 core, each next
+    # task uses 1 core of its 3-core worker (2 paid for and unused: waste, as beside a
+    # packed task) and, waiting, wants 1 core, not the worker's 3
+    tasks = [SimTask("a1", "a", runtime_s=100)] + [SimTask(f"b{i}", "a", runtime_s=100, parents=["a1"])
+                                                    for i in range(3)]
+    w = world(tasks, Scripted(), max_nodes=1)
+    s = w.run()
+    assert s.runtime_s == 400
+    recs = [r for r in w.log.records if r.kind == "observation"]
+    first = next(r for r in recs if r.running)
+    assert (first.in_use_cores, first.waiting) == (3, 0)
+    second = next(r for r in recs if r.tasks_done == 1 and r.running)
+    assert (second.in_use_cores, second.waiting, second.demand_cores) == (1, 2, 1 + 2 * 1)
+    assert s.waste_core_s == 3 * 2 * 100 and s.idle_waste_core_s == 0
+    assert s.shortage_core_s == 2 * 100 + 1 * 100
+
+
 def test_fifo_dispatch_to_first_worker_with_room():
     tasks = [SimTask("seed", "a", runtime_s=1)] + [SimTask(f"t{i}", "a", runtime_s=100 + i, parents=["seed"])
                                                    for i in range(7)]

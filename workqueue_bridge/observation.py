@@ -272,10 +272,11 @@ class ObservationBuilder:
             task = self._running_made.get(key)
             if task is None:
                 alloc = task_request(t)
-                if alloc == Resources() and w is not None:
+                whole = alloc == Resources() and w is not None
+                if whole:
                     alloc = Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb)
                 task = RunningTask(task_id=t.task_id, category=t.category, allocation=alloc, started_at=started,
-                                   worker=wid)
+                                   worker=wid, whole_worker=whole)
             made[key] = task
             out.append(task)
         self._running_made = made
