@@ -286,11 +286,19 @@ def run_one(wl_name: str, wl: Workload, spec: str, cluster: ClusterModel, seed: 
             "wall_s": round(time.perf_counter() - t0, 2)}
 
 
+#: how stored runs counted waste and shortage: 2 since a task that declares nothing counts
+#: its category's measured cores, not the whole worker it is given (twenty-fifth session;
+#: the same runs' runtimes and node·s, not their waste). A line of another (or none, 1) is
+#: run again.
+ACCOUNTING = 2
+
+
 class Store:
     """runs.jsonl: one run a line (unfinished ones too, marked), keyed by workload, cluster,
     label, seed; only the lines of this ``tasks`` count (the WfCommons instances' size;
     a line without one was written at the default, 600), of this ``declared`` and of this
-    ``whole_worker`` (a line without either was written without it)."""
+    ``whole_worker`` (a line without either was written without it), counted by this
+    :data:`ACCOUNTING`."""
 
     def __init__(self, path: Path, tasks: int = 600, declared: bool = False, whole_worker: bool = False):
         self.path = path
@@ -307,7 +315,7 @@ class Store:
                     raise ValueError(f"{path}, line {n}, is not a stored run (cut short?): delete that line "
                                      "or the file, or choose another --out") from None
                 if (d.get("tasks", 600) == tasks and d.get("declared", False) == declared
-                        and d.get("whole_worker", False) == whole_worker):
+                        and d.get("whole_worker", False) == whole_worker and d.get("accounting", 1) == ACCOUNTING):
                     self.runs[key] = d
 
     def get(self, key: tuple, make, settings: str | None = None) -> dict:
@@ -316,6 +324,7 @@ class Store:
         since, or stored before runs said (no ``settings``), is run again."""
         if key not in self.runs or self.runs[key].get("settings") != settings:
             d = {"workload": key[0], "cluster": key[1], "label": key[2], "seed": key[3], "tasks": self.tasks,
+                 "accounting": ACCOUNTING,
                  **({"declared": True} if self.declared else {}),
                  **({"whole_worker": True} if self.whole_worker else {}), **({"settings": settings} if settings else {}),
                  **make()}

@@ -294,10 +294,13 @@ class Observation(BaseModel):
         return sum(g.count for g in self.waiting)
 
     def measured_cores(self, category: str) -> float | None:
-        """The whole cores a task of ``category`` uses, by its measured peak (at least one:
-        Work Queue allocates whole cores); None if the category was never measured."""
+        """The whole cores a task of ``category`` that declares nothing uses, by its measured
+        peak (at least one: Work Queue allocates whole cores). None where that is not what it
+        holds: a category never measured, or a master that allocates measured peaks itself
+        (``auto_allocation``), where such a task holds a whole worker only as a retry after
+        going over its peak."""
         m = self.categories.get(category)
-        if m is None or not m.measured:
+        if self.auto_allocation or m is None or not m.measured:
             return None
         return float(max(1, math.ceil(m.peak.cores - 1e-6)))
 
@@ -329,20 +332,29 @@ class Observation(BaseModel):
         return max(0, math.floor((self.max_workers - used) / shape.share_of(whole) + 1e-6))
 
     def in_use_cores(self) -> float:
-        """Cores the running tasks use: what the workers allocated them, except that a task
-        given a whole worker because it declared nothing uses only its category's measured
-        cores (:meth:`measured_cores`). The rest of that worker is paid for and unused —
-        waste, as much as an idle worker's cores (:mod:`hta.accounting`); counted as in
-        use, a policy whose node-sized workers run one 1-core task each would show none."""
-        allocated = sum(w.in_use.cores for w in self.workers)
-        listed = {w.id for w in self.workers}
-        unused = 0.0
+        """Cores the running tasks use: the sum of :meth:`in_use_by_worker`."""
+        return sum(self.in_use_by_worker().values())
+
+    def in_use_by_worker(self) -> dict[str, float]:
+        """Each connected worker's cores in use: what it has allocated, except that a worker
+        running one task that declared nothing (given the whole worker) uses only that task's
+        :meth:`measured_cores`. The rest of that worker is paid for and unused — waste, as
+        much as an idle worker's cores (:mod:`hta.accounting`); counted as in use, a policy
+        whose node-sized workers run one 1-core task each would show none. Only where the
+        worker's own read says it runs one task: the task table may be read less often than
+        the workers (``MasterStatusClient.read_budget``), and a task that has ended must not
+        take cores off a worker that runs others now."""
+        measured_on: dict[str, float] = {}
         for t in self.running:
-            if t.whole_worker and t.worker in listed:
+            if t.whole_worker and t.worker is not None:
                 measured = self.measured_cores(t.category)
                 if measured is not None:
-                    unused += max(t.allocation.cores - measured, 0.0)
-        return max(allocated - unused, 0.0)
+                    measured_on[t.worker] = measured
+        out: dict[str, float] = {}
+        for w in self.workers:
+            measured = measured_on.get(w.id)
+            out[w.id] = w.in_use.cores if measured is None or w.running != 1 else min(w.in_use.cores, measured)
+        return out
 
     def idle_cores(self) -> float:
         """Cores of workers that run no task (what draining could give back)."""

@@ -1,6 +1,10 @@
 """The one definition of waste and shortage."""
 
 from hta.accounting import CoreSample, integrate, node_seconds
+from hta.model import CategoryModel, Observation, Resources, RunningTask, TaskGroup, WorkerInfo
+
+NODE = Resources(cores=3, memory_mb=3000, disk_mb=3000)
+ONE_CORE = CategoryModel(name="a", samples=2, peak=Resources(cores=0.98, memory_mb=50, disk_mb=1))
 
 
 def test_step_integration_by_hand():
@@ -59,3 +63,29 @@ def test_run_summary_reports_teardown_waste_and_node_time():
     assert s.teardown_waste_core_s == 6 * 60 + 3 * 240
     assert s.waste_core_s == s.run_waste_core_s + s.teardown_waste_core_s
     assert s.node_s == 400 + 160 and s.teardown_node_s == 300 + 60
+
+
+def whole(task_id: int, worker: str) -> RunningTask:
+    """A running task that declared nothing: Work Queue gave it the whole worker."""
+    return RunningTask(task_id=task_id, category="a", allocation=NODE, started_at=0.0, worker=worker,
+                       whole_worker=True)
+
+
+def test_a_whole_worker_task_uses_its_categorys_measured_cores_and_only_on_a_worker_it_runs_alone():
+    busy = WorkerInfo(id="w1", capacity=NODE, in_use=NODE, running=1)
+    o = Observation(time=10.0, worker_shape=NODE, running=[whole(1, "w1")], workers=[busy],
+                    waiting=[TaskGroup(category="a", count=2)], categories={"a": ONE_CORE})
+    assert (o.in_use_cores(), o.waiting_cores(), o.in_use_by_worker()) == (1, 2, {"w1": 1})
+    # never measured: the whole worker, used and wanted
+    unmeasured = o.model_copy(update={"categories": {}})
+    assert (unmeasured.in_use_cores(), unmeasured.waiting_cores()) == (3, 6)
+    # where the master allocates measured peaks, a measured task on a whole worker is a retry
+    # after it went over its peak: it holds (and a waiting one wants) the whole worker
+    packed = o.model_copy(update={"auto_allocation": True})
+    assert (packed.in_use_cores(), packed.waiting_cores()) == (3, 6)
+    # the task table read before the workers: the task it lists on w1 has ended, and w1 now
+    # runs three 1-core tasks (w2 is idle); nothing is taken off w1 or w2 for the ended task
+    full = WorkerInfo(id="w1", capacity=NODE, in_use=NODE, running=3)
+    empty = WorkerInfo(id="w2", capacity=NODE, running=0)
+    stale = o.model_copy(update={"workers": [full, empty]})
+    assert stale.in_use_by_worker() == {"w1": 3, "w2": 0} and stale.in_use_cores() == 3

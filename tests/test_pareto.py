@@ -236,6 +236,20 @@ def test_a_stored_run_of_a_preset_defined_otherwise_since_is_run_again(tmp_path)
     assert old_line.get(("io-bound", "cap20", "hta", 0), make, settings=pareto.settings_of("hta"))["runtime_s"] == 4
 
 
+def test_a_run_stored_before_waste_counted_measured_cores_is_run_again(tmp_path):
+    made = []
+    def make():
+        made.append(1)
+        return {"waste_core_s": float(len(made))}
+    path, key = tmp_path / "runs.jsonl", ("io-bound", "cap20", "hpa-20", 0)
+    path.write_text(json.dumps({"workload": "io-bound", "cluster": "cap20", "label": "hpa-20", "seed": 0,
+                                "tasks": 600, "waste_core_s": 99.0}) + "\n")  # no "accounting": the first
+    store = pareto.Store(path)
+    assert store.get(key, make)["waste_core_s"] == 1 and len(made) == 1
+    assert json.loads(path.read_text().splitlines()[-1])["accounting"] == pareto.ACCOUNTING
+    assert pareto.Store(path).get(key, make)["waste_core_s"] == 1 and len(made) == 1  # kept now
+
+
 @pytest.mark.parametrize("flag, world, title, key", [
     # --declared: the workloads' tasks declare their cores and memory (no whole-worker first wave)
     ("--declared", lambda wl, cluster: wl.declared, ", every task declared", {"declared": True, "whole_worker": True}),

@@ -746,3 +746,12 @@ def test_plays_of_one_observation_share_its_barrier_times(monkeypatch):
     est.estimate(at(100.0), 100.0)  # another observation, equal but not the same lists
     est.estimate(at(101.0), 100.0)
     assert calls == [2, 2]
+    # each part of what the barriers depend on, changed alone from the one held
+    calls.clear()
+    est.estimate(first, 100.0)
+    moved = first.model_copy(update={"time": 130.0})
+    relearned = moved.model_copy(update={"categories": {"a": m}})
+    rereleased = relearned.model_copy(update={"upcoming": list(relearned.upcoming)})
+    for o in (moved, relearned, rereleased):
+        est.estimate(o, 100.0)
+    assert calls == [2, 2, 2, 2]

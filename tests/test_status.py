@@ -76,6 +76,7 @@ async def test_status_is_the_controllers_state(server: StatusServer, controller:
     assert s.connected == len(obs.workers) and s.pending == len(obs.pending)
     assert {w.id for w in s.workers} == {w.id for w in obs.workers} | {p.id for p in obs.pending}
     assert (s.cores.supply, s.cores.in_use) == (obs.supply_cores(), obs.in_use_cores())
+    assert sum(w.in_use_cores for w in s.workers) == s.cores.in_use  # each worker's share adds up
     assert s.cores.demand == obs.in_use_cores() + obs.waiting_cores()
     assert s.latency.count == len(controller.latency.samples)
     assert s.latency.estimate_s == controller.latency.estimate()

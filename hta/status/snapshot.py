@@ -211,8 +211,9 @@ def _workers(controller: "Controller") -> list[WorkerView]:
     obs = controller.last_observation
     if obs is None:
         return []
+    in_use = obs.in_use_by_worker()
     out = [WorkerView(id=w.id, state="idle" if w.idle else "busy", cores=w.capacity.cores,
-                      in_use_cores=w.in_use.cores, running=w.running, since=w.connected_at)
+                      in_use_cores=in_use[w.id], running=w.running, since=w.connected_at)
            for w in obs.workers]
     out += [WorkerView(id=p.id, state="pending", cores=p.shape.cores, since=p.requested_at) for p in obs.pending]
     return out
