@@ -1,12 +1,12 @@
 """Waste and shortage, defined once.
 
-supply S(t) = cores of connected workers; in-use U(t) = cores allocated to
-running tasks; demand D(t) = U(t) + cores wanted by waiting tasks — the cores
-each task declares. A task that declares nothing is given a whole worker, but
-uses (and, waiting, wants) only what its category's resource monitoring measured,
-in whole cores (:meth:`hta.model.Observation.in_use_cores`); until its category
-is measured, the whole worker. So a node-sized worker running one 1-core task
-wastes two of its three cores whether a task declared its core or not.
+supply S(t) = cores of connected workers; in-use U(t) = cores running tasks
+use; demand D(t) = U(t) + cores wanted by waiting tasks. A task uses (and,
+waiting, wants) the cores it declares, or, if it declares nothing and so is given a
+whole worker, only what its category's resource monitoring measured, in whole cores
+(:meth:`hta.model.Observation.in_use_by_worker`); until its category is measured,
+the whole worker. So a node-sized worker running one 1-core task wastes two of its
+three cores whether the task declared its core or not.
 
     waste    = ∫ max(S − U, 0) dt      (core·s paid for and not used)
     shortage = ∫ (D − U) dt            (core·s of work that waited for cores)
