@@ -707,7 +707,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"all {cap}'s from the soonest a bought node comes, {latency:,.0f} s on each seed's own clock; no "
                   f"packing, no first wave "
                   f"on whole workers), Work Queue's first-come-first-served order takes "
-                  f"{statistics.fmean(fifos):,.0f} s = {statistics.fmean(fifos) / bound:.2f} × the bound, the "
+                  f"{statistics.fmean(fifos):,.0f} s = {statistics.fmean(fifos) / bound:.2f} × the bound (HTA default "
+                  f"{hta.runtime_s / statistics.fmean(fifos):.3f} × it), the "
                   f"critical path first {statistics.fmean(cps):,.0f} s = {statistics.fmean(cps) / bound:.2f} × "
                   f"(hta/sim/list_schedule.py)")
             if free:
@@ -725,6 +726,8 @@ def main(argv: list[str] | None = None) -> int:
                          + (f" ({len(still)})" if tuned else "") + " | "
                          + f"{points['hta'].runtime_s / bound:.2f}× {'✓' if met[0][1] else '✗'} "
                          + f"({points['hta'].runtime_s / biggest.runtime_s:.2f}×) | "
+                         + f"{points['hta'].runtime_s / statistics.fmean(fifos):.3f}× "
+                         + f"({statistics.fmean(fifos) / bound:.2f}×) | "
                          + f"{1 - points['hta'].node_s / points['max-then-drain'].node_s:+.0%} at "
                          + f"{points['hta'].runtime_s / points['max-then-drain'].runtime_s:.3f}× "
                          + f"{'✓' if met[1][1] else '✗'}"
@@ -738,6 +741,7 @@ def main(argv: list[str] | None = None) -> int:
                 "node·s floor at hta's runtime (hta / it) | "
                 "rivals not dominated" + (" (by no tuned setting either)" if args.sweep else "")
                 + " | hta / bound ≤ 1.10 (hta / max cluster from t=0) "
+                + "| hta / Work Queue's order on the bound's capacity (it / bound) "
                 + "| hta node·s saved vs max-then-drain at ≤ 1.02× its runtime |")
         args.markdown.write_text(f"Each cell: runtime / node·s / waste (core·s, during + after the run), mean of "
                                  f"{seeds} seed(s)" + (SCALED + " (every seed weighs alike)" if scaled_any else "")

@@ -193,6 +193,9 @@ def test_other_presets_are_held_against_the_rivals_in_place_of_htas_own(tmp_path
     assert "\n  0 of 22 rival settings not dominated by HTA's default and --preset settings" in out
     assert "HTA's presets replaced by hta-cost:busy_runtimes=3" in out
     assert "| hta | hta-cost:busy_runtimes=3 | max-then-drain |" in (tmp_path / "s.md").read_text()
+    table = [x for x in (tmp_path / "s.md").read_text().splitlines() if x.startswith("|")]
+    assert len(table) == 3 and len({x.count("|") for x in table}) == 1  # every row fills every column
+    assert "| hta / Work Queue's order on the bound's capacity (it / bound) |" in table[0]
     # a setting is known by what it is: hta-cost's own settings are hta-cost (its stored runs, its name)
     assert list(pareto.preset_settings(None, [f"hta:{PRESETS['hta-cost']}", "hta-cost:busy_runtimes=3"])) == [
         "hta", "hta-cost", "hta-cost:busy_runtimes=3"]
