@@ -306,6 +306,8 @@ class Store:
         self.declared = declared
         self.whole_worker = whole_worker
         self.runs: dict[tuple, dict] = {}
+        #: stored runs of this world counted by another :data:`ACCOUNTING`: run again
+        self.outdated: set[tuple] = set()
         if path.is_file():
             for n, line in enumerate(path.read_text().splitlines(), start=1):
                 try:
@@ -315,8 +317,12 @@ class Store:
                     raise ValueError(f"{path}, line {n}, is not a stored run (cut short?): delete that line "
                                      "or the file, or choose another --out") from None
                 if (d.get("tasks", 600) == tasks and d.get("declared", False) == declared
-                        and d.get("whole_worker", False) == whole_worker and d.get("accounting", 1) == ACCOUNTING):
-                    self.runs[key] = d
+                        and d.get("whole_worker", False) == whole_worker):
+                    if d.get("accounting", 1) == ACCOUNTING:
+                        self.runs[key] = d
+                    else:
+                        self.outdated.add(key)
+        self.outdated -= self.runs.keys()
 
     def get(self, key: tuple, make, settings: str | None = None) -> dict:
         """The stored run, or ``make()``'s, stored. ``settings`` (:func:`settings_of`) is what
@@ -834,7 +840,11 @@ def open_store(ap: argparse.ArgumentParser, out: Path, tasks: int, declared: boo
     file that is not a store is one usage line."""
     try:
         out.mkdir(parents=True, exist_ok=True)
-        return Store(out / "runs.jsonl", tasks, declared, whole_worker)
+        store = Store(out / "runs.jsonl", tasks, declared, whole_worker)
+        if store.outdated:
+            print(f"{len(store.outdated)} run(s) stored in {store.path} counted waste before a task that "
+                  "declares nothing counted its category's measured cores: they are run again", flush=True)
+        return store
     except OSError as exc:
         ap.error(f"cannot write {exc.filename} ({exc.strerror}): choose another --out")
     except ValueError as exc:
