@@ -257,9 +257,10 @@ class MasterStatusClient:
     (``reuse_tasks=False``, or a master whose counters cannot tell: every time), and no
     sooner than the last read's wall time divided by ``read_budget`` after it: a queue
     that moves every second would otherwise have the whole table read every second.
-    At 100k tasks one read takes about 0.3 s and holds the master meanwhile (it serves
-    status from the loop that dispatches tasks); with the default 2 %, a moving table is
-    read about every 15 s, and the observations in between — decisions included: HTA
+    At 100k tasks one read takes 0.3–2.1 s (measured on this project's 2-core VM on
+    different days) and holds the master meanwhile (it serves status from the loop that
+    dispatches tasks); with the default 2 %, a moving table is read every 15–100 s, and the
+    observations in between — decisions included: HTA
     decides every 5 s — keep the table of the last read, while ``/queue_status``'s counts
     and ``/worker_status`` are read at every snapshot. A table is never older than 50
     reads' time (1/``read_budget``); small queues read in a few ms, so theirs is read at
