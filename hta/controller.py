@@ -120,7 +120,10 @@ class Controller:
         self._last_record: tuple | None = None
 
     def now(self) -> float:
-        return self.clock() - self.epoch
+        """Seconds since the run started, for observers (status page, panel): read past a
+        recording clock (:class:`hta.replay.RecordingClock`), which writes down the control
+        path's reads only."""
+        return getattr(self.clock, "unrecorded", self.clock)() - self.epoch
 
     def next_wake(self) -> float:
         """When (seconds since the epoch) the next decision is due."""

@@ -105,8 +105,18 @@ class RecordingUpcoming:
 
 
 class RecordingClock:
+    """The control path's clock, each read written down. Observers (the live status page,
+    the panel's error lines) read :attr:`unrecorded` instead (``Controller.now``): their
+    reads come when a person or a failure makes them, and a replay plays back only the
+    control path's (a CI run's panel logged a failed step's time, two clock reads the
+    replay never asked for, and the replay diverged there)."""
+
     def __init__(self, inner: Callable[[], float], tape: Tape):
         self.inner, self.tape = inner, tape
+
+    @property
+    def unrecorded(self) -> Callable[[], float]:
+        return self.inner
 
     def __call__(self) -> float:
         t = self.inner()

@@ -126,3 +126,27 @@ async def test_the_loop_survives_an_unreachable_master_and_recovers(tmp_path):
         master.close()
 
 
+
+
+def test_an_observer_reading_the_time_is_not_recorded_as_the_control_paths_read(tmp_path):
+    # a recorded run writes down every clock read of the control path; the panel reading the
+    # time for a failed step's line (or the status page, when someone asks) must not add one,
+    # or the replay, which plays back only the control path's reads, diverges there
+    import json
+
+    from hta.replay import RecordingClock, Tape
+    from hta.status.panel import LiveView
+
+    c, world = controller_on_world(Asks(ScaleDecision(next_decision_s=10)))
+    tape = Tape(tmp_path / "tape.jsonl")
+    c.clock = RecordingClock(c.clock, tape)
+    run_now(c.step())
+    at(world, 5.0)
+    assert c.now() == 5.0
+    c.last_error = "ConnectionError: the master went away"
+    panel = LiveView(c, info=None, mode="lines")
+    assert any("the master went away" in line for line in panel.new_lines())
+    run_now(c.step())
+    tape.close()
+    reads = [e for e in map(json.loads, (tmp_path / "tape.jsonl").read_text().splitlines()) if e["call"] == "clock"]
+    assert [r["value"] for r in reads] == [0.0, 5.0]  # one a step
