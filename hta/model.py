@@ -56,13 +56,21 @@ class Resources(BaseModel):
 
     def share_of(self, whole: "Resources") -> float:
         """What part of ``whole`` a worker of this shape counts as against a cap of whole
-        workers: 1/k for exactly one of k equal parts (:meth:`split`, k ≥ 2), else 1 — a
-        worker that reports a little less than it was asked for (whole cores, a cgroup's
-        limit) still counts whole, so the cap is never passed."""
-        if whole.cores <= 0 or self.cores <= 0 or self.memory_mb <= 0:
+        workers: 1/k for one of k equal parts (:meth:`split`, k ≥ 2), else 1 — a worker that
+        reports a little less than it was asked for (whole cores, a cgroup's limit) still
+        counts whole, so the cap is never passed.
+
+        A part is known by its memory, within a MB: a pod's limit is whole MiB (``k8s.pods``),
+        so a third of 16,000 MB connects as 5,333. Its cores are 1/k of the node's, or the
+        whole cores its worker advertises of them (``hta.node.capacity``): a third of a
+        4-core node asks 1.33 cores and connects with 1."""
+        if whole.cores <= 0 or self.cores <= 0 or self.memory_mb <= 0 or whole.memory_mb <= 0:
             return 1.0
-        k = round(whole.cores / self.cores)
-        if k < 2 or abs(whole.cores / k - self.cores) > 1e-6 or abs(whole.memory_mb / k - self.memory_mb) > 1e-3:
+        k = round(whole.memory_mb / self.memory_mb)
+        if k < 2 or abs(whole.memory_mb / k - self.memory_mb) >= 1.0:
+            return 1.0
+        part = whole.cores / k
+        if abs(part - self.cores) > 1e-6 and not (part > 1 and self.cores == math.floor(part + 1e-9)):
             return 1.0
         return 1.0 / k
 
