@@ -42,6 +42,36 @@ def test_three_thirds_share_one_node_and_the_node_goes_with_the_last():
     assert again.connected_at == late.connected_at == 112.0
 
 
+def test_a_pod_of_a_fraction_of_a_core_connects_with_the_whole_cores_a_real_worker_advertises():
+    # a 4-core node cut in thirds: each pod asks 1.33 cores (three share the node), and its
+    # worker advertises 1, as hta.node.capacity reads a 1333m limit: one 1-core task at a time
+    tasks = [SimTask(f"t{i}", "a", 10, cores=1) for i in range(6)]
+    w = World(Workload("t", tasks, declared=True),
+              ClusterModel(max_nodes=1, start_nodes=0, node_cores=4, node_memory_mb=16000, latency_mean_s=50.0,
+                           latency_sd_s=0.0, pod_start_s=2.0))
+    part = Resources(cores=4, memory_mb=16000, disk_mb=100000).split(3)
+    w.start()
+    pods = [w.request_node(0.0, shape=part) for _ in range(3)]
+    assert len(w.hosts) == 1
+    w.env.run(until=53)
+    assert [(p.capacity.cores, p.capacity.memory_mb) for p in pods] == [(1, 5333)] * 3
+    assert [len(p.running) for p in pods] == [1, 1, 1]  # not 1.33 cores' worth each
+    assert w.request_node(53.0, shape=part).host is None  # the node's 4 cores hold three such pods
+
+
+def test_a_task_given_a_whole_pod_runs_at_the_pods_cpu_limit_not_its_workers_whole_cores():
+    # a 1.5-core pod advertises 1 core; a task that declares nothing is given the worker and
+    # keeps 1.5 cores busy: the quota is 1.5 cores, so it is neither throttled nor killed
+    w = World(Workload("t", [SimTask("t0", "a", 100, cores=1.5, cpu_util=1.0)]),
+              ClusterModel(max_nodes=1, start_nodes=0, latency_mean_s=50.0, latency_sd_s=0.0, pod_start_s=2.0))
+    w.start()
+    pod = w.request_node(0.0, shape=NODE.split(2))
+    w.env.run(until=200)
+    assert pod.capacity.cores == 1 and w.retries == 0
+    assert w.summaries[0].wall_time_s == pytest.approx(100 + w.cluster.task_overhead_s)
+    assert w.summaries[0].cores == 1.5
+
+
 def test_the_node_cap_holds_pods_until_a_node_has_room():
     w = world(max_nodes=1)
     first = w.request_node(0.0)  # a whole node
@@ -88,6 +118,24 @@ def test_hta_cuts_nodes_into_the_smallest_part_that_holds_what_waits():
     assert d.shape == NODE
     # whole nodes, if asked for
     assert make_policy("hta:worker_shape=node").decide(obs([small], {"a": cat("a", 1, 2000)})).shape == NODE
+
+
+@pytest.mark.parametrize("worker, whole, share", [
+    (THIRD, NODE, 1 / 3),
+    # a third of 16,000 MB connects with a 5,333Mi limit (k8s.pods writes whole MiB)
+    (Resources(cores=1, memory_mb=16000 // 3), Resources(cores=3, memory_mb=16000), 1 / 3),
+    # a third of a 4-core node asks 1.33 cores and its worker advertises 1 (hta.node.capacity)
+    (Resources(cores=4 / 3, memory_mb=16000 / 3), Resources(cores=4, memory_mb=16000), 1 / 3),
+    (Resources(cores=1, memory_mb=16000 // 3), Resources(cores=4, memory_mb=16000), 1 / 3),
+    (Resources(cores=2, memory_mb=8000), Resources(cores=4, memory_mb=16000), 1 / 2),
+    # not one of k equal parts: whole, so the cap is never passed
+    (Resources(cores=1, memory_mb=5000), Resources(cores=3, memory_mb=16000), 1.0),
+    (Resources(cores=2, memory_mb=16000 // 3), Resources(cores=4, memory_mb=16000), 1.0),
+    (Resources(cores=3, memory_mb=14990), NODE, 1.0),  # a node's worker reporting a little less
+    (Resources(cores=1, memory_mb=512), Resources(cores=1, memory_mb=1024), 1.0),  # no part of a core
+])
+def test_a_worker_counts_its_share_of_the_cap_as_it_connects(worker, whole, share):
+    assert worker.share_of(whole) == pytest.approx(share)
 
 
 def test_the_cap_counts_smaller_workers_as_their_share():
@@ -192,7 +240,8 @@ def test_a_smaller_worker_counts_as_its_share_only_when_it_is_an_exact_part():
     assert NODE.split(2).share_of(NODE) == 0.5
     # a worker reporting a little less than asked (whole cores, a cgroup's limit) counts whole
     assert Resources(cores=2, memory_mb=2000).share_of(Resources(cores=2.5, memory_mb=2000)) == 1.0
-    assert Resources(cores=1, memory_mb=5000).share_of(Resources(cores=4, memory_mb=15000)) == 1.0
+    # ... but a third of a 4-core node connects with 1 core of its 1.33 (whole cores): a third
+    assert Resources(cores=1, memory_mb=5000).share_of(Resources(cores=4, memory_mb=15000)) == pytest.approx(1 / 3)
 
 
 def test_probe_split_buys_small_pods_for_never_measured_tasks_but_a_node_for_a_retry():

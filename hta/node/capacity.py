@@ -34,6 +34,13 @@ UNLIMITED_BYTES = 2**60
 DISK_HEADROOM = 0.10
 
 
+def whole_cores(limit: float) -> int:
+    """The cores a worker advertises under a CPU limit of ``limit`` cores: whole ones, at
+    least 1 (Work Queue allocates whole cores; a pod asking 1.33 cores connects with 1).
+    The simulator's workers advertise the same (``hta.sim.world``)."""
+    return max(1, math.floor(limit + 1e-9))
+
+
 @dataclass
 class Capacity:
     cores: int
@@ -137,7 +144,7 @@ def effective_capacity(
         hard_name, soft_name = "memory.limit_in_bytes", "memory.soft_limit_in_bytes"
 
     value, why = min(limits, key=lambda x: x[0])
-    cores = max(1, math.floor(value + 1e-9))
+    cores = whole_cores(value)
     src["cores"] = why
 
     memory_mb = host_mem_mb

@@ -40,7 +40,9 @@ class SimBackend:
             self._record(node, "requested", 0.0)
 
     def _record(self, node: SimNode, event: str, t: float, **extra) -> None:
-        self._events.append(WorkerRecord(t=round(t, 3), worker=node.id, event=event, cores=node.capacity.cores,
+        # as the k8s backend records them: a connected worker's advertised cores, else the pod's
+        cores = node.capacity.cores if event == "connected" else node.limits.cores
+        self._events.append(WorkerRecord(t=round(t, 3), worker=node.id, event=event, cores=cores,
                                          node=self._shared_node(node), **extra))
 
     def _shared_node(self, node: SimNode) -> str | None:
@@ -101,7 +103,7 @@ class SimBackend:
         return self.world.retired_addresses
 
     def pending(self) -> list[PendingWorker]:
-        return [PendingWorker(id=n.id, requested_at=n.requested_at, shape=n.capacity)
+        return [PendingWorker(id=n.id, requested_at=n.requested_at, shape=n.limits)
                 for n in self.world.pending_nodes.values()]
 
     async def cpu_utilization(self) -> dict[str, float] | None:

@@ -53,6 +53,7 @@ import simpy
 from pydantic import BaseModel
 
 from hta.model import Resources
+from hta.node.capacity import whole_cores
 from hta.policies.base import WorkerLifetime
 from resource_monitor.incremental import IncrementalCategoryLearner
 from hta.sim.workload import SimTask, Workload
@@ -232,11 +233,17 @@ class SimHost:
 
 @dataclass
 class SimNode:
-    """A worker (a pod) and the node it runs on (``host``)."""
+    """A worker (a pod) and the node it runs on (``host``).
+
+    ``limits`` is what the pod asks of its node: its room there and its CPU quota (what a
+    task's speed and the monitor's reading are held to). ``capacity`` is what its worker
+    advertises to the master, as ``hta.node.capacity`` reads it: whole cores and MB, so a
+    third of a 4-core node asks 1.33 cores and runs tasks on 1, as in a real pod."""
 
     id: str
     capacity: Resources
     requested_at: float
+    limits: Resources = field(default_factory=Resources)
     connected_at: float | None = None
     free_c: float = 0.0
     free_m: float = 0.0
@@ -265,6 +272,12 @@ class SimNode:
     @property
     def free(self) -> Resources:
         return Resources(cores=self.free_c, memory_mb=self.free_m, disk_mb=self.capacity.disk_mb)
+
+
+def advertised(pod: Resources) -> Resources:
+    """What the worker in a pod of ``pod`` limits advertises: whole cores (at least 1) and
+    whole MB of memory (``hta.node.capacity``)."""
+    return Resources(cores=whole_cores(pod.cores), memory_mb=int(pod.memory_mb + 1e-6), disk_mb=pod.disk_mb)
 
 
 def throttled(t: SimTask, pod: Resources) -> float:
@@ -424,7 +437,7 @@ class World:
         else:  # a pod never outgrows its node: the scheduler could not place it
             shape = Resources(cores=min(shape.cores, whole.cores), memory_mb=min(shape.memory_mb, whole.memory_mb),
                               disk_mb=min(shape.disk_mb, whole.disk_mb))
-        node = SimNode(f"n{self._seq}", shape, requested_at=now)
+        node = SimNode(f"n{self._seq}", advertised(shape), requested_at=now, limits=shape)
         if self.lifetime is not None and self.lifetime.max_tasks is not None:
             node.tasks_left = max(1, self.lifetime.max_tasks)
         self.nodes[node.id] = node
@@ -439,7 +452,7 @@ class World:
     def _schedule(self, node: SimNode) -> None:
         """Bind a pending worker to a node (or queue it for room) and start it there."""
         now = self.env.now
-        host = self._host_with_room(node.capacity)
+        host = self._host_with_room(node.limits)
         if host is None and len(self.hosts) < max(self.cluster.max_nodes, self.cluster.start_nodes):
             draw = max(min_draw_s(self.cluster), self.rng.gauss(self.cluster.latency_mean_s, self.cluster.latency_sd_s))
             host = self._new_host(now + draw + self.cluster.pull_s)
@@ -453,14 +466,14 @@ class World:
     def _place(self, node: SimNode, host: SimHost) -> None:
         node.host = host.id
         node.placed_at = self.env.now
-        host.free_c -= node.capacity.cores
-        host.free_m -= node.capacity.memory_mb
+        host.free_c -= node.limits.cores
+        host.free_m -= node.limits.memory_mb
         host.workers.add(node.id)
         host.empty_since = None
 
     def _node_sized(self, node: SimNode) -> bool:
         whole = self.cluster.node_shape
-        return node.capacity.cores >= whole.cores - 1e-9 and node.capacity.memory_mb >= whole.memory_mb - 1e-9
+        return node.limits.cores >= whole.cores - 1e-9 and node.limits.memory_mb >= whole.memory_mb - 1e-9
 
     def _provision(self, node: SimNode, delay: float):
         yield self.env.timeout(delay)
@@ -473,8 +486,8 @@ class World:
         host = self.hosts.get(node.host) if node.host is not None else None
         if host is None:
             return
-        host.free_c += node.capacity.cores
-        host.free_m += node.capacity.memory_mb
+        host.free_c += node.limits.cores
+        host.free_m += node.limits.memory_mb
         host.workers.discard(node.id)
         if not host.workers:
             self._empty(host)
@@ -656,8 +669,9 @@ class World:
         # runs at the pod's speed, and reads as the pod's cores. The allocation is the
         # monitor's limit, the pod itself on a whole worker: going over it in memory or in
         # the cores it can read fails (halfway)
-        slow = throttled(t, node.capacity)
-        killed = t.memory_mb > alloc.memory_mb + 1e-9 or reads_cores(t, node.capacity) > alloc.cores + 1e-9
+        slow = throttled(t, node.limits)
+        held = node.limits.cores if alloc is node.capacity else alloc.cores  # a whole worker: the pod's quota
+        killed = t.memory_mb > alloc.memory_mb + 1e-9 or reads_cores(t, node.limits) > held + 1e-9
         overhead = self.cluster.task_overhead_by_category_s.get(t.category, self.cluster.task_overhead_s)
         duration = t.runtime_s * (0.5 if killed else slow) + overhead
         ev = self.env.timeout(duration)
@@ -686,7 +700,7 @@ class World:
             self._wait(tid, front=True)
             self._dispatch()
             return
-        self._summarize(r.task, r.start, now, r.node.capacity)
+        self._summarize(r.task, r.start, now, r.node.limits)
         self.done.add(tid)
         self._set_state(tid, NodeState.COMPLETE)
         for c in self.children[tid]:
@@ -712,7 +726,7 @@ class World:
     # -- ground truth the backend may measure --------------------------------------------------
     def cpu_busy(self, node: SimNode) -> float:
         """Fraction of the node's cores its tasks keep busy (what a CPU metric would read)."""
-        if not node.capacity.cores:
+        if not node.limits.cores:
             return 0.0
         busy = sum(self.runs[t].alloc.cores * self.runs[t].task.cpu_util for t in node.running)
-        return busy / node.capacity.cores
+        return busy / node.limits.cores
