@@ -228,15 +228,18 @@ def goals(hta: Point, bound_s: float, mtd: Point) -> list[tuple[str, bool, str]]
 
 
 def why_missed(goal: int, bound_s: float, mtd: Point, at_least: float, allowed: float,
-               fifo_s: float | None = None) -> str:
+               fifo_s: float | None = None, cp_s: float | None = None) -> str:
     """What a missed goal line (0: the bound, 1: the saving) leaves room for: whether the
     fastest policy, every node asked for at once, misses the bound too, and what Work
     Queue's dispatch order alone costs (``fifo_s``: its list schedule on the bound's own
-    capacity over time, :mod:`hta.sim.list_schedule`); how far above the node·s floor the
-    saving goal sits."""
+    capacity over time, :mod:`hta.sim.list_schedule`) beside the order no scaling policy
+    chooses, the critical path first (``cp_s``: how near the bound a schedule comes);
+    how far above the node·s floor the saving goal sits."""
     if goal == 0:
         order = (f"; Work Queue's first-come-first-served order alone, on the bound's own capacity, takes "
                  f"{fifo_s / bound_s:.2f} ×" if fifo_s is not None else "")
+        if fifo_s is not None and cp_s is not None:
+            order += f", the critical path first {cp_s / bound_s:.2f} ×"
         if mtd.runtime_s > BOUND_GOAL * bound_s:
             return (f" (max-then-drain, every node asked for at once, misses it too: {mtd.runtime_s / bound_s:.2f} ×"
                     f"{order})")
@@ -629,6 +632,7 @@ def main(argv: list[str] | None = None) -> int:
             scaled = any(k != SeedScale() for k in scales)
             scaled_any |= scaled
             bound, floors, fifos, cps = scale_references(scales, bounds, floors, fifos, cps)
+            fifo, cp = statistics.fmean(fifos), statistics.fmean(cps)
             per_seed = [r["runtime_s"] / b for r, b in zip(per["hta"], bounds)]
             points = {label: mean_point(label, runs, scales) for label, runs in per.items()}
             htas = [points[k] for k in hta_settings]
@@ -701,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"at least (floor): the goal leaves {1 - at_least / allowed:.1%} "
                           "of room above it)")
                 if not met and not (i == 1 and no_policy_saves):
-                    goal += why_missed(i, bound, mtd, at_least, allowed, statistics.fmean(fifos))
+                    goal += why_missed(i, bound, mtd, at_least, allowed, fifo, cp)
                     fastest_miss += i == 0 and mtd.runtime_s > BOUND_GOAL * bound
                 if not met:
                     misses.append(f"{name}/{cname}: {goal}")
@@ -713,9 +717,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"all {cap}'s from the soonest a bought node comes, {latency:,.0f} s on each seed's own clock; no "
                   f"packing, no first wave "
                   f"on whole workers), Work Queue's first-come-first-served order takes "
-                  f"{statistics.fmean(fifos):,.0f} s = {statistics.fmean(fifos) / bound:.2f} × the bound (HTA default "
-                  f"{hta.runtime_s / statistics.fmean(fifos):.3f} × it), the "
-                  f"critical path first {statistics.fmean(cps):,.0f} s = {statistics.fmean(cps) / bound:.2f} × "
+                  f"{fifo:,.0f} s = {fifo / bound:.2f} × the bound (HTA default "
+                  f"{hta.runtime_s / fifo:.3f} × it), the "
+                  f"critical path first {cp:,.0f} s = {cp / bound:.2f} × "
                   f"(hta/sim/list_schedule.py)")
             if free:
                 misses.append(f"{name}/{cname}: {len(free)} rival setting(s) not dominated: "
@@ -732,8 +736,7 @@ def main(argv: list[str] | None = None) -> int:
                          + (f" ({len(still)})" if tuned else "") + " | "
                          + f"{points['hta'].runtime_s / bound:.2f}× {'✓' if met[0][1] else '✗'} "
                          + f"({points['hta'].runtime_s / biggest.runtime_s:.2f}×) | "
-                         + f"{points['hta'].runtime_s / statistics.fmean(fifos):.3f}× "
-                         + f"({statistics.fmean(fifos) / bound:.2f}×) | "
+                         + f"{points['hta'].runtime_s / fifo:.3f}× ({fifo / bound:.2f}×) | {cp / bound:.2f}× | "
                          + f"{1 - points['hta'].node_s / points['max-then-drain'].node_s:+.0%} at "
                          + f"{points['hta'].runtime_s / points['max-then-drain'].runtime_s:.3f}× "
                          + f"{'✓' if met[1][1] else '✗'}"
@@ -748,6 +751,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rivals not dominated" + (" (by no tuned setting either)" if args.sweep else "")
                 + " | hta / bound ≤ 1.10 (hta / max cluster from t=0) "
                 + "| hta / Work Queue's order on the bound's capacity (it / bound) "
+                + "| critical path first on that capacity / bound "
                 + "| hta node·s saved vs max-then-drain at ≤ 1.02× its runtime |")
         args.markdown.write_text(f"Each cell: runtime / node·s / waste (core·s, during + after the run), mean of "
                                  f"{seeds} seed(s)" + (SCALED + " (every seed weighs alike)" if scaled_any else "")

@@ -306,6 +306,8 @@ def test_a_missed_goal_says_whether_max_then_drain_misses_it_too_and_how_much_ro
     assert "leaves 4.7% of room" in pareto.why_missed(1, bound, P("max-then-drain", 1000, 0, 0), 41862, 43922)
     order = pareto.why_missed(0, bound, P("max-then-drain", 1210, 0, 0), 0, 1, fifo_s=1130)
     assert "first-come-first-served order alone, on the bound's own capacity, takes 1.13 ×" in order
+    both = pareto.why_missed(0, bound, P("max-then-drain", 1210, 0, 0), 0, 1, fifo_s=1130, cp_s=1040)
+    assert "takes 1.13 ×, the critical path first 1.04 ×" in both
 
 
 def test_goal_3_is_out_of_every_policys_reach_when_the_node_seconds_floor_says_so():
