@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hta.node.capacity import whole_cores
+
 
 class Resources(BaseModel):
     """Cores, memory (MB) and disk (MB); a bundle Work Queue allocates as one."""
@@ -54,6 +56,12 @@ class Resources(BaseModel):
         """One of ``k`` equal parts (a worker pod of which ``k`` fill a node)."""
         return Resources(cores=self.cores / k, memory_mb=self.memory_mb / k, disk_mb=self.disk_mb / k)
 
+    def advertised(self) -> "Resources":
+        """What a worker in a pod of these limits advertises to the master: whole cores (at
+        least 1) and whole MB (``hta.node.capacity``). A third of a 4-core node asks 1.33
+        cores and runs tasks on 1; the simulator's workers advertise the same."""
+        return Resources(cores=whole_cores(self.cores), memory_mb=int(self.memory_mb + 1e-6), disk_mb=self.disk_mb)
+
     def share_of(self, whole: "Resources") -> float:
         """What part of ``whole`` a worker of this shape counts as against a cap of whole
         workers: 1/k for one of k equal parts (:meth:`split`, k ≥ 2), else 1 — a worker that
@@ -63,14 +71,16 @@ class Resources(BaseModel):
         A part is known by its memory, within a MB: a pod's limit is whole MiB (``k8s.pods``),
         so a third of 16,000 MB connects as 5,333. Its cores are 1/k of the node's, or the
         whole cores its worker advertises of them (``hta.node.capacity``): a third of a
-        4-core node asks 1.33 cores and connects with 1."""
+        4-core node asks 1.33 cores and connects with 1. (A pod that asked cores between
+        those, e.g. 1.9 of a 4-core node with a third of its memory, would count a third: HTA
+        asks only for exact parts, and a pending pod reports what it asked.)"""
         if whole.cores <= 0 or self.cores <= 0 or self.memory_mb <= 0 or whole.memory_mb <= 0:
             return 1.0
         k = round(whole.memory_mb / self.memory_mb)
         if k < 2 or abs(whole.memory_mb / k - self.memory_mb) >= 1.0:
             return 1.0
         part = whole.cores / k
-        if abs(part - self.cores) > 1e-6 and not (part > 1 and self.cores == math.floor(part + 1e-9)):
+        if abs(part - self.cores) > 1e-6 and self.cores != math.floor(part + 1e-9):
             return 1.0
         return 1.0 / k
 

@@ -295,19 +295,25 @@ def test_a_task_that_declares_nothing_counts_the_cores_a_throttled_pod_leaves_it
     assert oracle_runtime_s(Workload("free", tasks), cluster) == pytest.approx(6 * 100 * 1.9 / 3)
 
 
-@pytest.mark.parametrize("case", ["overhead", "small-node"])
+@pytest.mark.parametrize("case", ["overhead", "small-node", "small-node-declared"])
 def test_throttled_tasks_do_not_beat_the_bound(case):
     # (a reviewer's cases) a throttled task's overhead is not stretched, so it occupies its
-    # pod's cores, not its busy ones; and a node under one core makes pods under one core
+    # pod's cores, not its busy ones; and a node under one core makes pods under one core,
+    # whose workers advertise a whole core: a declared 1-core task runs on half a core
+    declared = case == "small-node-declared"
     if case == "overhead":
         tasks = [SimTask(f"t{i}", "x", 100, cores=2, cpu_util=0.95) for i in range(6)]
         cluster = ClusterModel(max_nodes=2, start_nodes=0, task_overhead_s=100, teardown_s=0.0)
         policy = "hta"  # (probes: a third of a node for a never-measured task)
-    else:
+    elif case == "small-node":
         tasks = [SimTask(f"t{i}", "x", 100, cores=2, cpu_util=0.2) for i in range(2)]
         cluster = ClusterModel(max_nodes=2, start_nodes=2, node_cores=0.5, teardown_s=0.0)
         policy = "observe"
-    wl = Workload(case, tasks)
+    else:
+        tasks = [SimTask(f"t{i}", "x", 100, cores=1, cpu_util=0.2) for i in range(4)]
+        cluster = ClusterModel(max_nodes=2, start_nodes=2, node_cores=0.5, teardown_s=0.0)
+        policy = "observe"
+    wl = Workload(case, tasks, declared=declared)
     s = Simulation(wl, make_policy(policy), cluster, log=ScalingLogWriter()).run()
     assert s.exit_code == 0
     assert s.runtime_s >= oracle_runtime_s(wl, cluster) - 1e-6

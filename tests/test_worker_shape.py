@@ -15,6 +15,7 @@ from hta.summary import paid_intervals
 
 NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)
 THIRD = NODE.split(3)
+NODE4 = Resources(cores=4, memory_mb=16000, disk_mb=100000)
 
 
 def world(**kw) -> World:
@@ -44,18 +45,18 @@ def test_three_thirds_share_one_node_and_the_node_goes_with_the_last():
 
 def test_a_pod_of_a_fraction_of_a_core_connects_with_the_whole_cores_a_real_worker_advertises():
     # a 4-core node cut in thirds: each pod asks 1.33 cores (three share the node), and its
-    # worker advertises 1, as hta.node.capacity reads a 1333m limit: one 1-core task at a time
-    tasks = [SimTask(f"t{i}", "a", 10, cores=1) for i in range(6)]
+    # worker advertises 1, as hta.node.capacity reads a 1333m limit
+    tasks = [SimTask(f"t{i}", "a", 10, cores=0.25) for i in range(16)]
     w = World(Workload("t", tasks, declared=True),
               ClusterModel(max_nodes=1, start_nodes=0, node_cores=4, node_memory_mb=16000, latency_mean_s=50.0,
                            latency_sd_s=0.0, pod_start_s=2.0))
-    part = Resources(cores=4, memory_mb=16000, disk_mb=100000).split(3)
+    part = NODE4.split(3)
     w.start()
     pods = [w.request_node(0.0, shape=part) for _ in range(3)]
     assert len(w.hosts) == 1
     w.env.run(until=53)
     assert [(p.capacity.cores, p.capacity.memory_mb) for p in pods] == [(1, 5333)] * 3
-    assert [len(p.running) for p in pods] == [1, 1, 1]  # not 1.33 cores' worth each
+    assert [len(p.running) for p in pods] == [4, 4, 4]  # quarter-core tasks: 1 core's worth each, not 1.33's
     assert w.request_node(53.0, shape=part).host is None  # the node's 4 cores hold three such pods
 
 
@@ -70,6 +71,46 @@ def test_a_task_given_a_whole_pod_runs_at_the_pods_cpu_limit_not_its_workers_who
     assert pod.capacity.cores == 1 and w.retries == 0
     assert w.summaries[0].wall_time_s == pytest.approx(100 + w.cluster.task_overhead_s)
     assert w.summaries[0].cores == 1.5
+
+
+def test_the_backend_reports_a_pods_ask_and_its_workers_whole_cores_as_the_k8s_backend_does():
+    from hta.sim.backend import SimBackend
+
+    w = World(Workload("t", [SimTask("a", "a", 10, cores=1)], declared=True),
+              ClusterModel(max_nodes=1, start_nodes=0, node_cores=4, node_memory_mb=16000, latency_mean_s=50.0,
+                           latency_sd_s=0.0, pod_start_s=2.0))
+    b = SimBackend(w)
+    part = NODE4.split(3)
+    asyncio.run(b.request(1, part, 0.0))
+    assert [p.shape.cores for p in b.pending()] == [pytest.approx(4 / 3)]
+    w.env.run(until=60)
+    events = asyncio.run(b.refresh(None, 60.0))  # (the simulated backend does not read the snapshot)
+    assert [(e.event, round(e.cores, 2)) for e in events] == [("requested", 1.33), ("connected", 1)]
+
+
+def test_a_node_of_a_fraction_of_a_core_more_is_still_node_sized():
+    # 3.5 allocatable cores: the node's worker advertises 3, and is still the whole node
+    # (a retried task's worker; paid per node, no other pod beside it)
+    w = World(Workload("t", [SimTask("a", "a", 10)]), ClusterModel(max_nodes=1, start_nodes=0, node_cores=3.5))
+    node = w.request_node(0.0)
+    assert node.capacity.cores == 3 and w._node_sized(node)
+
+
+def test_a_cpu_metric_reads_usage_over_the_pods_request():
+    tasks = [SimTask("whole", "a", 100, cores=1.5, cpu_util=1.0), SimTask("one", "b", 100, cores=1, cpu_util=1.0)]
+    w = World(Workload("t", tasks[:1]), ClusterModel(max_nodes=1, start_nodes=0, latency_mean_s=50.0,
+                                                     latency_sd_s=0.0, pod_start_s=2.0))
+    w.start()
+    half = w.request_node(0.0, shape=NODE.split(2))  # asks 1.5 cores, advertises 1
+    w.env.run(until=60)
+    assert half.running and w.cpu_busy(half) == pytest.approx(1.0)  # the whole-worker task keeps 1.5 busy
+    w = World(Workload("t", tasks[1:], declared=True),
+              ClusterModel(max_nodes=1, start_nodes=0, node_cores=4, node_memory_mb=16000, latency_mean_s=50.0,
+                           latency_sd_s=0.0, pod_start_s=2.0))
+    w.start()
+    third = w.request_node(0.0, shape=NODE4.split(3))
+    w.env.run(until=60)
+    assert third.running and w.cpu_busy(third) == pytest.approx(0.75)  # 1 core busy of the 1.33 asked
 
 
 def test_the_node_cap_holds_pods_until_a_node_has_room():
@@ -132,6 +173,7 @@ def test_hta_cuts_nodes_into_the_smallest_part_that_holds_what_waits():
     (Resources(cores=1, memory_mb=5000), Resources(cores=3, memory_mb=16000), 1.0),
     (Resources(cores=2, memory_mb=16000 // 3), Resources(cores=4, memory_mb=16000), 1.0),
     (Resources(cores=3, memory_mb=14990), NODE, 1.0),  # a node's worker reporting a little less
+    (Resources(cores=1, memory_mb=5300), Resources(cores=3, memory_mb=16000), 1.0),  # 33 MB off a third
     (Resources(cores=1, memory_mb=512), Resources(cores=1, memory_mb=1024), 1.0),  # no part of a core
 ])
 def test_a_worker_counts_its_share_of_the_cap_as_it_connects(worker, whole, share):
@@ -256,6 +298,28 @@ def test_probe_split_buys_small_pods_for_never_measured_tasks_but_a_node_for_a_r
     assert make_policy("hta-time").decide(packed).shape == NODE
     with pytest.raises(ValueError, match="probe_split must be a whole number"):
         make_policy("hta:probe_split=0")
+
+
+def test_a_task_given_its_request_is_not_cut_a_pod_whose_worker_cannot_hold_it():
+    # halves of a 3-core node ask 1.5 cores and connect with 1: a task declaring 1.2 cores
+    # fits none of them (HTA bought and drained them for ever before), so a whole node
+    declared = TaskGroup(category="a", count=6, request=Resources(cores=1.2, memory_mb=1000, disk_mb=100))
+    d = make_policy("hta:probe_split=1").decide(obs([declared], {"a": cat("a", 1.2, 1000)}))
+    assert d.shape == NODE and d.add == 3  # two to a node
+    tasks = [SimTask(f"t{i}", "x", 300, cores=1.2, cpu_util=1.0, memory_mb=1000) for i in range(40)]
+    s = Simulation(Workload("d", tasks, declared=True), make_policy("hta"),
+                   ClusterModel(max_nodes=4, start_nodes=0, latency_mean_s=60, latency_sd_s=0, horizon_s=20000)).run()
+    assert s.exit_code == 0
+
+
+def test_a_purchase_of_parts_is_sized_by_what_their_workers_advertise():
+    # a never-measured task caps the cut at thirds: a third of a 4-core node asks 1.33 cores
+    # and its worker advertises 1, so it holds 4 quarter-core tasks, not 5: 40 need 10 pods
+    # (and 1 probe for the never-measured task), not 8
+    small = TaskGroup(category="a", count=40, request=Resources(cores=0.25, memory_mb=1000, disk_mb=100))
+    o = obs([small, TaskGroup(category="new", count=1)], {"a": cat("a", 0.25, 1000)})
+    d = make_policy("hta").decide(o.model_copy(update={"worker_shape": NODE4, "max_workers": 20}))
+    assert d.shape == NODE4.split(3) and d.add == 11
 
 
 @pytest.mark.parametrize("peak_cores, shape, add", [(1, THIRD, 6), (1.5, NODE.split(2), 6), (2, NODE, 4)])

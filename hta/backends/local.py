@@ -49,6 +49,7 @@ import psutil
 
 from hta.backends.base import CPU_UTILIZATION
 from hta.model import PendingWorker, Resources
+from hta.node.capacity import whole_cores
 from hta.node.worker import worker_command
 from hta.processes import die_with_parent, stop
 from hta.scaling_log import WorkerRecord
@@ -249,7 +250,7 @@ class LocalBackend:
         out = open(w.log_path, "wb")
         try:
             w.proc = await asyncio.create_subprocess_exec(
-                *worker_command(f"{self._host}:{self._port}", cores=int(w.shape.cores),
+                *worker_command(f"{self._host}:{self._port}", cores=whole_cores(w.shape.cores),
                                 memory_mb=int(w.shape.memory_mb), disk_mb=int(w.shape.disk_mb),
                                 idle_timeout_s=self.idle_timeout_s, workdir=w.workdir, parent_death=True,
                                 css=self.css, css_log=self.run_dir / "logs" / f"{w.id}.css.jsonl",
@@ -305,7 +306,8 @@ class LocalBackend:
                     started = now if w.started_at is None else w.started_at  # (0.0: the run's first second)
                     phases = {"provisioning": round(started - w.requested_at, 3),
                               "starting+connecting": round(now - started, 3)}
-                    w.events.append(WorkerRecord(t=now, worker=w.id, event="connected", cores=w.shape.cores,
+                    w.events.append(WorkerRecord(t=now, worker=w.id, event="connected",
+                                                 cores=whole_cores(w.shape.cores),  # what it advertises
                                                  latency_s=round(now - w.requested_at, 3), phases=phases))
             if w.state != "connected":
                 continue
@@ -491,7 +493,7 @@ class LocalBackend:
         live = [w for w in self._workers.values() if w.state != "gone"]
         for w in live:  # connected and done between two looks at the master (a short run)
             if w.state == "starting" and _log_says_connected(w.log_path):
-                w.events.append(WorkerRecord(t=now, worker=w.id, event="connected", cores=w.shape.cores,
+                w.events.append(WorkerRecord(t=now, worker=w.id, event="connected", cores=whole_cores(w.shape.cores),
                                              reason="seen in its log only: the run ended before the next look"))
         # the run is over (or interrupted): stop at once, the tasks are the master's to forget
         await asyncio.gather(*(self._stop(w, force=True) for w in live))

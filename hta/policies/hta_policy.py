@@ -172,22 +172,32 @@ class HTAPolicy:
         task its category's peak, a measured task that still takes a whole worker was retried
         after going over its allocation and needs a whole node; where it does not (makeflow
         without ``--allocation``, ``obs.auto_allocation`` false), every task that declares
-        nothing takes a whole worker, and a pod of its category's peak is the worker it fits."""
+        nothing takes a whole worker, and a pod of its category's peak is the worker it fits.
+        A task given its request must fit what the pod's worker advertises, whole cores
+        (``Resources.advertised``): halves of a 3-core node connect with 1 core each, so a
+        1.2-core task needs a whole node; a whole-worker task runs on the pod's quota."""
         if self.worker_shape != "learned" or not left or too_small:
             return 1  # (pods idle while tasks wait: what waits needs more than a pod)
         measured = {name: m.peak for name, m in obs.categories.items() if m.samples > 0}
         if any(g.whole_worker and (g.category in self._needs_node or (obs.auto_allocation and g.category in measured))
                for g in [*left, *obs.waiting]):
             return 1
-        sized = [g.request if not g.whole_worker else measured[g.category]
+        # (request, held to the pod's quota): a whole-worker task may use the pod's CPU limit;
+        # a task given its request fits the whole cores the pod's worker advertises
+        sized = [(g.request, False) if not g.whole_worker else (measured[g.category], True)
                  for g in left if not g.whole_worker or g.category in measured]
         node = obs.worker_shape
+
+        def holds(k: int) -> bool:
+            part = node.split(k)
+            told = part.advertised()
+            return all(r.cores <= (part.cores if quota else told.cores) + 1e-9
+                       and r.memory_mb <= (part.memory_mb if quota else told.memory_mb) + 1e-9
+                       and r.disk_mb <= part.disk_mb + 1e-9 for r, quota in sized)
+
         k = max(1, int(node.cores + 1e-9))
-        if sized:
-            need = [max(r.cores for r in sized), max(r.memory_mb for r in sized), max(r.disk_mb for r in sized)]
-            have = [node.cores, node.memory_mb, node.disk_mb]
-            while k > 1 and any(n > h / k + 1e-9 for n, h in zip(need, have)):
-                k -= 1
+        while k > 1 and not holds(k):
+            k -= 1
         if len(sized) < len(left):  # never-measured tasks left
             k = min(k, max(1, self.probe_split))
         return k
@@ -207,9 +217,9 @@ class HTAPolicy:
         est = self.estimator.estimate(obs, latency)
         too_small = self._too_small(obs)
         shape, split = obs.worker_shape, self._split(obs, est.left_waiting, too_small)
-        if split > 1:  # size the purchase in workers of 1/split of a node
+        if split > 1:  # size the purchase in workers of 1/split of a node, as their workers advertise them
             shape = obs.worker_shape.split(split)
-            est = self.estimator.estimate(obs.model_copy(update={"worker_shape": shape}), latency)
+            est = self.estimator.estimate(obs.model_copy(update={"worker_shape": shape.advertised()}), latency)
         have = len(obs.workers) + len(obs.pending)
 
         add = max(est.workers_needed, obs.min_workers - have, 0)

@@ -240,9 +240,14 @@ def held_cores(t: SimTask, declared: bool, smallest_pod: float = 1.0) -> tuple[f
     where it declares them; else it may run on a whole worker smaller than it, which only
     the pod's limits hold: throttled to the pod's cores, it holds as few as the smallest
     pod's at a time (HTA cuts a node into at most as many pods as it has whole cores), for
-    longer, occupying its busy cores' worth (:func:`hta.sim.world.throttled`)."""
+    longer, occupying its busy cores' worth (:func:`hta.sim.world.throttled`). A pod under
+    a core advertises a whole one (``Resources.advertised``), so a declared task there
+    holds only the pod's share of each core it declares, throttled alike."""
     if declared:
-        return t.cores, t.cores
+        if smallest_pod >= 1.0:
+            return t.cores, t.cores
+        least = t.cores * smallest_pod
+        return least, min(t.cores, max(least, t.cores * t.cpu_util))
     least = min(t.cores, smallest_pod)
     return least, min(t.cores, max(least, t.cores * t.cpu_util))
 

@@ -53,7 +53,6 @@ import simpy
 from pydantic import BaseModel
 
 from hta.model import Resources
-from hta.node.capacity import whole_cores
 from hta.policies.base import WorkerLifetime
 from resource_monitor.incremental import IncrementalCategoryLearner
 from hta.sim.workload import SimTask, Workload
@@ -274,12 +273,6 @@ class SimNode:
         return Resources(cores=self.free_c, memory_mb=self.free_m, disk_mb=self.capacity.disk_mb)
 
 
-def advertised(pod: Resources) -> Resources:
-    """What the worker in a pod of ``pod`` limits advertises: whole cores (at least 1) and
-    whole MB of memory (``hta.node.capacity``)."""
-    return Resources(cores=whole_cores(pod.cores), memory_mb=int(pod.memory_mb + 1e-6), disk_mb=pod.disk_mb)
-
-
 def throttled(t: SimTask, pod: Resources) -> float:
     """How much longer ``t`` runs in ``pod`` than on what it needs: the cores it keeps busy
     over the pod's, when that is more than 1 (a CFS quota's throttling)."""
@@ -437,7 +430,7 @@ class World:
         else:  # a pod never outgrows its node: the scheduler could not place it
             shape = Resources(cores=min(shape.cores, whole.cores), memory_mb=min(shape.memory_mb, whole.memory_mb),
                               disk_mb=min(shape.disk_mb, whole.disk_mb))
-        node = SimNode(f"n{self._seq}", advertised(shape), requested_at=now, limits=shape)
+        node = SimNode(f"n{self._seq}", shape.advertised(), requested_at=now, limits=shape)
         if self.lifetime is not None and self.lifetime.max_tasks is not None:
             node.tasks_left = max(1, self.lifetime.max_tasks)
         self.nodes[node.id] = node
@@ -728,5 +721,8 @@ class World:
         """Fraction of the node's cores its tasks keep busy (what a CPU metric would read)."""
         if not node.limits.cores:
             return 0.0
-        busy = sum(self.runs[t].alloc.cores * self.runs[t].task.cpu_util for t in node.running)
-        return busy / node.limits.cores
+        busy = 0.0
+        for t in node.running:
+            r = self.runs[t]  # a whole worker's task may use the pod's quota, not just its advertised cores
+            busy += (node.limits.cores if r.alloc is node.capacity else r.alloc.cores) * r.task.cpu_util
+        return min(1.0, busy / node.limits.cores)  # (usage over the pod's request: the quota caps it)
