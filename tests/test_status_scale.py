@@ -203,6 +203,36 @@ async def test_a_moved_table_is_kept_within_the_read_budget():
         master.close()
 
 
+async def test_a_kept_table_still_shows_what_was_submitted_since_by_the_masters_counts():
+    master = ChildMaster()
+    thrifty = MasterStatusClient("127.0.0.1", master.port, read_budget=1e-6)
+    builder = ObservationBuilder(epoch=0.0, worker_shape=SHAPE, min_workers=0, max_workers=3)
+
+    def observe(snap):
+        return builder.build(snap, categories={}, worker_ids={}, pending=[], latency=LatencyStats())
+
+    try:
+        master.submit("split", 1, 500, 40)
+        fresh = await thrifty.snapshot(1.0)
+        assert not fresh.table_kept and observe(fresh).waiting_count == 40
+        master.submit("split", 1, 500, 5)  # more of a category the table holds ...
+        master.submit("align", 2, 2000, 10)  # ... and a new stage, at a barrier
+        kept = await thrifty.snapshot(2.0)
+        assert kept.table_kept and thrifty.task_reads == 1  # the table of the first read
+        obs = observe(kept)
+        assert obs.waiting_count == 55  # as the counts, read every time, say
+        assert [(g.category, g.count) for g in obs.waiting] == [("split", 40), ("split", 5), ("align", 10)]
+        assert obs.waiting[1].request == obs.waiting[0].request  # as the category's newest group asked
+        assert obs.waiting[2].whole_worker  # a category the table never showed: a whole worker, until read
+        # a recording replays it: the flag is in the dump
+        from workqueue_bridge.status import MasterSnapshot
+        again = MasterSnapshot.model_validate(kept.model_dump(mode="json"))
+        assert again.table_kept
+    finally:
+        await thrifty.close()
+        master.close()
+
+
 def test_a_read_budget_outside_zero_to_one_is_refused():
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="read_budget"):

@@ -20,7 +20,8 @@ from hta.model import (
     WorkerInfo,
 )
 from workqueue_bridge.dispatch import allocation_request
-from workqueue_bridge.status import MasterSnapshot, TaskStatus, WorkerStatus, _declared, _num, clean_category, parse_task_status
+from workqueue_bridge.status import (CategoryStatus, MasterSnapshot, TaskStatus, WorkerStatus, _declared, _num,
+                                     clean_category, parse_task_status)
 
 
 def task_request(task: TaskStatus) -> Resources:
@@ -184,6 +185,34 @@ def snapshot_waiting(snap: MasterSnapshot) -> tuple[list[TaskGroup], Mapping[int
     return index_segments(segments)
 
 
+def with_unread_waiting(groups: list[TaskGroup], counts: list[CategoryStatus]) -> list[TaskGroup]:
+    """The waiting groups of a read of the master's task table, plus the tasks its counts say
+    wait beyond it. A large table is read within a budget (``MasterStatusClient.read_budget``:
+    at 100k tasks, a read every 15-100 s) while ``/queue_status``'s counts are read every
+    time, so tasks submitted since the table was read (a whole new stage, at a barrier) are
+    in the counts only: without them a decision would see nothing waiting, and nothing
+    upcoming either, since the lookahead cannot place their parents. Each category with
+    more waiting than its groups hold gets the rest as a group at the back (Work Queue
+    serves first come, first served), asking what its newest group asked, or what the
+    category declares at most, or, unseen, a whole worker. Tasks dispatched since are
+    left as they are: a group the lookahead waits for must not go. Applied only to a kept
+    table (``MasterSnapshot.table_kept``): a fresh one is read after the counts, and a task
+    dispatched in between would come back as one still waiting."""
+    held: dict[str, int] = {}
+    newest: dict[str, Resources] = {}
+    for g in groups:
+        held[g.category] = held.get(g.category, 0) + g.count
+        newest[g.category] = g.request
+    extra = [(c, c.waiting - held.get(c.name, 0)) for c in counts if c.waiting > held.get(c.name, 0)]
+    if not extra:
+        return groups
+    out = list(groups)
+    for c, n in extra:
+        request = newest.get(c.name) or declared_request(c.max_cores, c.max_memory_mb, c.max_disk_mb)
+        out.append(TaskGroup(category=c.name, count=n, request=request, id=f"g{len(out)}"))
+    return out
+
+
 def snapshot_running(snap: MasterSnapshot) -> list[TaskStatus]:
     """The running tasks of a read of the master, in task id order. A read that carries them
     already (``running_tasks``, as :class:`~workqueue_bridge.status.LiveSnapshot` does, worked
@@ -245,6 +274,8 @@ class ObservationBuilder:
         running = self._running(snap, {w.address: w for w in live}, worker_ids)
         workers = self._workers(live, worker_ids, cpu_utilization or {}, now)
         waiting, group_of = snapshot_waiting(snap)
+        if snap.table_kept:  # an older table than the counts: what was submitted since is in them only
+            waiting = with_unread_waiting(waiting, snap.queue.categories)
         ups: list[UpcomingTasks] = []
         if upcoming is not None:
             running_ids = {t.task_id for t in snapshot_running(snap)}

@@ -190,6 +190,9 @@ class MasterSnapshot(BaseModel):
     queue: QueueStatus
     tasks: list[TaskStatus]
     workers: list[WorkerStatus]
+    #: ``tasks`` is an earlier read's table, kept within the read budget though the counts in
+    #: ``queue`` moved since (:class:`MasterStatusClient`); recorded, so a replay sees it too
+    table_kept: bool = False
 
 
 #: /queue_status counters that move whenever a task enters or leaves the master's task table
@@ -282,6 +285,7 @@ class MasterStatusClient:
         self.read_budget = read_budget
         self._table: TaskTable | None = None
         self._next_read_at = 0.0  # time.monotonic() before which a changed table is kept
+        self._kept = False  # the last snapshot's table was kept though it had changed
         self.bytes_read = 0
         self.requests = 0
         self.task_reads = 0
@@ -330,6 +334,7 @@ class MasterStatusClient:
                 return table
             if time.monotonic() < self._next_read_at:
                 self.stale_reuses += 1
+                self._kept = True
                 return table
         self.task_reads += 1
         started = time.monotonic()
@@ -345,7 +350,9 @@ class MasterStatusClient:
         # one at a time: the master serves status requests from its own event loop
         raw = await self._get("/queue_status")
         q = parse_queue_status(raw)
+        self._kept = False
         table = await self._task_table(task_table_mark(raw))
         w = await self.worker_status()
         return LiveSnapshot.model_construct(taken_at=now, queue=q, tasks=table.tasks, workers=w,
-                                            waiting_segments=table.waiting_segments, running_tasks=table.running)
+                                            waiting_segments=table.waiting_segments, running_tasks=table.running,
+                                            table_kept=self._kept)

@@ -71,7 +71,8 @@ class SimMaster:
     async def snapshot(self, now: float) -> MasterSnapshot:
         # always current: the world costs nothing to read. A real master's task table is
         # read within a budget (MasterStatusClient.read_budget): at 100k tasks a decision
-        # may see one up to ~15 s old, its counts current; here it never is
+        # may see one 15-100 s old, its counts current (what was submitted since is added from
+        # them: table_kept); here it never is
         w = self.world
         tasks: list[TaskStatus] = []
         counts: dict[str, list[int]] = {c: [n, 0] for c, n in w.waiting_by_category.items() if n}
