@@ -295,12 +295,12 @@ def test_a_task_that_declares_nothing_counts_the_cores_a_throttled_pod_leaves_it
     assert oracle_runtime_s(Workload("free", tasks), cluster) == pytest.approx(6 * 100 * 1.9 / 3)
 
 
-@pytest.mark.parametrize("case", ["overhead", "small-node", "small-node-declared"])
+@pytest.mark.parametrize("case", ["overhead", "small-node", "small-node-declared", "small-node-shared"])
 def test_throttled_tasks_do_not_beat_the_bound(case):
     # (a reviewer's cases) a throttled task's overhead is not stretched, so it occupies its
     # pod's cores, not its busy ones; and a node under one core makes pods under one core,
     # whose workers advertise a whole core: a declared 1-core task runs on half a core
-    declared = case == "small-node-declared"
+    declared = case.startswith("small-node-")
     if case == "overhead":
         tasks = [SimTask(f"t{i}", "x", 100, cores=2, cpu_util=0.95) for i in range(6)]
         cluster = ClusterModel(max_nodes=2, start_nodes=0, task_overhead_s=100, teardown_s=0.0)
@@ -309,9 +309,13 @@ def test_throttled_tasks_do_not_beat_the_bound(case):
         tasks = [SimTask(f"t{i}", "x", 100, cores=2, cpu_util=0.2) for i in range(2)]
         cluster = ClusterModel(max_nodes=2, start_nodes=2, node_cores=0.5, teardown_s=0.0)
         policy = "observe"
-    else:
+    elif case == "small-node-declared":
         tasks = [SimTask(f"t{i}", "x", 100, cores=1, cpu_util=0.2) for i in range(4)]
         cluster = ClusterModel(max_nodes=2, start_nodes=2, node_cores=0.5, teardown_s=0.0)
+        policy = "observe"
+    else:  # two half-core tasks on a pod of half a core (advertising 1) share its quota
+        tasks = [SimTask(f"t{i}", "x", 100, cores=0.5, cpu_util=1.0) for i in range(2)]
+        cluster = ClusterModel(max_nodes=1, start_nodes=1, node_cores=0.5, teardown_s=0.0)
         policy = "observe"
     wl = Workload(case, tasks, declared=declared)
     s = Simulation(wl, make_policy(policy), cluster, log=ScalingLogWriter()).run()

@@ -322,6 +322,17 @@ def test_a_purchase_of_parts_is_sized_by_what_their_workers_advertise():
     assert d.shape == NODE4.split(3) and d.add == 11
 
 
+def test_pods_on_their_way_count_what_their_workers_will_advertise():
+    # 8 thirds of a 4-core node on their way each ask 1.33 cores but will hold 4 quarter-core
+    # tasks (1 advertised core), not 5: 40 such tasks need 2 more, and the cap is counted
+    # by what the pods ask (8 thirds: 2 2/3 nodes of 20)
+    small = TaskGroup(category="a", count=40, request=Resources(cores=0.25, memory_mb=1000, disk_mb=100))
+    on_way = [PendingWorker(id=f"p{i}", requested_at=99.0, shape=NODE4.split(3)) for i in range(8)]
+    o = obs([small], {"a": cat("a", 0.25, 1000)}, pending=on_way)
+    d = make_policy("hta:probe_split=3").decide(o.model_copy(update={"worker_shape": NODE4, "max_workers": 20}))
+    assert d.add == 2
+
+
 @pytest.mark.parametrize("peak_cores, shape, add", [(1, THIRD, 6), (1.5, NODE.split(2), 6), (2, NODE, 4)])
 def test_where_every_task_takes_a_whole_worker_a_measured_one_gets_a_pod_of_its_peak(peak_cores, shape, add):
     # makeflow -T wq without --allocation: a task that declares nothing takes a whole worker

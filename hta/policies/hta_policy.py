@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hta.estimator import EstimatorOptions, QueueDrainEstimator
-from hta.model import Observation, ScaleDecision
+from hta.model import Observation, Resources, ScaleDecision
 
 #: HTA's two named presets beside its default (issue 16 §2), as settings in the
 #: ``hta:key=value`` form (estimator options and the policy's own fields):
@@ -71,6 +71,20 @@ def make_hta(spec: str = "hta") -> "HTAPolicy":
     from hta.policies.base import _configure  # (base imports this module)
 
     return _configure(HTAPolicy(), spec, PRESETS[spec])  # type: ignore[return-value]
+
+
+def _as_advertised(obs: Observation) -> Observation:
+    """``obs`` with its pending workers as their workers will advertise them: a pending pod's
+    shape is what it asks of its node (a third of a 4-core node: 1.33 cores), and it will
+    hold the tasks its worker's whole cores hold (1), as a connected one does. (A shape of no
+    cores, a pod adopted before its shape was known, is left as it is.)"""
+    def told(r: Resources) -> bool:  # already what its worker will advertise, or unknown
+        return r.cores <= 0 or (r.cores == int(r.cores) and r.memory_mb == int(r.memory_mb))
+
+    if all(told(p.shape) for p in obs.pending):
+        return obs
+    pending = [p if told(p.shape) else p.model_copy(update={"shape": p.shape.advertised()}) for p in obs.pending]
+    return obs.model_copy(update={"pending": pending})
 
 
 @dataclass
@@ -191,9 +205,9 @@ class HTAPolicy:
         def holds(k: int) -> bool:
             part = node.split(k)
             told = part.advertised()
-            return all(r.cores <= (part.cores if quota else told.cores) + 1e-9
-                       and r.memory_mb <= (part.memory_mb if quota else told.memory_mb) + 1e-9
-                       and r.disk_mb <= part.disk_mb + 1e-9 for r, quota in sized)
+            return all(r.cores <= (part.cores if quota else told.cores) + 1e-9  # (memory has no quota to borrow)
+                       and r.memory_mb <= told.memory_mb + 1e-9 and r.disk_mb <= part.disk_mb + 1e-9
+                       for r, quota in sized)
 
         k = max(1, int(node.cores + 1e-9))
         while k > 1 and not holds(k):
@@ -214,12 +228,13 @@ class HTAPolicy:
 
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
-        est = self.estimator.estimate(obs, latency)
+        sized = _as_advertised(obs)  # (the cap still counts what pods ask of their nodes: obs)
+        est = self.estimator.estimate(sized, latency)
         too_small = self._too_small(obs)
         shape, split = obs.worker_shape, self._split(obs, est.left_waiting, too_small)
         if split > 1:  # size the purchase in workers of 1/split of a node, as their workers advertise them
             shape = obs.worker_shape.split(split)
-            est = self.estimator.estimate(obs.model_copy(update={"worker_shape": shape.advertised()}), latency)
+            est = self.estimator.estimate(sized.model_copy(update={"worker_shape": shape.advertised()}), latency)
         have = len(obs.workers) + len(obs.pending)
 
         add = max(est.workers_needed, obs.min_workers - have, 0)

@@ -273,6 +273,17 @@ class SimNode:
         return Resources(cores=self.free_c, memory_mb=self.free_m, disk_mb=self.capacity.disk_mb)
 
 
+def quota_of(node: "SimNode", alloc: Resources) -> Resources:
+    """The CPU limit a task allocated ``alloc`` runs within: its pod's (a task may use what
+    its allocation does not say, up to the pod's limit, and the monitor reads that), except
+    on a pod whose worker advertises more cores than it may use — one under a core
+    advertises a whole one — where the tasks share the limit by their allocated cores: two
+    half-core tasks on a pod of half a core run at a quarter core each."""
+    if alloc is node.capacity or node.capacity.cores <= node.limits.cores + 1e-9:
+        return node.limits
+    return Resources(cores=alloc.cores * node.limits.cores / node.capacity.cores)
+
+
 def throttled(t: SimTask, pod: Resources) -> float:
     """How much longer ``t`` runs in ``pod`` than on what it needs: the cores it keeps busy
     over the pod's, when that is more than 1 (a CFS quota's throttling)."""
@@ -662,9 +673,10 @@ class World:
         # runs at the pod's speed, and reads as the pod's cores. The allocation is the
         # monitor's limit, the pod itself on a whole worker: going over it in memory or in
         # the cores it can read fails (halfway)
-        slow = throttled(t, node.limits)
+        quota = quota_of(node, alloc)
+        slow = throttled(t, quota)
         held = node.limits.cores if alloc is node.capacity else alloc.cores  # a whole worker: the pod's quota
-        killed = t.memory_mb > alloc.memory_mb + 1e-9 or reads_cores(t, node.limits) > held + 1e-9
+        killed = t.memory_mb > alloc.memory_mb + 1e-9 or reads_cores(t, quota) > held + 1e-9
         overhead = self.cluster.task_overhead_by_category_s.get(t.category, self.cluster.task_overhead_s)
         duration = t.runtime_s * (0.5 if killed else slow) + overhead
         ev = self.env.timeout(duration)
@@ -693,7 +705,7 @@ class World:
             self._wait(tid, front=True)
             self._dispatch()
             return
-        self._summarize(r.task, r.start, now, r.node.limits)
+        self._summarize(r.task, r.start, now, quota_of(r.node, r.alloc))
         self.done.add(tid)
         self._set_state(tid, NodeState.COMPLETE)
         for c in self.children[tid]:
