@@ -156,7 +156,7 @@ class Controller:
         self._record_workers(await self.backend.refresh(snap, now))
         obs = self.builder.build(
             snap, categories=self.learner.models(), worker_ids=self.backend.worker_ids(),
-            pending=self.backend.pending(), latency=self.latency.model_copy(deep=True), upcoming=self.upcoming,
+            pending=self.backend.pending(), latency=self.latency.frozen(), upcoming=self.upcoming,
             cpu_utilization=await self.backend.cpu_utilization(), retired=self.backend.retired(),
         )
         self.last_observation = obs

@@ -10,6 +10,7 @@ observation (the controller uses seconds since the run started).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal
 
@@ -74,15 +75,7 @@ class Resources(BaseModel):
         4-core node asks 1.33 cores and connects with 1. (A pod that asked cores between
         those, e.g. 1.9 of a 4-core node with a third of its memory, would count a third: HTA
         asks only for exact parts, and a pending pod reports what it asked.)"""
-        if whole.cores <= 0 or self.cores <= 0 or self.memory_mb <= 0 or whole.memory_mb <= 0:
-            return 1.0
-        k = round(whole.memory_mb / self.memory_mb)
-        if k < 2 or abs(whole.memory_mb / k - self.memory_mb) >= 1.0:
-            return 1.0
-        part = whole.cores / k
-        if abs(part - self.cores) > 1e-6 and self.cores != math.floor(part + 1e-9):
-            return 1.0
-        return 1.0 / k
+        return _share_of(self.cores, self.memory_mb, whole.cores, whole.memory_mb)
 
     def plus(self, other: "Resources") -> "Resources":
         return Resources(
@@ -100,6 +93,21 @@ class Resources(BaseModel):
 
     def times(self, k: float) -> "Resources":
         return Resources(cores=self.cores * k, memory_mb=self.memory_mb * k, disk_mb=self.disk_mb * k)
+
+
+@functools.lru_cache(maxsize=256)
+def _share_of(cores: float, memory_mb: float, node_cores: float, node_memory_mb: float) -> float:
+    """:meth:`Resources.share_of` on plain numbers, cached: a cap check counts every worker's
+    share, and a run's workers come in a few shapes."""
+    if node_cores <= 0 or cores <= 0 or memory_mb <= 0 or node_memory_mb <= 0:
+        return 1.0
+    k = round(node_memory_mb / memory_mb)
+    if k < 2 or abs(node_memory_mb / k - memory_mb) >= 1.0:
+        return 1.0
+    part = node_cores / k
+    if abs(part - cores) > 1e-6 and cores != math.floor(part + 1e-9):
+        return 1.0
+    return 1.0 / k
 
 
 class CategoryModel(BaseModel):
@@ -268,6 +276,11 @@ class LatencyStats(BaseModel):
     def add(self, latency_s: float, phases: dict[str, float] | None = None) -> None:
         """One connected worker's latency; ``phases`` as its backend measured them."""
         (self.samples if self.waited_for_node(phases) else self.room_samples).append(latency_s)
+
+    def frozen(self) -> "LatencyStats":
+        """A copy that later :meth:`add` calls leave alone (what an observation carries): the
+        sample lists copied, not deep-copied float by float (that was 3 % of a simulation)."""
+        return self.model_copy(update={"samples": list(self.samples), "room_samples": list(self.room_samples)})
 
     @property
     def measured(self) -> list[float]:
