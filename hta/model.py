@@ -376,9 +376,12 @@ class Observation(BaseModel):
         the workers (``MasterStatusClient.read_budget``), and a task that has ended must not
         take cores off a worker that runs others now."""
         measured_on: dict[str, float] = {}
+        by_category: dict[str, float | None] = {}
         for t in self.running:
             if t.whole_worker and t.worker is not None:
-                measured = self.measured_cores(t.category)
+                if t.category not in by_category:
+                    by_category[t.category] = self.measured_cores(t.category)
+                measured = by_category[t.category]
                 if measured is not None:
                     measured_on[t.worker] = measured
         out: dict[str, float] = {}
