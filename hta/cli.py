@@ -32,13 +32,18 @@ def _positive_int(name: str, minimum: int = 1):
 
 
 def _seconds(name: str, minimum: float = 0.0):
+    return _quantity(name, minimum, "seconds", "s")
+
+
+def _quantity(name: str, minimum: float, noun: str, unit: str = ""):
+    """A number of ``noun`` (``unit`` after a figure), at least ``minimum``."""
     def parse(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number of seconds, not {text!r}") from None
+            raise argparse.ArgumentTypeError(f"{name} must be a number of {noun}, not {text!r}") from None
         if v < minimum:
-            raise argparse.ArgumentTypeError(f"{name} must be at least {minimum:g}s, not {v:g}")
+            raise argparse.ArgumentTypeError(f"{name} must be at least {minimum:g}{unit}, not {v:g}")
         return v
     return parse
 
@@ -177,9 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=["table", "json"], default="table")
     s.add_argument("--max-nodes", type=_positive_int("--max-nodes"), default=20)
     s.add_argument("--start-nodes", type=_positive_int("--start-nodes", 0), default=1)
-    s.add_argument("--node-cores", type=_seconds("--node-cores", 1), default=3.0, metavar="N",
+    s.add_argument("--node-cores", type=_quantity("--node-cores", 1, "cores"), default=3.0, metavar="N",
                    help="allocatable cores of a node (default 3, a 4-vCPU node)")
-    s.add_argument("--node-memory", type=_seconds("--node-memory", 1), default=15000.0, metavar="MB")
+    s.add_argument("--node-memory", type=_quantity("--node-memory", 1, "MB", " MB"), default=15000.0, metavar="MB")
     s.add_argument("--latency-mean", type=_seconds("--latency-mean", 0), default=157.4, metavar="S",
                    help="node preparation latency, mean (default: the thesis's GKE measurement)")
     s.add_argument("--latency-sd", type=_seconds("--latency-sd", 0), default=4.2, metavar="S")

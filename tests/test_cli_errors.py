@@ -56,6 +56,18 @@ def test_report_into_a_closed_pipe_ends_quietly(log: Path):
     assert p.stdout == '{\n "r' and "Traceback" not in p.stderr and "Error" not in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize("args, needles", [
+    (["--node-cores", "abc"], ["--node-cores must be a number of cores, not 'abc'"]),
+    (["--node-cores", "0.5"], ["--node-cores must be at least 1, not 0.5"]),  # not "1s": cores are no seconds
+    (["--node-memory", "0"], ["--node-memory must be at least 1 MB, not 0"]),
+    (["--latency-mean", "-1"], ["--latency-mean must be at least 0s, not -1"]),
+])
+def test_simulate_names_the_unit_of_a_bad_number(args, needles):
+    r = run_hta("simulate", "--workload", "io-bound", *args)
+    assert r.returncode == 2
+    one_error_line(r, *needles)
+
+
 def test_css_on_a_process_that_does_not_exist():
     r = run_hta("css", "--pid", "999999999", "--duration", "1")
     assert r.returncode == 2
