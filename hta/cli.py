@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -42,6 +43,8 @@ def _quantity(name: str, minimum: float, noun: str, unit: str = ""):
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number of {noun}, not {text!r}") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number of {noun}, not {text!r}")
         if v < minimum:
             raise argparse.ArgumentTypeError(f"{name} must be at least {minimum:g}{unit}, not {v:g}")
         return v

@@ -61,6 +61,8 @@ def test_report_into_a_closed_pipe_ends_quietly(log: Path):
     (["--node-cores", "0.5"], ["--node-cores must be at least 1, not 0.5"]),  # not "1s": cores are no seconds
     (["--node-memory", "0"], ["--node-memory must be at least 1 MB, not 0"]),
     (["--latency-mean", "-1"], ["--latency-mean must be at least 0s, not -1"]),
+    (["--node-memory", "inf"], ["--node-memory must be a finite number of MB, not 'inf'"]),
+    (["--latency-mean", "nan"], ["--latency-mean must be a finite number of seconds, not 'nan'"]),
 ])
 def test_simulate_names_the_unit_of_a_bad_number(args, needles):
     r = run_hta("simulate", "--workload", "io-bound", *args)

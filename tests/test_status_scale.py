@@ -233,6 +233,30 @@ async def test_a_kept_table_still_shows_what_was_submitted_since_by_the_masters_
         master.close()
 
 
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_task_a_kept_table_shows_running_that_went_back_to_the_queue_counts_once(kept):
+    # the table (read a minute ago) has task 7 running on worker a; since, a lost its task
+    # (the master put it back: the counts say 1 waiting) and b finished task 8 and runs 9
+    from workqueue_bridge.status import CategoryStatus, MasterSnapshot, QueueStatus, TaskStatus, WorkerStatus
+
+    tasks = [TaskStatus(task_id=7, state="running", category="align", cores=1, memory_mb=500, worker="a:1"),
+             TaskStatus(task_id=8, state="running", category="split", cores=1, memory_mb=100, worker="b:1"),
+             TaskStatus(task_id=9, state="running", category="split", cores=1, memory_mb=100, worker="b:1")]
+    workers = [WorkerStatus(address="a:1", cores=2, memory_mb=4000, disk_mb=1000),
+               WorkerStatus(address="b:1", cores=2, memory_mb=4000, disk_mb=1000, cores_in_use=1, tasks_running=1,
+                            task_ids=[9])]
+    queue = QueueStatus(tasks_waiting=1, tasks_running=1,
+                        categories=[CategoryStatus(name="align", waiting=1), CategoryStatus(name="split", running=1)])
+    snap = MasterSnapshot(taken_at=100.0, queue=queue, tasks=tasks, workers=workers, table_kept=kept)
+    obs = ObservationBuilder(epoch=0.0, worker_shape=SHAPE, min_workers=0, max_workers=3).build(
+        snap, categories={}, worker_ids={}, pending=[], latency=LatencyStats())
+    if kept:  # the workers' read and the counts, read now, say what moved
+        assert [t.task_id for t in obs.running] == [9]
+        assert [(g.category, g.count, g.request.cores) for g in obs.waiting] == [("align", 1, 1.0)]  # as it asked
+    else:  # a fresh table is read after the counts: it is taken as it is
+        assert [t.task_id for t in obs.running] == [7, 8, 9] and obs.waiting == []
+
+
 def test_a_read_budget_outside_zero_to_one_is_refused():
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="read_budget"):

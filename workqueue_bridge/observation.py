@@ -185,16 +185,18 @@ def snapshot_waiting(snap: MasterSnapshot) -> tuple[list[TaskGroup], Mapping[int
     return index_segments(segments)
 
 
-def with_unread_waiting(groups: list[TaskGroup], counts: list[CategoryStatus]) -> list[TaskGroup]:
+def with_unread_waiting(groups: list[TaskGroup], counts: list[CategoryStatus],
+                        requests: Mapping[str, Resources] | None = None) -> list[TaskGroup]:
     """The waiting groups of a read of the master's task table, plus the tasks its counts say
     wait beyond it. A large table is read within a budget (``MasterStatusClient.read_budget``:
     at 100k tasks, a read every 15-100 s) while ``/queue_status``'s counts are read every
-    time, so tasks submitted since the table was read (a whole new stage, at a barrier) are
-    in the counts only: without them a decision would see nothing waiting, and nothing
-    upcoming either, since the lookahead cannot place their parents. Each category with
-    more waiting than its groups hold gets the rest as a group at the back (Work Queue
-    serves first come, first served), asking what its newest group asked, or what the
-    category declares at most, or, unseen, a whole worker. Tasks dispatched since are
+    time, so tasks submitted since the table was read (a whole new stage, at a barrier) or
+    put back in the queue (a lost worker's) are in the counts only: without them a decision
+    would see nothing waiting, and nothing upcoming either, since the lookahead cannot place
+    their parents. Each category with more waiting than its groups hold gets the rest as a
+    group at the back (Work Queue serves first come, first served), asking what its newest
+    group asked, else ``requests[category]`` (what a task of it in the table asked), else
+    what the category declares at most, else a whole worker. Tasks dispatched since are
     left as they are: a group the lookahead waits for must not go. Applied only to a kept
     table (``MasterSnapshot.table_kept``): a fresh one is read after the counts, and a task
     dispatched in between would come back as one still waiting."""
@@ -208,9 +210,19 @@ def with_unread_waiting(groups: list[TaskGroup], counts: list[CategoryStatus]) -
         return groups
     out = list(groups)
     for c, n in extra:
-        request = newest.get(c.name) or declared_request(c.max_cores, c.max_memory_mb, c.max_disk_mb)
+        request = newest.get(c.name) or (requests or {}).get(c.name) or declared_request(
+            c.max_cores, c.max_memory_mb, c.max_disk_mb)
         out.append(TaskGroup(category=c.name, count=n, request=request, id=f"g{len(out)}"))
     return out
+
+
+def _still_running(t: TaskStatus, w: WorkerStatus | None) -> bool:
+    """Does the current read of the workers leave a task of a kept table running? Not where
+    its worker is gone or runs nothing now, or lists its tasks without this one: it ended,
+    or went back to the queue (where the counts have it: :func:`with_unread_waiting`)."""
+    if w is None or w.tasks_running == 0:
+        return False
+    return not w.task_ids or t.task_id in w.task_ids
 
 
 def snapshot_running(snap: MasterSnapshot) -> list[TaskStatus]:
@@ -275,7 +287,9 @@ class ObservationBuilder:
         workers = self._workers(live, worker_ids, cpu_utilization or {}, now)
         waiting, group_of = snapshot_waiting(snap)
         if snap.table_kept:  # an older table than the counts: what was submitted since is in them only
-            waiting = with_unread_waiting(waiting, snap.queue.categories)
+            asked = {t.category: task_request(t) for t in snapshot_running(snap)}
+            waiting = with_unread_waiting(waiting, snap.queue.categories, {
+                c: allocation_request(r, categories.get(c), auto=self.auto_allocation) for c, r in asked.items()})
         ups: list[UpcomingTasks] = []
         if upcoming is not None:
             running_ids = {t.task_id for t in snapshot_running(snap)}
@@ -292,8 +306,11 @@ class ObservationBuilder:
                  worker_ids: Mapping[str, str]) -> list[RunningTask]:
         out = []
         made: dict[tuple, RunningTask] = {}
+        kept = snap.table_kept
         for t in snapshot_running(snap):
             w = by_addr.get(t.worker) if t.worker is not None else None
+            if kept and not _still_running(t, w):
+                continue
             # (None: not reported; 0.0 is a start at the simulator's epoch, not "unknown":
             # read as unknown, a task started at t = 0 never aged and looked just started)
             started = (t.started_at - self.epoch) if t.started_at is not None else snap.taken_at - self.epoch

@@ -285,7 +285,6 @@ class MasterStatusClient:
         self.read_budget = read_budget
         self._table: TaskTable | None = None
         self._next_read_at = 0.0  # time.monotonic() before which a changed table is kept
-        self._kept = False  # the last snapshot's table was kept though it had changed
         self.bytes_read = 0
         self.requests = 0
         self.task_reads = 0
@@ -328,21 +327,25 @@ class MasterStatusClient:
         return parse_worker_status(await self._get("/worker_status"))
 
     async def _task_table(self, mark: tuple | None) -> TaskTable:
+        return (await self._task_table_kept(mark))[0]
+
+    async def _task_table_kept(self, mark: tuple | None) -> tuple[TaskTable, bool]:
+        """The task table to use with counts marked ``mark``, and whether it was kept
+        though it changed (within the read budget)."""
         table = self._table
         if self.reuse_tasks and table is not None and mark is not None:
             if table.mark == mark:
-                return table
+                return table, False
             if time.monotonic() < self._next_read_at:
                 self.stale_reuses += 1
-                self._kept = True
-                return table
+                return table, True
         self.task_reads += 1
         started = time.monotonic()
         # marked with the /queue_status read before it: a change in between shows next time
         table = self._table = TaskTable(mark, await self._get("/task_status"), self.full_tasks, started)
         took = time.monotonic() - started
         self._next_read_at = time.monotonic() + (took / self.read_budget if self.read_budget else 0.0)
-        return table
+        return table, False
 
     async def snapshot(self, now: float) -> MasterSnapshot:
         """One read of the master; a task table that changed since it was last read may be
@@ -350,9 +353,8 @@ class MasterStatusClient:
         # one at a time: the master serves status requests from its own event loop
         raw = await self._get("/queue_status")
         q = parse_queue_status(raw)
-        self._kept = False
-        table = await self._task_table(task_table_mark(raw))
+        table, kept = await self._task_table_kept(task_table_mark(raw))
         w = await self.worker_status()
         return LiveSnapshot.model_construct(taken_at=now, queue=q, tasks=table.tasks, workers=w,
                                             waiting_segments=table.waiting_segments, running_tasks=table.running,
-                                            table_kept=self._kept)
+                                            table_kept=kept)
