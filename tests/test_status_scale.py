@@ -183,12 +183,12 @@ async def test_a_moved_table_is_kept_within_the_read_budget():
         age = thrifty.table_age_s()
         assert age is not None and age > 0
         # a master whose counters cannot tell whether its table moved: read every time
-        await thrifty._task_table(None)
+        await thrifty._task_table_kept(None)
         assert thrifty.task_reads == 2 and thrifty.table_age_s() < age
 
         thrifty.read_budget = 1.0  # from its next read on, the one after may come that read's time later
         master.submit("align", 2, 2000, 5)
-        await thrifty._task_table(None)
+        await thrifty._task_table_kept(None)
         assert thrifty.task_reads == 3
         master.submit("align", 2, 2000, 5)
         while time.monotonic() < thrifty._next_read_at:

@@ -326,9 +326,6 @@ class MasterStatusClient:
     async def worker_status(self) -> list[WorkerStatus]:
         return parse_worker_status(await self._get("/worker_status"))
 
-    async def _task_table(self, mark: tuple | None) -> TaskTable:
-        return (await self._task_table_kept(mark))[0]
-
     async def _task_table_kept(self, mark: tuple | None) -> tuple[TaskTable, bool]:
         """The task table to use with counts marked ``mark``, and whether it was kept
         though it changed (within the read budget)."""

@@ -79,7 +79,7 @@ def _as_advertised(obs: Observation) -> Observation:
     hold the tasks its worker's whole cores hold (1), as a connected one does. (A shape of no
     cores, a pod adopted before its shape was known, is left as it is.)"""
     def told(r: Resources) -> bool:  # already what its worker will advertise, or unknown
-        return r.cores <= 0 or (r.cores == int(r.cores) and r.memory_mb == int(r.memory_mb))
+        return r.cores <= 0 or r.advertised() == r
 
     if all(told(p.shape) for p in obs.pending):
         return obs

@@ -730,7 +730,8 @@ class World:
 
     # -- ground truth the backend may measure --------------------------------------------------
     def cpu_busy(self, node: SimNode) -> float:
-        """Fraction of the node's cores its tasks keep busy (what a CPU metric would read)."""
+        """Fraction of the pod's CPU request its tasks keep busy (what a CPU metric reads, as
+        an HPA averages it), at most 1."""
         if not node.limits.cores:
             return 0.0
         busy = 0.0
