@@ -3,6 +3,7 @@ non-zero exit code and no traceback (issue 14 §4)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -12,8 +13,8 @@ from conftest import HTA, run_hta
 from hta.policies.base import make_policy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.run import Simulation
-from hta.sim.workload import SimTask, Workload
-from hta.sim.world import ClusterModel
+from hta.sim.workload import SimTask, Workload, load_workload
+from hta.sim.world import ClusterModel, unrunnable
 
 
 @pytest.fixture
@@ -68,6 +69,20 @@ def test_simulate_names_the_unit_of_a_bad_number(args, needles):
     r = run_hta("simulate", "--workload", "io-bound", *args)
     assert r.returncode == 2
     one_error_line(r, *needles)
+
+
+def test_simulate_refuses_nodes_too_small_for_the_workloads_largest_task():
+    # it used to simulate up to its 48 h horizon (1 min 43 s here) and print "5 unfinished"
+    r = run_hta("simulate", "--workload", "blast-3stage", "--node-memory", "100", "--policies", "hta")
+    assert r.returncode == 2
+    one_error_line(r, "task align_1_0 (align) uses 1,024 MB", "(100 MB)", "give --node-memory 1024 or more")
+    wl = load_workload("blast-3stage", 0)
+    assert unrunnable(wl, ClusterModel(node_memory_mb=1024)) is None  # the fix it names is enough
+    assert unrunnable(wl, ClusterModel(node_memory_mb=1023)) is not None
+    big = Workload("d", [SimTask("a", "a", 10, cores=1), SimTask("b", "b", 10, cores=4)], declared=True)
+    assert "task b (b) declares 4 cores" in unrunnable(big, ClusterModel(node_cores=3.5))  # advertises 3
+    assert unrunnable(big, ClusterModel(node_cores=4)) is None
+    assert unrunnable(dataclasses.replace(big, declared=False), ClusterModel(node_cores=3)) is None  # throttled, runs
 
 
 def test_css_on_a_process_that_does_not_exist():

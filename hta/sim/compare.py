@@ -19,7 +19,7 @@ from hta.scaling_log import ScalingLogWriter
 from hta.sim.oracle import NodeSecondsFloor, mean_node_seconds_floor, node_seconds_floor
 from hta.sim.workload import load_workload
 from hta.sim.run import Simulation
-from hta.sim.world import ClusterModel
+from hta.sim.world import ClusterModel, unrunnable
 from hta.summary import RunSummary
 
 #: a run slower than this many times the oracle bound is cut off and marked unfinished
@@ -80,6 +80,8 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
     label = Path(workload).stem if workload.endswith(".json") else workload
     for seed in range(seeds):
         wl = load_workload(workload, seed)
+        if (why := unrunnable(wl, cluster)) is not None:
+            raise ValueError(why)
         floor = node_seconds_floor(wl, cluster)  # (it holds the runtime bound too)
         bound = floor.runtime_bound_s
         oracle.append(bound)

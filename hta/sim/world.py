@@ -44,6 +44,7 @@ watches the world (the controller's driver) can look at once.
 from __future__ import annotations
 
 import bisect
+import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -203,6 +204,26 @@ class ClusterModel(BaseModel):
     @property
     def node_shape(self) -> Resources:
         return Resources(cores=self.node_cores, memory_mb=self.node_memory_mb, disk_mb=self.node_disk_mb)
+
+
+def unrunnable(workload: Workload, cluster: ClusterModel) -> str | None:
+    """Why some task of ``workload`` can never finish on ``cluster``, in one line naming the
+    fix, or None. A task over a node-sized worker's memory is killed there every time (Work
+    Queue would return it to Makeflow as resource exhaustion, and the workflow would fail);
+    a declared task over the cores a node's worker advertises is never dispatched. Either
+    way a run would only go on until its horizon."""
+    whole = cluster.node_shape.advertised()
+    if not workload.tasks:
+        return None
+    t = max(workload.tasks, key=lambda t: t.memory_mb)  # (the largest, so the fix named is enough)
+    if t.memory_mb > whole.memory_mb + 1e-9:
+        return (f"{workload.name}'s task {t.id} ({t.category}) uses {t.memory_mb:,.0f} MB, more than a "
+                f"node's worker has ({whole.memory_mb:,.0f} MB): give --node-memory {math.ceil(t.memory_mb)} or more")
+    t = max(workload.tasks, key=lambda t: t.cores)
+    if workload.declared and t.cores > whole.cores + 1e-9:
+        return (f"{workload.name}'s task {t.id} ({t.category}) declares {t.cores:g} cores, more than a node's "
+                f"worker advertises ({whole.cores:g}): give --node-cores {math.ceil(t.cores)} or more")
+    return None
 
 
 #: a node is never prepared faster than this many standard deviations below the mean
