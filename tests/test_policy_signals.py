@@ -14,6 +14,8 @@ import pytest
 
 from conftest import run_hta
 from hta.policies.base import check_signals, make_policy
+from hta.sim.workload import SimTask, Workload
+from hta.sim.world import ClusterModel, World
 
 
 def test_a_policy_is_refused_where_its_signal_cannot_be_measured():
@@ -40,3 +42,30 @@ def test_hpa_scales_up_from_measured_cpu_on_local_workers(tmp_path: Path):
     assert measured, [d["reason"] for d in decisions]
     # a busy worker reads well above the 50 % target, and HPA adds workers because of it
     assert any(cpu > 55 and d["add"] > 0 for d, cpu in measured), [(d["reason"], d["add"]) for d, _ in measured]
+
+
+@pytest.mark.slow
+def test_a_single_threaded_task_on_a_whole_worker_reads_a_share_as_the_simulator_reads_it(tmp_path: Path):
+    # a task that declares nothing is given the whole 3-core worker and keeps one core busy:
+    # the local backend measures about a third of the worker, and the simulator's metric
+    # (World.cpu_busy, what HPA reads there) says the same, not the whole worker
+    wf = tmp_path / "Makeflow"
+    wf.write_text("out.txt:\n\tstress-ng --cpu 1 --timeout 45 --quiet && echo done > out.txt\n")
+    r = run_hta("makeflow", "--policy", "hpa-50", "--max-workers", "2", "--worker-cores", "3",
+                "--provision-delay", "1", str(wf), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    decisions = [json.loads(line) for line in (tmp_path / "Makeflow.scaling.jsonl").read_text().splitlines()
+                 if '"decision"' in line]
+    busy = [int(m.group(1)) for d in decisions if (m := re.match(r"cpu (\d+)% vs target 50%", d["reason"]))
+            and int(m.group(1)) > 5]
+    assert busy, [d["reason"] for d in decisions]
+    w = World(Workload("t", [SimTask("burn", "burn", 100, cores=1, cpu_util=1.0)]),
+              ClusterModel(max_nodes=1, start_nodes=0, node_cores=3, latency_mean_s=5.0, latency_sd_s=0.0))
+    w.start()
+    node = w.request_node(0.0)
+    w.env.run(until=50)
+    simulated = 100 * w.cpu_busy(node)
+    assert simulated == pytest.approx(100 / 3)
+    assert max(busy) <= 45 and abs(max(busy) - simulated) <= 10, (busy, simulated)
+    # a third is under the 50 % target: HPA adds none beside its one (minReplicas) worker
+    assert not any(d["add"] for d in decisions if d["reason"].startswith("cpu")), [d["reason"] for d in decisions]

@@ -113,6 +113,19 @@ def test_a_cpu_metric_reads_usage_over_the_pods_request():
     assert third.running and w.cpu_busy(third) == pytest.approx(0.75)  # 1 core busy of the 1.33 asked
 
 
+def test_a_single_threaded_task_on_a_whole_worker_reads_its_own_share_of_the_pod():
+    # a task that declares nothing is given the whole 3-core worker, but one thread keeps one
+    # core busy: the pod's CPU metric (cAdvisor's, what an HPA averages) reads a third, not all
+    tasks = [SimTask("one", "a", 100, cores=1, cpu_util=0.9), SimTask("four", "a", 100, cores=4, cpu_util=1.0)]
+    for task, expected in ((tasks[0], 0.3), (tasks[1], 1.0)):  # 4 threads are held to the 3-core quota
+        w = World(Workload("t", [task]), ClusterModel(max_nodes=1, start_nodes=0, latency_mean_s=50.0,
+                                                       latency_sd_s=0.0, pod_start_s=2.0))
+        w.start()
+        node = w.request_node(0.0)
+        w.env.run(until=60)
+        assert node.running and w.cpu_busy(node) == pytest.approx(expected)
+
+
 def test_the_node_cap_holds_pods_until_a_node_has_room():
     w = world(max_nodes=1)
     first = w.request_node(0.0)  # a whole node
@@ -343,6 +356,17 @@ def test_where_every_task_takes_a_whole_worker_a_measured_one_gets_a_pod_of_its_
     # never measured beside it: a node (probe_split=1), whatever the measured ones fit
     both = obs([waiting, TaskGroup(category="new", count=1)], {"a": cat("a", 1, 2000)})
     assert make_policy("hta:probe_split=1").decide(both).shape == NODE
+
+
+def test_a_whole_worker_task_must_fit_the_whole_mb_its_pods_worker_advertises():
+    # a third of a 16,000 MB node asks 5,333.33 MB and its worker advertises 5,333: a task
+    # that peaked at 5,333.2 MB would be killed on it (the allocation is the advertised
+    # worker), so halves; its cores may borrow the pod's quota, its memory may not
+    o = obs([TaskGroup(category="a", count=6)], {"a": cat("a", 1, 5333.2)})
+    d = make_policy("hta:probe_split=1").decide(o.model_copy(update={"worker_shape": NODE4}))
+    assert d.shape == NODE4.split(2)
+    o = obs([TaskGroup(category="a", count=6)], {"a": cat("a", 1, 5332.9)})
+    assert make_policy("hta:probe_split=1").decide(o.model_copy(update={"worker_shape": NODE4})).shape == NODE4.split(3)
 
 
 def test_a_never_measured_task_that_waits_beside_idle_pods_gets_a_node_next():

@@ -752,11 +752,14 @@ class World:
     # -- ground truth the backend may measure --------------------------------------------------
     def cpu_busy(self, node: SimNode) -> float:
         """Fraction of the pod's CPU request its tasks keep busy (what a CPU metric reads, as
-        an HPA averages it), at most 1."""
+        an HPA averages it), at most 1. A task keeps busy what its own threads do (its cores
+        times its utilisation), whatever it was allocated, up to the quota it runs within:
+        a single-threaded task given a whole 3-core worker reads a third, as the kubelet's
+        cAdvisor would report that pod."""
         if not node.limits.cores:
             return 0.0
         busy = 0.0
         for t in node.running:
-            r = self.runs[t]  # a whole worker's task may use the pod's quota, not just its advertised cores
-            busy += (node.limits.cores if r.alloc is node.capacity else r.alloc.cores) * r.task.cpu_util
+            r = self.runs[t]
+            busy += min(r.task.cores * r.task.cpu_util, quota_of(node, r.alloc).cores)
         return min(1.0, busy / node.limits.cores)  # (usage over the pod's request: the quota caps it)
