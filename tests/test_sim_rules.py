@@ -278,6 +278,12 @@ def test_hpa_scales_by_cpu_ratio_with_rate_limit_and_tolerance():
     assert d.add == 5  # ceil(5 × 100/10) = 50, limited to +100 % of 5 per 15 s
     d = HPAPolicy(target_percent=50).decide(obs_at(0, [busy_worker("w1", 0.53)]))
     assert d.add == 0 and not d.remove  # within the 10 % tolerance
+    # the controller reads whole percent, rounded down: 55.9 % is 55 %, 1.1 × a 50 % target,
+    # within the tolerance (55.9 / 50 = 1.118 is not: ceil(4 × 1.118) = 5)
+    four = [busy_worker(f"w{i}", 0.559) for i in range(4)]
+    d = HPAPolicy(target_percent=50).decide(obs_at(0, four))
+    assert d.add == 0 and d.reason.startswith("cpu 55% vs target 50%")
+    assert HPAPolicy(target_percent=50).decide(obs_at(0, [busy_worker(f"w{i}", 0.56) for i in range(4)])).add == 1
 
 
 def test_hpa_keeps_pods_for_300s_after_load_drops_then_deletes_busy_ones():

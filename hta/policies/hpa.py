@@ -1,10 +1,12 @@
 """Kubernetes Horizontal Pod Autoscaler on average CPU utilisation — a rival.
 
 Faithful to the HPA controller (kubernetes.io/docs/tasks/run-application/
-horizontal-pod-autoscale, autoscaling/v2 default ``behavior``):
+horizontal-pod-autoscale, autoscaling/v2 default ``behavior``; checked against
+``GetResourceReplicas`` and ``groupPods`` in Kubernetes v1.33.13's
+pkg/controller/podautoscaler/replica_calculator.go, the version the test cluster runs):
 
 - sync every 15 s; ``desired = ceil(current × usage / target)`` with usage the
-  mean CPU utilisation of ready pods, relative to their request;
+  CPU used by ready pods over their requests, in whole percent rounded down;
 - no change while ``|usage/target − 1| ≤ 0.1`` (tolerance);
 - on scale-up, pods not yet ready count as 0 % (the controller sets them aside
   and re-averages), so pending pods damp further scale-up;
@@ -78,17 +80,33 @@ class HPAPolicy:
         if not ready:
             desired = max(current, self.behaviour.min_replicas)
             return replica_change(obs, current, desired, "no ready pods: no metrics")
-        target = self.target_percent / 100.0
-        usage = sum(w.cpu_utilization or 0.0 for w in ready) / len(ready)
-        ratio = usage / target
+        used = sum(w.cpu_utilization or 0.0 for w in ready)  # (in pods' requests: all pods are one shape)
+        usage = whole_percent(used, len(ready))
+        ratio = usage / self.target_percent
         if ratio > 1 and obs.pending:
-            usage = sum(w.cpu_utilization or 0.0 for w in ready) / current  # unready pods count as 0 %
-            ratio = usage / target
+            usage = whole_percent(used, current)  # unready pods count as 0 %
+            ratio = usage / self.target_percent
             if ratio <= 1:
                 ratio = 1.0
-        if abs(ratio - 1) <= TOLERANCE:
+        if within_tolerance(ratio):
             desired = current
         else:
             desired = math.ceil(len(ready) * ratio) if ratio < 1 else math.ceil(current * ratio)
         desired = self.behaviour.bound(obs.time, current, desired, obs.max_workers)
-        return replica_change(obs, current, desired, f"cpu {100 * usage:.0f}% vs target {self.target_percent:g}%")
+        return replica_change(obs, current, desired, f"cpu {usage}% vs target {self.target_percent:g}%")
+
+
+def within_tolerance(ratio: float) -> bool:
+    """No change for a usage ratio within 10 % of 1, written as the controller writes it
+    (``Tolerances.isWithin``: ``1 - 0.1 <= ratio <= 1 + 0.1`` in float64), so that a ratio
+    of exactly 1.1 (55 % against 50 %) is within, as there, where ``abs(1.1 - 1) <= 0.1``
+    is not."""
+    return 1.0 - TOLERANCE <= ratio <= 1.0 + TOLERANCE
+
+
+def whole_percent(used: float, requested: float) -> int:
+    """Utilisation as the HPA controller computes it: whole percent, rounded down
+    (``int32(metricsTotal * 100 / requestsTotal)`` in ``GetResourceUtilizationRatio``,
+    pkg/controller/podautoscaler/metrics/utilization.go), so 10.9 % against a 10 % target
+    is 10 %, within the tolerance."""
+    return int(100.0 * used / requested + 1e-9)

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from hta.model import Observation, ScaleDecision
-from hta.policies.hpa import TOLERANCE, ReplicaBehaviour, replica_change
+from hta.policies.hpa import ReplicaBehaviour, replica_change, within_tolerance
 
 
 @dataclass
@@ -37,7 +37,7 @@ class KEDAScaledObjectPolicy:
         current = len(obs.workers) + len(obs.pending)
         waiting = obs.waiting_count
         desired = math.ceil(waiting / self.tasks_per_pod)
-        if current > 0 and abs(waiting / (self.tasks_per_pod * current) - 1) <= TOLERANCE:
+        if current > 0 and within_tolerance(waiting / (self.tasks_per_pod * current)):
             desired = current
         desired = self.behaviour.bound(obs.time, current, desired, obs.max_workers)
         return replica_change(obs, current, desired, f"{waiting} waiting / {self.tasks_per_pod:g} per pod")
