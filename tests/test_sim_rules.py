@@ -12,6 +12,7 @@ import pytest
 from hta.model import (LatencyStats, Observation, PendingWorker, Resources, RunningTask, ScaleDecision,
                        TaskGroup, WorkerInfo)
 from hta.policies.factory import FactoryPolicy
+from hta.policies.base import make_policy
 from hta.policies.hpa import HPAPolicy
 from hta.policies.hta_policy import HTAPolicy
 from hta.policies.keda import KEDAPolicy
@@ -272,10 +273,12 @@ def test_hpa_scales_by_cpu_ratio_with_rate_limit_and_tolerance():
     d = HPAPolicy(target_percent=50).decide(obs_at(0, [busy_worker("w1", 1.0)]))
     assert d.add == 1 and d.next_decision_s == 15  # ceil(1 × 100/50) = 2: under the rate limit
     d = HPAPolicy(target_percent=10).decide(obs_at(0, [busy_worker("w1", 1.0)]))
-    assert d.add == 4 and d.next_decision_s == 15  # ceil(1 × 100/10) = 10, limited to +4 per 15 s
+    assert d.add == 3 and d.next_decision_s == 15  # ceil(1 × 100/10) = 10: at most max(2 × 1, 4) after a sync
+    d = make_policy("hpa-10:spec_behavior=true").decide(obs_at(0, [busy_worker("w1", 1.0)]))
+    assert d.add == 4  # with spec.behavior's defaults: up by max(4 pods, 100 %) per 15 s
     five = [busy_worker(f"w{i}", 1.0) for i in range(5)]
     d = HPAPolicy(target_percent=10).decide(obs_at(0, five))
-    assert d.add == 5  # ceil(5 × 100/10) = 50, limited to +100 % of 5 per 15 s
+    assert d.add == 5  # ceil(5 × 100/10) = 50, limited to 2 × 5
     d = HPAPolicy(target_percent=50).decide(obs_at(0, [busy_worker("w1", 0.53)]))
     assert d.add == 0 and not d.remove  # within the 10 % tolerance
     # the controller reads whole percent, rounded down: 55.9 % is 55 %, 1.1 × a 50 % target,
@@ -296,12 +299,43 @@ def test_hpa_keeps_pods_for_300s_after_load_drops_then_deletes_busy_ones():
         assert not d.remove, f"HPA scaled down at t={t}, inside its 300 s window"
     d = hpa.decide(obs_at(315, low))
     assert d.remove == ["w3", "w2", "w1"]  # newest first, although each runs a task
+    # with spec.behavior, a recommendation counts while strictly younger than 300 s
+    hpa = make_policy("hpa-50:spec_behavior=true")
+    hpa.decide(obs_at(0, ws))
+    assert [bool(hpa.decide(obs_at(t, low)).remove) for t in range(15, 301, 15)] == [False] * 19 + [True]
+
+
+def test_an_hpa_without_behavior_scales_up_to_its_highest_recent_recommendation():
+    # horizontal.go stabilizeRecommendation: the highest of the last 300 s, up as well as
+    # down. 1 pod at 100 % of a 10 % target recommends 10, held to 4; at 15 s the 4 read
+    # 11 % (within the tolerance: 4 wanted) and it still goes to 8 (2 × 4) for the 10
+    hpa = HPAPolicy(target_percent=10)
+    assert hpa.decide(obs_at(0, [busy_worker("w0", 1.0)])).add == 3
+    four = [busy_worker(f"w{i}", 0.11, connected=i) for i in range(4)]
+    d = hpa.decide(obs_at(15, four))
+    assert d.add == 4 and d.reason.startswith("cpu 11% vs target 10%")
+    bh = make_policy("hpa-10:spec_behavior=true")  # its scale-up window is 0 s: stays at 4 + 1 = 5
+    bh.decide(obs_at(0, [busy_worker("w0", 1.0)]))
+    assert bh.decide(obs_at(15, four)).add == 0
+
+
+def test_hpa_counts_a_pod_without_a_metric_as_its_controller_does():
+    # replica_calculator.go: a ready pod with no metric counts 100 % on a scale-down, 0 % on
+    # a scale-up, and no change is made where that turns the direction
+    hpa = HPAPolicy(target_percent=50)
+    assert hpa.replicas(used=0.3, ready=3, missing=1, unready=0, current=4) == (3, 10)  # (0.3 + 1) / 4: 32 %
+    assert hpa.replicas(used=1.2, ready=3, missing=1, unready=0, current=4) == (4, 40)  # 55 %: up, from down
+    assert hpa.replicas(used=3.0, ready=3, missing=1, unready=0, current=4) == (6, 100)  # 3 / 4: 75 %
+    assert hpa.replicas(used=3.0, ready=3, missing=0, unready=3, current=6) == (6, 100)  # 50 %: within
+    ws = [busy_worker(f"w{i}", 0.1, connected=i) for i in range(3)] + [busy_worker("new", None, connected=3)]
+    hpa.decide(obs_at(0, ws))
+    assert hpa.decide(obs_at(315, ws)).remove == ["new"]  # 4 → 3 once the window has passed, not 4 → 1
 
 
 def test_keda_follows_waiting_tasks_only():
     keda = KEDAPolicy(tasks_per_pod=3)
     assert keda.decide(obs_at(0, waiting=7)).add == 3  # ceil(7 / 3)
-    assert KEDAPolicy(tasks_per_pod=3).decide(obs_at(0, waiting=30)).add == 4  # +4 pods per 15 s from 0
+    assert KEDAPolicy(tasks_per_pod=3).decide(obs_at(0, waiting=30)).add == 4  # max(2 × 0, 4) from 0
     # the six tasks running on its two pods count for nothing: 6 waiting / 3 per pod is what it has
     busy = [busy_worker(f"w{i}", 1.0, connected=i, running=3) for i in range(2)]
     running = [RunningTask(task_id=i, category="a", allocation=Resources(cores=1), started_at=0.0,

@@ -1,18 +1,26 @@
 """Kubernetes Horizontal Pod Autoscaler on average CPU utilisation — a rival.
 
-Faithful to the HPA controller (kubernetes.io/docs/tasks/run-application/
-horizontal-pod-autoscale, autoscaling/v2 default ``behavior``; checked against
-``GetResourceReplicas`` and ``groupPods`` in Kubernetes v1.33.13's
-pkg/controller/podautoscaler/replica_calculator.go, the version the test cluster runs):
+Faithful to the HPA controller of Kubernetes v1.33.13, the version the test cluster
+runs (kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale; checked line by
+line against ``GetResourceReplicas`` and ``groupPods`` in
+pkg/controller/podautoscaler/replica_calculator.go, ``GetResourceUtilizationRatio`` in
+metrics/utilization.go, and ``normalizeDesiredReplicas`` /
+``normalizeDesiredReplicasWithBehaviors`` in horizontal.go):
 
-- sync every 15 s; ``desired = ceil(current × usage / target)`` with usage the
-  CPU used by ready pods over their requests, in whole percent rounded down;
-- no change while ``|usage/target − 1| ≤ 0.1`` (tolerance);
-- on scale-up, pods not yet ready count as 0 % (the controller sets them aside
-  and re-averages), so pending pods damp further scale-up;
-- scale-up limited per 15 s to the larger of 4 pods and 100 % of current;
-- scale-down takes the highest recommendation of the last 300 s
-  (stabilisation window), at most 100 % per 15 s;
+- sync every 15 s; ``desired = ceil(ready × usage / target)`` with usage the CPU used
+  by ready pods over their requests, in whole percent rounded down;
+- no change while ``0.9 ≤ usage/target ≤ 1.1`` (tolerance);
+- on scale-up, pods not yet ready count as 0 % (the controller sets them aside and
+  re-averages), so pending pods damp further scale-up; a ready pod with no metric yet
+  counts as 0 % on a scale-up and 100 % on a scale-down, and no change is made where
+  that turns the direction;
+- an HPA without ``spec.behavior`` (what ``kubectl autoscale`` and KEDA create; the API
+  server fills in no behaviour where none is given, autoscaling/v2 defaults.go): the
+  replicas move to the highest recommendation of the last 300 s
+  (``--horizontal-pod-autoscaler-downscale-stabilization``), up as well as down, and at
+  most to max(2 × current, 4) in one sync. ``hpa-N:spec_behavior=true`` models an HPA
+  whose ``behavior`` is set to the documented defaults instead: up by max(4 pods, 100 %)
+  per 15 s, down to the highest recommendation of the last 300 s;
 - minReplicas 1; the ReplicaSet deletes pending pods first, then the newest,
   whether or not they run tasks (that is the rival's flaw HTA avoids).
 """
@@ -30,24 +38,43 @@ TOLERANCE = 0.1
 SCALE_DOWN_WINDOW_S = 300.0
 SCALE_UP_PODS = 4
 SCALE_UP_PERCENT = 100.0
+#: an HPA without spec.behavior: at most max(2 × current, 4) replicas after one sync
+#: (horizontal.go scaleUpLimitFactor, scaleUpLimitMinimum)
+SCALE_UP_FACTOR = 2
+SCALE_UP_MINIMUM = 4
 
 
 @dataclass
 class ReplicaBehaviour:
-    """HPA's default behaviour: the scale-up rate limit and scale-down window,
-    shared with KEDA (which drives an HPA)."""
+    """How the HPA controller turns a metric's desired replicas into replicas (shared with
+    KEDA's ScaledObject, which drives an HPA): ``spec_behavior`` false is an HPA without
+    ``spec.behavior`` (horizontal.go ``normalizeDesiredReplicas``), true one with the
+    documented default behaviour (``normalizeDesiredReplicasWithBehaviors``)."""
 
     min_replicas: int = 1
+    spec_behavior: bool = False
     _recommendations: list[tuple[float, int]] = field(default_factory=list)
 
     def bound(self, now: float, current: int, desired: int, max_replicas: int) -> int:
-        self._recommendations.append((now, desired))
+        if not self._recommendations:  # recordInitialRecommendation: the replicas it found
+            self._recommendations.append((now, current))
+        if self.spec_behavior:
+            # a recommendation counts while strictly younger than the window (timestamp.After)
+            recent = [d for t, d in self._recommendations if now - t < SCALE_DOWN_WINDOW_S]
+            self._recommendations = [(t, d) for t, d in self._recommendations if now - t < SCALE_DOWN_WINDOW_S]
+            self._recommendations.append((now, desired))
+            if desired < current:
+                desired = min(current, max([desired, *recent]))
+            if desired > current:
+                desired = min(desired, current + max(SCALE_UP_PODS, math.ceil(current * SCALE_UP_PERCENT / 100)))
+            return max(self.min_replicas, min(max_replicas, desired))
+        # stabilizeRecommendation: the highest of this one and those not older than the
+        # window (not timestamp.Before(cutoff)), up or down; then convertDesiredReplicasWithRules
         self._recommendations = [(t, d) for t, d in self._recommendations if now - t <= SCALE_DOWN_WINDOW_S]
-        if desired < current:
-            desired = min(current, max(d for _, d in self._recommendations))
-        if desired > current:
-            desired = min(desired, current + max(SCALE_UP_PODS, math.ceil(current * SCALE_UP_PERCENT / 100)))
-        return max(self.min_replicas, min(max_replicas, desired))
+        stabilized = max([desired, *(d for _, d in self._recommendations)])
+        self._recommendations.append((now, desired))
+        allowed = min(max_replicas, max(SCALE_UP_FACTOR * current, SCALE_UP_MINIMUM))
+        return max(self.min_replicas, min(allowed, stabilized))
 
 
 def replica_change(obs: Observation, current: int, desired: int, reason: str) -> ScaleDecision:
@@ -75,25 +102,41 @@ class HPAPolicy:
         self.name = self.name or f"hpa-{self.target_percent:g}"
 
     def decide(self, obs: Observation) -> ScaleDecision:
-        ready = obs.workers
-        current = len(ready) + len(obs.pending)
-        if not ready:
+        ready = [w for w in obs.workers if w.cpu_utilization is not None]
+        missing = len(obs.workers) - len(ready)  # connected, no metric read yet
+        current = len(obs.workers) + len(obs.pending)
+        if not ready:  # "did not receive metrics for targeted pods": no change, none recorded
             desired = max(current, self.behaviour.min_replicas)
             return replica_change(obs, current, desired, "no ready pods: no metrics")
-        used = sum(w.cpu_utilization or 0.0 for w in ready)  # (in pods' requests: all pods are one shape)
-        usage = whole_percent(used, len(ready))
-        ratio = usage / self.target_percent
-        if ratio > 1 and obs.pending:
-            usage = whole_percent(used, current)  # unready pods count as 0 %
-            ratio = usage / self.target_percent
-            if ratio <= 1:
-                ratio = 1.0
-        if within_tolerance(ratio):
-            desired = current
-        else:
-            desired = math.ceil(len(ready) * ratio) if ratio < 1 else math.ceil(current * ratio)
+        desired, usage = self.replicas(sum(w.cpu_utilization for w in ready), len(ready), missing,
+                                       len(obs.pending), current)
         desired = self.behaviour.bound(obs.time, current, desired, obs.max_workers)
         return replica_change(obs, current, desired, f"cpu {usage}% vs target {self.target_percent:g}%")
+
+    def replicas(self, used: float, ready: int, missing: int, unready: int, current: int) -> tuple[int, int]:
+        """GetResourceReplicas: the desired replicas and the utilisation read, from the CPU
+        ``used`` by ``ready`` pods (in pods' requests: the pods are all one shape)."""
+        target = self.target_percent
+        usage = whole_percent(used, ready)
+        ratio = usage / target
+        up_with_unready = unready > 0 and ratio > 1
+        if not up_with_unready and not missing:
+            return (current if within_tolerance(ratio) else math.ceil(ratio * ready)), usage
+        counted = ready
+        if missing and ratio < 1:  # on a scale-down, a pod with no metric counts as 100 % (or the target)
+            used += missing * max(100.0, target) / 100.0
+            counted += missing
+        elif missing and ratio > 1:  # on a scale-up, as 0 %
+            counted += missing
+        if up_with_unready:  # on a scale-up, unready pods count as 0 %
+            counted += unready
+        new_ratio = whole_percent(used, counted) / target
+        if within_tolerance(new_ratio) or (ratio < 1 < new_ratio) or (new_ratio < 1 < ratio):
+            return current, usage  # too small a change, or one that turns the direction
+        desired = math.ceil(new_ratio * counted)
+        if (new_ratio < 1 and desired > current) or (new_ratio > 1 and desired < current):
+            return current, usage
+        return desired, usage
 
 
 def within_tolerance(ratio: float) -> bool:

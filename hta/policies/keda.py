@@ -8,10 +8,12 @@ Montage (busy pods deleted, their tasks restarted) is an artifact of the ScaledO
 KEDA feeds an external metric (here: tasks waiting in the Work Queue master)
 to an HPA with target type AverageValue, so
 ``desired = ceil(waiting / tasks_per_pod)`` (keda.sh/docs/latest/concepts/
-scaling-deployments), with the HPA's default behaviour: 15 s sync, 10 %
-tolerance, scale-up at most max(4 pods, 100 %) per 15 s, scale-down after a
-300 s stabilisation window (KEDA's cooldownPeriod is 300 s too), and
-minReplicaCount 0. Running tasks are invisible to the metric, so pods that
+scaling-deployments), driven as :mod:`hta.policies.hpa` drives an HPA without
+``spec.behavior`` (KEDA sets none unless ``advanced.horizontalPodAutoscalerConfig``
+says): 15 s sync, 10 % tolerance, the highest recommendation of the last 300 s,
+at most max(2 × current, 4) replicas a sync (KEDA's cooldownPeriod is 300 s too),
+and minReplicaCount 0. (From zero KEDA itself activates one pod before the HPA
+acts; here the first sync may go to 4.) Running tasks are invisible to the metric, so pods that
 run the last tasks are deleted once the window passes, busy or not.
 """
 
