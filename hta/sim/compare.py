@@ -78,10 +78,11 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
     oracle = []
     floors = []
     label = Path(workload).stem if workload.endswith(".json") else workload
+    for seed in range(seeds):  # (refused before any run, not after some)
+        if (why := unrunnable(load_workload(workload, seed), cluster)) is not None:
+            raise ValueError(why)
     for seed in range(seeds):
         wl = load_workload(workload, seed)
-        if (why := unrunnable(wl, cluster)) is not None:
-            raise ValueError(why)
         floor = node_seconds_floor(wl, cluster)  # (it holds the runtime bound too)
         bound = floor.runtime_bound_s
         oracle.append(bound)
