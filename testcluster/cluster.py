@@ -149,7 +149,10 @@ def up(args: argparse.Namespace) -> None:
                              f"--service-account-key-file={p / 'sa.pub'}",
                              f"--service-account-signing-key-file={p / 'sa.key'}",
                              "--service-cluster-ip-range=10.0.0.0/24", "--endpoint-reconciler-type=none",
-                             "--kubelet-preferred-address-types=InternalIP,Hostname"]
+                             "--kubelet-preferred-address-types=InternalIP,Hostname",
+                             # no kube-proxy: reach an aggregated API (tests' fake metrics.k8s.io
+                             # server, testcluster/fake_metrics.py) at its endpoint IP, not a cluster IP
+                             "--enable-aggregator-routing=true"]
     start("kube-apiserver", apiserver_cmd, pids)
     wait_for("kube-apiserver", lambda: https_ok(f"https://127.0.0.1:{api}/readyz"), 90)
     kc = str(STATE / "kubeconfig")
