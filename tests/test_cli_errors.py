@@ -85,6 +85,20 @@ def test_simulate_refuses_nodes_too_small_for_the_workloads_largest_task():
     assert unrunnable(dataclasses.replace(big, declared=False), ClusterModel(node_cores=3)) is None  # throttled, runs
 
 
+@pytest.mark.parametrize("spec, needle", [
+    ("hpa-0", "policy 'hpa-0' needs a number above 0, e.g. hpa-20"),  # (it divided by zero)
+    ("hpa-nan", "policy 'hpa-nan' needs a number above 0"),
+    ("keda-0", "policy 'keda-0' needs a number above 0"),
+    ("hpa-20:min_replicas=-1", "min_replicas must be at least 1, not -1"),  # (it ran)
+    ("hpa-20:target_percent=0", "target_percent must be a number above 0, not 0"),
+    ("keda-3:tasks_per_pod=-1", "tasks_per_pod must be a number above 0, not -1"),
+])
+def test_simulate_refuses_an_hpa_or_keda_setting_kubernetes_would(spec, needle):
+    r = run_hta("simulate", "--workload", "io-bound", "--seeds", "1", "--policies", spec)
+    assert r.returncode == 2
+    one_error_line(r, needle)
+
+
 def test_css_on_a_process_that_does_not_exist():
     r = run_hta("css", "--pid", "999999999", "--duration", "1")
     assert r.returncode == 2

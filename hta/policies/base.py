@@ -13,6 +13,8 @@ run it where the backend cannot measure it, instead of feeding it zeros.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Callable, Protocol, runtime_checkable
 
@@ -56,9 +58,12 @@ def check_signals(policy: Policy, backend_name: str, signals: frozenset[str], wh
 
 def _param(spec: str) -> float:
     try:
-        return float(spec.split("-", 1)[1])
+        value = float(spec.split("-", 1)[1])
     except (IndexError, ValueError):
         raise ValueError(f"policy {spec!r} needs a number, e.g. {spec.split('-')[0]}-20") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"policy {spec!r} needs a number above 0, e.g. {spec.split('-')[0]}-20")
+    return value
 
 
 def _registry() -> dict[str, Callable[[str], Policy]]:

@@ -100,6 +100,14 @@ class HPAPolicy:
 
     def __post_init__(self) -> None:
         self.name = self.name or f"hpa-{self.target_percent:g}"
+        self.validate()
+
+    def validate(self) -> None:
+        """Settings an HPA would refuse, refused in one line (again after ``hpa-N:key=value``)."""
+        if not (self.target_percent > 0 and math.isfinite(self.target_percent)):
+            raise ValueError(f"target_percent must be a number above 0, not {self.target_percent:g}")
+        if self.behaviour.min_replicas < 1:  # (minReplicas 0 is behind the HPAScaleToZero alpha gate)
+            raise ValueError(f"min_replicas must be at least 1, not {self.behaviour.min_replicas}")
 
     def decide(self, obs: Observation) -> ScaleDecision:
         ready = [w for w in obs.workers if w.cpu_utilization is not None]

@@ -34,6 +34,13 @@ class KEDAScaledObjectPolicy:
 
     def __post_init__(self) -> None:
         self.name = self.name or f"keda-{self.tasks_per_pod:g}"
+        self.validate()
+
+    def validate(self) -> None:
+        if not (self.tasks_per_pod > 0 and math.isfinite(self.tasks_per_pod)):
+            raise ValueError(f"tasks_per_pod must be a number above 0, not {self.tasks_per_pod:g}")
+        if self.behaviour.min_replicas < 0:
+            raise ValueError(f"min_replicas must be at least 0, not {self.behaviour.min_replicas}")
 
     def decide(self, obs: Observation) -> ScaleDecision:
         current = len(obs.workers) + len(obs.pending)
