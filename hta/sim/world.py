@@ -327,6 +327,8 @@ class SimRun:
     token: int
     #: what the master reports of it (built once: it does not change while it runs)
     status: object | None = None
+    #: the cores its threads keep busy within its quota (what a CPU metric reads of it)
+    busy_cores: float = 0.0
 
 
 class World:
@@ -695,6 +697,7 @@ class World:
         # monitor's limit, the pod itself on a whole worker: going over it in memory or in
         # the cores it can read fails (halfway)
         quota = quota_of(node, alloc)
+        run.busy_cores = min(t.cores * t.cpu_util, quota.cores)
         slow = throttled(t, quota)
         held = node.limits.cores if alloc is node.capacity else alloc.cores  # a whole worker: the pod's quota
         killed = t.memory_mb > alloc.memory_mb + 1e-9 or reads_cores(t, quota) > held + 1e-9
@@ -758,8 +761,5 @@ class World:
         cAdvisor would report that pod."""
         if not node.limits.cores:
             return 0.0
-        busy = 0.0
-        for t in node.running:
-            r = self.runs[t]
-            busy += min(r.task.cores * r.task.cpu_util, quota_of(node, r.alloc).cores)
+        busy = sum(self.runs[t].busy_cores for t in node.running)  # (each worked out as it started)
         return min(1.0, busy / node.limits.cores)  # (usage over the pod's request: the quota caps it)
