@@ -60,11 +60,11 @@ class ReplicaBehaviour:
             self._recommendations.append((now, current))
         if self.spec_behavior:
             # a recommendation counts while strictly younger than the window (timestamp.After)
-            recent = [d for t, d in self._recommendations if now - t < SCALE_DOWN_WINDOW_S]
             self._recommendations = [(t, d) for t, d in self._recommendations if now - t < SCALE_DOWN_WINDOW_S]
+            highest = max([desired, *(d for _, d in self._recommendations)])
             self._recommendations.append((now, desired))
             if desired < current:
-                desired = min(current, max([desired, *recent]))
+                desired = min(current, highest)
             if desired > current:
                 desired = min(desired, current + max(SCALE_UP_PODS, math.ceil(current * SCALE_UP_PERCENT / 100)))
             return max(self.min_replicas, min(max_replicas, desired))
