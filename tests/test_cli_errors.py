@@ -92,6 +92,8 @@ def test_simulate_refuses_nodes_too_small_for_the_workloads_largest_task():
     ("hpa-20:min_replicas=-1", "min_replicas must be at least 1, not -1"),  # (it ran)
     ("hpa-20:target_percent=0", "target_percent must be a number above 0, not 0"),
     ("keda-3:tasks_per_pod=-1", "tasks_per_pod must be a number above 0, not -1"),
+    ("keda-3:cooldown_s=-5", "cooldown_s must be a number of seconds, 0 or more, not -5"),
+    ("keda-3:polling_interval_s=inf", "polling_interval_s must be a number of seconds, 0 or more, not inf"),
 ])
 def test_simulate_refuses_an_hpa_or_keda_setting_kubernetes_would(spec, needle):
     r = run_hta("simulate", "--workload", "io-bound", "--seeds", "1", "--policies", spec)

@@ -333,15 +333,38 @@ def test_hpa_counts_a_pod_without_a_metric_as_its_controller_does():
 
 
 def test_keda_follows_waiting_tasks_only():
+    # from 0 replicas KEDA's own loop activates one pod whatever the backlog
+    # (scaleFromZeroOrIdle); its HPA then takes 1 to ceil(30 / 3) = 10, held to max(2 × 1, 4)
     keda = KEDAPolicy(tasks_per_pod=3)
-    assert keda.decide(obs_at(0, waiting=7)).add == 3  # ceil(7 / 3)
-    assert KEDAPolicy(tasks_per_pod=3).decide(obs_at(0, waiting=30)).add == 4  # max(2 × 0, 4) from 0
+    d = keda.decide(obs_at(0, waiting=30))
+    assert d.add == 1 and "KEDA activates" in d.reason
+    one = [PendingWorker(id="p0", requested_at=0, shape=NODE)]
+    assert keda.decide(obs_at(15, pending=one, waiting=30)).add == 3
+    assert KEDAPolicy(tasks_per_pod=3).decide(obs_at(0, [busy_worker("w0", 1.0)], waiting=7)).add == 2  # ceil(7 / 3)
     # the six tasks running on its two pods count for nothing: 6 waiting / 3 per pod is what it has
     busy = [busy_worker(f"w{i}", 1.0, connected=i, running=3) for i in range(2)]
     running = [RunningTask(task_id=i, category="a", allocation=Resources(cores=1), started_at=0.0,
                            worker=f"w{i % 2}") for i in range(6)]
     d = KEDAPolicy(tasks_per_pod=3).decide(obs_at(0, busy, waiting=6, running=running))
     assert d.add == 0 and not d.remove and d.target_workers == 2
+
+
+def test_keda_scales_to_zero_only_after_its_cooldown():
+    # the HPA KEDA makes has minReplicas 1: it takes 2 idle pods to 1 once its 300 s window
+    # has passed; KEDA's loop (every 30 s) takes the last to 0 once the trigger has been
+    # inactive longer than cooldownPeriod (scaleToZeroOrIdle: lastActiveTime + 300 s before now)
+    keda = KEDAPolicy(tasks_per_pod=3)
+    pods = [busy_worker(f"w{i}", 0.0, connected=i, running=0) for i in range(2)]
+    keda.decide(obs_at(0, pods, waiting=6))
+    removed = []
+    for t in range(15, 331, 15):
+        d = keda.decide(obs_at(t, pods))
+        if d.remove:
+            removed.append((t, d.remove))
+            pods = [p for p in pods if p.id not in d.remove]
+    assert removed == [(315, ["w1"]), (330, ["w0"])]
+    assert not keda.decide(obs_at(345)).add  # nothing waits: stays at 0
+    assert keda.decide(obs_at(360, waiting=1)).add == 1  # the next poll activates it again
 
 
 def test_factory_never_deletes_a_busy_worker_and_caps_pending():
