@@ -51,13 +51,16 @@ from resource_monitor.categories import CategoryLearner
 from resource_monitor.incremental import IncrementalCategoryLearner
 from workqueue_bridge.dag import Lookahead, load_dag
 from workqueue_bridge.makeflow import (
+    PORT_WAIT_S,
     FailedRule,
     MakeflowError,
     MakeflowRun,
     RuleInfo,
     check_extra_args,
     check_installed,
+    port_free,
     read_rules,
+    wait_port_free,
 )
 from workqueue_bridge.log_summaries import LogSummaries
 from workqueue_bridge.makeflow_args import ArgsError, MakeflowArgs
@@ -137,6 +140,22 @@ def open_scaling_log(path: Path) -> ScalingLogWriter:
                          f"choose another file with --log") from None
 
 
+async def _port_or_refuse(port: int, stop: asyncio.Event) -> None:
+    """A requested master port that is in use: a killed HTA's makeflow may still be letting go
+    of it, so wait a little (saying so), then refuse in one line before anything starts. A
+    signal ends the wait at once."""
+    log.warning("port %d is in use: waiting up to %.0f s for it to be free (Ctrl-C to stop)", port, PORT_WAIT_S)
+    waiting = asyncio.ensure_future(wait_port_free(port, PORT_WAIT_S))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    for t in (waiting, stopping):
+        t.cancel()
+    if stop.is_set():
+        raise _Stopped()
+    if not waiting.result():
+        raise UsageError(f"port {port} is in use: choose another with --port, or stop what listens on it")
+
+
 class _Stopped(Exception):
     """A signal came while the run was starting."""
 
@@ -213,6 +232,8 @@ async def submit(
         run_dir, default_log = paths_for(workflow)
         lock = RunLock(run_dir, workflow)
         try:
+            if port and not port_free(port):
+                await _port_or_refuse(port, stop)
             return await _submit(args, run_dir, scaling_log_path or new_run_log(run_dir, default_log), policy=policy,
                                  backend=backend, config=config, lookahead=lookahead,
                                  port=port, epoch=epoch or time.time(), record=record,
@@ -220,11 +241,15 @@ async def submit(
                                  view=view or ViewOptions(status=False, verbosity="quiet"))
         finally:
             lock.release()
+    except _Stopped:  # before anything started: the caller's handler says so (128 + N)
+        stopped_by = signalled[0]
     finally:
         for s, handler in previous.items():
             loop.remove_signal_handler(s)
             if handler is not None:
                 signal.signal(s, handler)
+    signal.raise_signal(stopped_by)
+    raise AssertionError("unreachable: the signal's handler ends the run")
 
 
 async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: Policy, backend: WorkerBackend,
@@ -322,6 +347,7 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
             writer.write(e)
         if mf.running:
             await mf.stop()
+        mf.remove_monitor_wrappers()
 
     summaries_new = summaries.poll()
     if summaries_new:

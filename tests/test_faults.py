@@ -304,3 +304,26 @@ def test_makeflow_killed_is_named_by_its_signal(tmp_path: Path):
     line = error_line(err)
     assert "makeflow failed (killed by SIGKILL)" in line and not says_code(line, -9), line
     assert not left_behind(wf)
+
+
+def test_a_busy_port_is_said_at_once_and_ctrl_c_ends_the_wait(tmp_path: Path):
+    # it waited 60 s in silence, deaf to Ctrl-C, then printed a summary of nothing and exited 1
+    import socket
+
+    wf = sleepy(tmp_path, n=1, seconds=1)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        p = subprocess.Popen([*HTA, "makeflow", "--port", str(port), str(wf / "Makeflow")], cwd=wf,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            first = p.stderr.readline()
+            assert f"port {port} is in use: waiting up to" in first, first
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=10)
+        finally:
+            p.kill()
+    assert p.returncode == 130, (p.returncode, err)
+    assert "interrupted by SIGINT" in error_line(err) and not out.strip(), out
+    assert not list((wf / "Makeflow.hta").glob("runs/*.jsonl")) and not left_behind(wf)

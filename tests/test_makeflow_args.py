@@ -70,3 +70,18 @@ def test_a_fatal_line_is_said_in_one_line():
     text = "parsing...\n2026/11/23 14:15:17.42 makeflow_viz[5712] fatal: Found end of file.\n line: 1 column: 74\n"
     assert one_line_error(text) == "Found end of file. line: 1 column: 74"
     assert one_line_error("all good\n") is None
+
+
+def test_a_busy_master_port_is_waited_for_then_given_up():
+    import asyncio
+    import socket
+
+    from workqueue_bridge.makeflow import port_free, wait_port_free
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert not port_free(port)
+        assert asyncio.run(wait_port_free(port, 0.3)) is False
+    assert port_free(port) and asyncio.run(wait_port_free(port, 0.3)) is True

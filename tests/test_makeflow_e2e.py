@@ -134,11 +134,14 @@ def test_signal_stops_makeflow_and_every_worker(tmp_path: Path, sig: int):
 
     tree = psutil.Process(p.pid).children(recursive=True)  # everything hta started, tasks included
     assert any(x.name() == "work_queue_worker" for x in tree)
+    assert wait(lambda: list(wf.glob("resource_monitor_*")), 30, every=0.2)  # makeflow's per-rule wrappers
     p.send_signal(sig)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 128 + sig
     assert "interrupted" in err
     assert not wait_gone(str(wf))
+    # makeflow deletes a wrapper when its rule ends, not those of the rules it aborts
+    assert not list(wf.glob("resource_monitor_*")), "the aborted rules' monitor wrappers were left behind"
 
     def alive():
         return [x for x in tree if x.is_running() and x.status() != "zombie"]

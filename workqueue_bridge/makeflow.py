@@ -113,6 +113,41 @@ def one_line_error(text: str) -> str | None:
     return None
 
 
+def port_free(port: int) -> bool:
+    """Whether makeflow could listen on ``port`` now (as it binds: every address, reusing
+    a port whose last connections are still closing)."""
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+#: how long a requested port may stay busy before the run is refused: a killed HTA's
+#: makeflow dies with its parent and lets go of the port within a few seconds
+PORT_WAIT_S = 15.0
+
+
+async def wait_port_free(port: int, timeout_s: float = PORT_WAIT_S) -> bool:
+    """True once ``port`` is free; False if it is still in use after ``timeout_s``
+    (cancellable: a signal stops the wait)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not port_free(port):
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.25)
+    return True
+
+
+#: the script makeflow writes per rule to run it under the resource monitor (mkstemp's suffix)
+_MONITOR_WRAPPER = re.compile(r"^resource_monitor_\d+_[A-Za-z0-9]{6}$")
+
+
 class MakeflowRun:
     """One makeflow process and the files it writes."""
 
@@ -151,6 +186,8 @@ class MakeflowRun:
             self.monitor_dir = (self.workdir / own) if own else (self.run_dir / "monitor")
         #: makeflow did its job (e.g. --clean) and exited 0 without a master
         self.ended_without_master = False
+        #: the monitor wrappers already in makeflow's folder when this run started (not ours)
+        self._wrappers_before: set[Path] = set()
 
     def format_options(self) -> list[str]:
         return self.args.format_options()
@@ -179,6 +216,7 @@ class MakeflowRun:
         portfile.unlink(missing_ok=True)
         if self.requested_port:
             await self._wait_port_free(timeout_s)
+        self._wrappers_before = self._monitor_wrappers()
         out = open(self.output_path, "wb")
         try:
             self.proc = await asyncio.create_subprocess_exec(
@@ -207,21 +245,8 @@ class MakeflowRun:
         raise MakeflowError(f"makeflow did not open its master port within {timeout_s:.0f}s: {self.last_error()}")
 
     async def _wait_port_free(self, timeout_s: float) -> None:
-        """A previous makeflow on this port (a killed HTA's) may still be going away."""
-        import socket
-
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while True:
-            with socket.socket() as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind(("", self.requested_port))
-                    return
-                except OSError:
-                    if loop.time() > deadline:
-                        raise MakeflowError(f"port {self.requested_port} is in use: choose another with --port")
-            await asyncio.sleep(0.5)
+        if not await wait_port_free(self.requested_port, timeout_s):
+            raise MakeflowError(f"port {self.requested_port} is in use: choose another with --port")
 
     def output_tail(self, n: int = 20) -> list[str]:
         try:
@@ -286,6 +311,30 @@ class MakeflowRun:
         if self.proc is None:
             return None
         return await stop(self.proc, grace_s)
+
+    def _monitor_wrappers(self) -> set[Path]:
+        try:
+            return {p for p in self.workdir.iterdir() if _MONITOR_WRAPPER.match(p.name)}
+        except OSError:
+            return set()
+
+    def remove_monitor_wrappers(self) -> list[Path]:
+        """Remove the ``resource_monitor_<rule>_XXXXXX`` scripts this run's makeflow wrote in
+        its folder and left there: makeflow deletes a rule's wrapper when the rule ends, not
+        the wrappers of rules it aborted (a Ctrl-C, a stopped run). Only files that were not
+        there when the run started and that run the monitor into this run's folder go."""
+        if self.monitor_dir is None or self.proc is None:
+            return []
+        ours = f"--with-output-files={os.path.relpath(self.monitor_dir, self.workdir)}/"
+        gone = []
+        for path in sorted(self._monitor_wrappers() - self._wrappers_before):
+            try:
+                if path.is_file() and ours in path.read_text(errors="replace")[:4096]:
+                    path.unlink()
+                    gone.append(path)
+            except OSError:
+                pass
+        return gone
 
 
 @dataclass
