@@ -540,6 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader left (e.g. `hta report … | head`): stop quietly, as shell tools do
         import os
 
+        print("hta: error: interrupted by SIGINT", file=sys.stderr)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HTA, run_hta
+from conftest import HTA, run_hta, wait
 from hta.policies.base import make_policy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.run import Simulation
@@ -156,3 +156,31 @@ def test_simulate_into_a_folder_that_cannot_be_made(tmp_path: Path):
                 "--out", str(tmp_path / "file" / "logs"))
     assert r.returncode == 2
     one_error_line(r, "cannot write the scaling logs", "choose another --out")
+
+
+def test_simulate_refuses_a_policy_named_twice():
+    # its runs were merged into one row, as if they were more seeds
+    r = run_hta("simulate", "--workload", "io-bound", "--seeds", "1", "--policies", "hta,factory,hta")
+    assert r.returncode == 2
+    one_error_line(r, "policy 'hta' is named 2 times: name each policy once")
+
+
+def test_ctrl_c_in_simulate_says_so_and_leaves_no_half_written_log(tmp_path: Path):
+    import json
+    import signal
+
+    out = tmp_path / "logs"
+    p = subprocess.Popen([*HTA, "simulate", "--workload", "blast-3stage", "--policies", "hta,factory", "--seeds", "5",
+                          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait(lambda: len(list(out.glob("*.jsonl"))) >= 2, 120, every=0.05)  # one run done, the next begun
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130
+    assert err.strip() == "hta: error: interrupted by SIGINT", err
+    logs = list(out.glob("*.jsonl"))
+    assert logs, "the finished run's log went too"
+    for log in logs:  # each log left is a whole run's
+        assert json.loads(log.read_text().splitlines()[-1])["kind"] == "end", log

@@ -74,6 +74,8 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
     cluster = cluster or ClusterModel()
     for p in policies:
         make_policy(p)  # fail fast on a bad name
+        if policies.count(p) > 1:  # (its runs would be counted as more seeds of one row)
+            raise ValueError(f"policy {p!r} is named {policies.count(p)} times: name each policy once")
     runs = []
     oracle = []
     floors = []
@@ -95,7 +97,12 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
             path = out / f"{label}-{p}-seed{seed}.jsonl" if out else None
             sim = Simulation(load_workload(workload, seed), make_policy(p), run_cluster, seed=seed,
                              log=ScalingLogWriter(path))
-            runs.append(sim.run(label))
+            try:
+                runs.append(sim.run(label))
+            except BaseException:  # Ctrl-C: no half-written log is left to be read as a run
+                if path is not None:
+                    path.unlink(missing_ok=True)
+                raise
     return Comparison(label, runs, statistics.fmean(oracle), floors if cluster.empty_node_ttl_s <= 0 else [])
 
 
@@ -120,7 +127,8 @@ def comparison_table(c: Comparison) -> Table:
     after the workflow's last task, until the policy let it go); "after the end" is that part.
     "node·s floor" is the fewest node·s any policy pays at the row's mean runtime, and how
     many times it the row paid (``hta.sim.oracle.mean_node_seconds_floor``)."""
-    t = Table(title=f"{c.workload}: mean ± sd over {len(next(iter(c.by_policy().values())))} seeds",
+    n = len(next(iter(c.by_policy().values())))
+    t = Table(title=f"{c.workload}: mean ± sd over {n} seed{'s' if n != 1 else ''}",
               title_justify="left")
     for col in ("policy", "runtime s", "waste core·s", "on idle workers", "after the end", "shortage core·s",
                 "node·s", "node·s after the end", "node·s floor", "lost core·s", "actions"):
