@@ -156,6 +156,26 @@ async def _port_or_refuse(port: int, stop: asyncio.Event) -> None:
         raise UsageError(f"port {port} is in use: choose another with --port, or stop what listens on it")
 
 
+async def _master_answers(master: MasterStatusClient, mf: MakeflowRun, stop: asyncio.Event,
+                          timeout_s: float = 30.0) -> bool:
+    """Whether makeflow's master answers: False if makeflow exited 0 first, as it does when it
+    opens its port and then finds nothing left to do (no "step failed" warnings for that).
+    True too on a signal, on makeflow failing (its own words end the run) and after
+    ``timeout_s`` (the controller's retries take over)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            await master.queue_status()
+            return True
+        except Exception:  # noqa: BLE001 — not listening yet, or gone
+            if mf.proc is not None and mf.proc.returncode is not None:
+                return mf.proc.returncode != 0
+            if stop.is_set() or loop.time() > deadline:
+                return True
+            await asyncio.sleep(0.1)
+
+
 class _Stopped(Exception):
     """A signal came while the run was starting."""
 
@@ -299,6 +319,8 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
         await backend.start("127.0.0.1", port)
         check_stop()
         async with MasterStatusClient("127.0.0.1", port) as master:
+            if not await _master_answers(master, mf, stop):  # it opened its port, found nothing to do, left
+                raise _NoMaster()
             deps = dict(master=master, backend=backend, summaries=summaries, upcoming=upcoming, clock=time.time)
             if record is not None:
                 deps = _recording(deps, record, config, policy, epoch)
@@ -334,8 +356,9 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
                 error = f"makeflow failed ({mf.ended}): {said}"
     except _NoMaster:
         exit_code = 0
-        for line in mf.output_tail(5):
-            log.warning("makeflow: %s", line)
+        said = [line.strip() for line in mf.output_tail(5) if line.strip()]
+        if said:  # what makeflow did instead ("nothing left to do.", or what --clean removed)
+            log.warning("makeflow: %s", said[-1])
     except _Stopped:
         exit_code = 128 + signalled[0]
         error = f"interrupted by {signal_name(signalled[0])} while starting; stopped everything it had started"

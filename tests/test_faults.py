@@ -327,3 +327,15 @@ def test_a_busy_port_is_said_at_once_and_ctrl_c_ends_the_wait(tmp_path: Path):
     assert p.returncode == 130, (p.returncode, err)
     assert "interrupted by SIGINT" in error_line(err) and not out.strip(), out
     assert not list((wf / "Makeflow.hta").glob("runs/*.jsonl")) and not left_behind(wf)
+
+
+def test_a_finished_workflow_run_again_says_nothing_is_left_in_one_line(tmp_path: Path):
+    # makeflow opens its port, finds nothing to do and leaves: HTA printed its five lines of
+    # chatter as warnings, and "step failed ... Cannot connect" twice when it was quick to go
+    wf = sleepy(tmp_path, n=2, seconds=0)
+    first = run_hta("makeflow", "-q", str(wf / "Makeflow"))
+    assert first.returncode == 0, first.stderr
+    again = run_hta("makeflow", str(wf / "Makeflow"))
+    assert again.returncode == 0
+    assert again.stderr.strip() == "hta: warning: makeflow: nothing left to do.", again.stderr
+    assert not left_behind(wf)
