@@ -398,6 +398,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     if args.start_nodes > args.max_nodes:
         raise UsageError(f"--start-nodes ({args.start_nodes}) is above --max-nodes ({args.max_nodes})")
+    if args.workflow is not None and args.workflow.is_dir():
+        raise UsageError(f"--workflow {str(args.workflow)!r} is a folder: give a WfCommons JSON instance")
     if args.workflow is not None and not args.workflow.is_file():
         raise UsageError(f"workflow file {str(args.workflow)!r} not found: give a WfCommons JSON instance")
     cluster = ClusterModel(max_nodes=args.max_nodes, start_nodes=args.start_nodes, node_cores=args.node_cores,
@@ -451,7 +453,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 
     from hta.config import as_keys
 
-    print(yaml.safe_dump(as_keys(effective_options(args)), sort_keys=False), end="")
+    options = effective_options(args)
+    options.check_settings()  # the settings hta makeflow would refuse (the workflow may come later)
+    print(yaml.safe_dump(as_keys(options), sort_keys=False), end="")
     return 0
 
 
@@ -515,10 +519,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         if args.command in ("makeflow", "config"):
             first = unknown[0]
             if first.startswith("-"):
-                parser.exit(EXIT_USAGE, f"hta: error: hta makeflow has no option {first}: makeflow's own options go "
-                                        f"after --, e.g. hta makeflow WORKFLOW -- {' '.join(unknown)} (see: hta "
-                                        f"makeflow --help)\n")
-            parser.exit(EXIT_USAGE, f"hta: error: hta makeflow takes one workflow, got also {first!r}: makeflow's "
+                parser.exit(EXIT_USAGE, f"hta: error: hta {args.command} has no option {first}: makeflow's own "
+                                        f"options go after --, e.g. hta {args.command} WORKFLOW -- {' '.join(unknown)} "
+                                        f"(see: hta {args.command} --help)\n")
+            parser.exit(EXIT_USAGE, f"hta: error: hta {args.command} takes one workflow, got also {first!r}: makeflow's "
                                     f"own arguments go after -- (see: hta makeflow --help)\n")
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.makeflow_args = passthrough
@@ -536,11 +540,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hta: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        print("hta: error: interrupted by SIGINT", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader left (e.g. `hta report … | head`): stop quietly, as shell tools do
         import os
 
-        print("hta: error: interrupted by SIGINT", file=sys.stderr)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
 

@@ -623,19 +623,18 @@ class MakeflowOptions(BaseModel):
             raise UsageError(str(exc)) from None
         return args
 
-    def check(self) -> MakeflowArgs:
-        """Cross-field checks, as one-line :class:`UsageError`; returns makeflow's command line."""
+    def check_settings(self) -> MakeflowArgs:
+        """What :meth:`check` refuses short of the workflow file itself (``hta config`` runs
+        it, so that it prints no configuration ``hta makeflow`` would refuse)."""
+        from hta.backends import BACKENDS
+
         args = self.invocation()
-        wf = args.workflow_path
-        if wf is None:
-            raise UsageError("no workflow given: hta makeflow WORKFLOW (or MAKEFLOW in an --argv file)")
-        shown = args.dagfile
-        if not wf.is_file():
-            raise UsageError(f"workflow file {shown!r} not found: give the path to a Makeflow file")
-        why = not_text(wf)
-        if why:
-            raise UsageError(f"workflow file {shown!r} is not a text file ({why}): give the path to a "
-                             f"Makeflow file")
+        if self.backend not in BACKENDS:
+            raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        try:
+            make_policy(self.policy)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         if self.log is not None:
             if self.log.is_dir():
                 raise UsageError(f"--log {self.log} is a directory: give a file name, e.g. {self.log}/run.scaling.jsonl")
@@ -647,6 +646,28 @@ class MakeflowOptions(BaseModel):
         if self.min_interval_s > self.max_interval_s:
             raise UsageError(f"--min-interval ({self.min_interval_s:g}) is above --max-interval "
                              f"({self.max_interval_s:g})")
+        return args
+
+    def check_workflow(self, args: MakeflowArgs) -> None:
+        """The workflow file: named, there, a file, text."""
+        wf = args.workflow_path
+        if wf is None:
+            raise UsageError("no workflow given: hta makeflow WORKFLOW (or MAKEFLOW in an --argv file)")
+        shown = args.dagfile
+        if wf.is_dir():
+            inside = " (it holds one: " + str(Path(shown) / "Makeflow") + ")" if (wf / "Makeflow").is_file() else ""
+            raise UsageError(f"workflow {shown!r} is a folder: give the path to a Makeflow file{inside}")
+        if not wf.is_file():
+            raise UsageError(f"workflow file {shown!r} not found: give the path to a Makeflow file")
+        why = not_text(wf)
+        if why:
+            raise UsageError(f"workflow file {shown!r} is not a text file ({why}): give the path to a "
+                             f"Makeflow file")
+
+    def check(self) -> MakeflowArgs:
+        """Cross-field checks, as one-line :class:`UsageError`; returns makeflow's command line."""
+        args = self.check_settings()
+        self.check_workflow(args)
         return args
 
     def controller_config(self) -> ControllerConfig:

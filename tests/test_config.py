@@ -109,3 +109,29 @@ def test_bash_completion_completes_commands_and_options(tmp_path: Path):
              f'COMP_WORDS=(hta rep); COMP_CWORD=1; COMP_LINE="hta rep"; COMP_POINT=7; _shtab_hta; echo "${{COMPREPLY[@]}}"')
     out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
     assert out.stdout.split("\n")[:2] == ["--max-workers", "report"], out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--policy", "nonsense"], "unknown policy 'nonsense'"),
+    (["--backend", "aws"], "unknown backend 'aws': choose one of local, k8s"),
+    (["--min-workers", "5", "--max-workers", "2"], "--min-workers (5) is above --max-workers (2)"),
+    (["--min-interval", "10", "--max-interval", "5"], "--min-interval (10) is above --max-interval (5)"),
+    (["W", "--", "-T", "local"], "makeflow option -T cannot be used under HTA"),
+    (["-q"], "hta config has no option -q"),  # (it named hta makeflow)
+])
+def test_config_refuses_what_hta_makeflow_would(argv, needle):
+    # it printed these as a valid configuration, exit 0
+    r = run_hta("config", *argv, timeout=60)
+    assert r.returncode == 2 and not r.stdout and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("hta: error: ") and needle in line, line
+
+
+def test_a_folder_given_as_the_workflow_is_named_as_one(tmp_path: Path):
+    (tmp_path / "Makeflow").write_text("a:\n\ttouch a\n")
+    r = run_hta("makeflow", str(tmp_path), cwd=tmp_path, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"hta: error: workflow '{tmp_path}' is a folder: give the path to a Makeflow file "
+                                f"(it holds one: {tmp_path}/Makeflow)"), r.stderr
+    r = run_hta("simulate", "--workflow", str(tmp_path), timeout=60)
+    assert r.returncode == 2 and "is a folder: give a WfCommons JSON instance" in r.stderr
