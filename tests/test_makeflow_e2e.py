@@ -191,8 +191,20 @@ def test_makeflow_syntax_error_surfaces_makeflows_message(tmp_path: Path):
     r = run_hta("makeflow", str(wf / "Makeflow"), timeout=120)
     assert r.returncode != 0
     err = r.stderr.strip().splitlines()[-1]
-    assert err.startswith("hta: error: makeflow exited") and "makeflow" in err
+    # makeflow's words, not the SIGTERM its fatal() ends it with
+    assert err.startswith("hta: error: makeflow stopped before its master started: ") and "SIGTERM" not in err, err
     assert not wait_gone(str(wf))
+
+
+def test_a_missing_input_is_named_by_makeflows_consistency_check(tmp_path: Path):
+    wf = tmp_path / "missing"
+    wf.mkdir()
+    (wf / "Makeflow").write_text("out.txt: missing_input.txt\n\tcat missing_input.txt > out.txt\n")
+    r = run_hta("makeflow", str(wf / "Makeflow"), timeout=120)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == ("hta: error: makeflow exited (exit code 1) before its master started: "
+                                                "error: missing_input.txt does not exist, and is not created by any "
+                                                "rule."), r.stderr  # (it said: workflow failed.)
 
 
 def test_makeflow_not_installed_is_one_line(tmp_path: Path):

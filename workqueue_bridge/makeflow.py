@@ -238,8 +238,11 @@ class MakeflowRun:
                 self.ended_without_master = True
                 return None
             if self.proc.returncode is not None:
-                raise MakeflowError(f"makeflow exited ({exit_description(self.proc.returncode)}) before its master "
-                                    f"started: {self.last_error()}")
+                said = self.last_error()
+                # a cctools fatal() ends makeflow by its own SIGTERM: its words say more than the signal
+                how = "stopped" if one_line_error("\n".join(self.output_tail(40))) else \
+                    f"exited ({exit_description(self.proc.returncode)})"
+                raise MakeflowError(f"makeflow {how} before its master started: {said}")
             await asyncio.sleep(0.1)
         await self.stop()
         raise MakeflowError(f"makeflow did not open its master port within {timeout_s:.0f}s: {self.last_error()}")
@@ -260,6 +263,9 @@ class MakeflowRun:
         fatal = one_line_error("\n".join(lines))
         if fatal:
             return fatal
+        errors = [line for line in lines if line.lower().startswith("error:")]  # its consistency check's
+        if errors:
+            return " ".join(errors[:2]) + (f" (and {len(errors) - 2} more)" if len(errors) > 2 else "")
         for line in reversed(lines):
             low = line.lower()
             if any(w in low for w in ("error", "failed", "couldn't", "could not", "no such", "abort", "syntax")):
