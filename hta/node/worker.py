@@ -128,6 +128,16 @@ def run(o: WorkerOptions) -> int:
         raise ValueError("give the master as --master HOST:PORT, or --project NAME (with --catalog HOST:PORT)")
     if o.master and not o.master.rpartition(":")[2].isdigit():
         raise ValueError(f"--master {o.master!r} must be HOST:PORT")
+    if o.project and not o.catalog:
+        raise ValueError(f"--project {o.project!r} needs --catalog HOST:PORT: the catalog server the master "
+                         f"reports to (or give the master itself as --master HOST:PORT)")
+    if o.catalog and not o.project:
+        raise ValueError("--catalog goes with --project NAME: give the master's project name, or leave --catalog out")
+    check_workdir(o.workdir)
+    if o.css_log is not None:
+        from hta.node.css.daemon import check_log_path
+
+        check_log_path(o.css_log, "--css-log")
     if o.master:
         check_resolves(o.master.rpartition(":")[0])
     cap = chosen_capacity(o)
@@ -169,14 +179,19 @@ def run(o: WorkerOptions) -> int:
             proc.send_signal(signal.SIGTERM)
             passed_at = time.monotonic()
         elif passed_at is not None and time.monotonic() - passed_at > STOP_GRACE_S:
-            # seen here: an aborting worker blocked in wait4() on a task its kill did not reach
-            kill_tree(proc.pid)
+            # seen here: an aborting worker blocked in wait4() on a task its kill did not reach;
+            # and a worker looking for its master through a catalog ignores SIGTERM altogether
+            kill_tree(proc.pid, quiet=not said.connected)
         time.sleep(0.2)
     if daemon is not None:
         daemon.stop_event.set()
     reap_leftovers()
     said.join()
+    remove_workspace(o.workdir, proc.pid)
     rc = proc.returncode
+    if signals and (passed_at is not None or rc == 0):
+        # stopped because we were told to (work_queue_worker itself exits 0 on SIGTERM): 128 + N
+        return 128 + signals[0]
     if rc == 0 and said.never_connected and not signals:
         where = o.master or f"project {o.project}"
         print(f"hta: error: the worker could not reach its master ({where}) within {o.connect_timeout_s} s"
@@ -240,8 +255,9 @@ def check_resolves(host: str, patience_s: float = 10.0) -> None:
 STOP_GRACE_S = 3.0
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL the worker's task processes, then the worker itself."""
+def kill_tree(pid: int, quiet: bool = False) -> None:
+    """SIGKILL the worker's task processes, then the worker itself (``quiet``: a worker that
+    never reached its master has nothing to lose, and its kill is no warning)."""
     try:
         root = psutil.Process(pid)
         victims = root.children(recursive=True) + [root]
@@ -252,8 +268,32 @@ def kill_tree(pid: int) -> None:
             p.kill()
         except psutil.NoSuchProcess:
             pass
+    if quiet and len(victims) == 1:
+        log.info("worker %d (not connected) did not stop within %.0f s of SIGTERM: killed it", pid, STOP_GRACE_S)
+        return
     log.warning("worker %d did not stop within %.0f s of SIGTERM: killed it and %d task processes",
                 pid, STOP_GRACE_S, len(victims) - 1)
+
+
+def remove_workspace(workdir: Path, pid: int) -> None:
+    """The workspace ``worker-<uid>-<pid>`` a killed worker could not delete itself."""
+    import shutil
+
+    for d in Path(workdir).glob(f"worker-*-{pid}"):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def check_workdir(workdir: Path) -> None:
+    """The work directory exists and is a folder this user can write to, as ``work_queue_worker``
+    needs (it does not create it, and quits with "could not resolve path")."""
+    d = Path(workdir)
+    if not d.exists():
+        raise ValueError(f"--workdir {str(d)!r} does not exist: create it first (mkdir -p {d}) or give an "
+                         f"existing folder")
+    if not d.is_dir():
+        raise ValueError(f"--workdir {str(d)!r} is not a folder: give a folder the worker can write in")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise ValueError(f"--workdir {str(d)!r} is not writable: give a folder the worker can write in")
 
 
 def become_subreaper() -> None:
