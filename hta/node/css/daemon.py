@@ -51,6 +51,80 @@ class Targets:
     cgroups: list[Path] = field(default_factory=list)
 
 
+def check_log_path(path: Path, flag: str = "--log") -> None:
+    """The decision log can be written (appended to) at ``path``; else a :class:`ValueError`
+    naming ``flag`` and the fix. Nothing is created."""
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{flag} {str(p)!r} is a folder: give a file path for the decision log, e.g. {p / 'css.jsonl'}")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise ValueError(f"{flag} {str(p)!r} is not writable: give a file path you can write to")
+        return
+    parent = p.parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {str(p)!r}: folder {str(parent)!r} does not exist: create it first or give "
+                         f"a file path in an existing folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(p)!r}: folder {str(parent)!r} is not writable: give a file path you can "
+                         f"write to")
+
+
+def check_cores(text: str) -> list[int]:
+    """``--cores`` as ``0-3,8``: the CPUs to share, each one this machine has online; else a
+    :class:`ValueError` naming the fix."""
+    online = _online_cpus()
+    shown = _cpu_list(online)
+    cpus: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        a, dash, b = part.partition("-")
+        try:
+            lo, hi = (int(a), int(b)) if dash else (int(part), int(part))
+        except ValueError:
+            lo, hi = -1, -1
+        if 0 <= hi < lo:
+            raise ValueError(f"--cores {text!r}: the range {part!r} goes down: write it low-high, e.g. {hi}-{lo}")
+        if lo < 0:
+            raise ValueError(f"--cores {text!r}: {part!r} is not a CPU number or range: give CPUs as a list like "
+                             f"0-3,8 (this machine's: {shown})")
+        cpus.update(range(lo, hi + 1))
+    missing = sorted(cpus - online)
+    if missing:
+        raise ValueError(f"--cores {text!r}: this machine has no CPU {_cpu_list(set(missing))}: give CPUs among "
+                         f"{shown}")
+    return sorted(cpus)
+
+
+def _online_cpus() -> set[int]:
+    from hta.node.capacity import parse_cpuset
+
+    try:
+        return parse_cpuset(Path("/sys/devices/system/cpu/online").read_text())
+    except (OSError, ValueError):
+        return set(range(os.cpu_count() or 1))
+
+
+def _cpu_list(cpus: set[int]) -> str:
+    """{0, 1, 2, 5} → ``0-2,5``."""
+    out: list[str] = []
+    for c in sorted(cpus):
+        if out and c - 1 == int(out[-1].rpartition("-")[2]):
+            out[-1] = f"{out[-1].partition('-')[0]}-{c}"
+        else:
+            out.append(str(c))
+    return ",".join(out)
+
+
+def check_cgroup(d: Path) -> None:
+    """``d`` is a cgroup folder (it lists its processes in ``cgroup.procs``)."""
+    if not Path(d).is_dir():
+        raise ValueError(f"--cgroup {str(d)!r} is not a folder: give a cgroup folder, e.g. under /sys/fs/cgroup")
+    if not (Path(d) / "cgroup.procs").is_file():
+        raise ValueError(f"--cgroup {str(d)!r} is not a cgroup (it has no cgroup.procs): give a cgroup folder, "
+                         f"e.g. under /sys/fs/cgroup")
+
+
 def tree(pid: int) -> set[int]:
     try:
         p = psutil.Process(pid)
@@ -170,12 +244,20 @@ class CSSDaemon:
             self.stop_event.wait(self.config.interval_s)
         self.close()
 
-    def run_until_done(self, duration_s: float | None = None) -> None:
+    def run_until_done(self, duration_s: float | None = None) -> int | None:
         """``hta css``'s loop: manage every interval until stopped, ``duration_s`` passes, or
-        (when not watching a worker) every watched process tree is gone; SIGTERM stops it."""
+        (when not watching a worker) every watched process tree is gone; SIGTERM or SIGINT
+        stops it. Returns the number of the signal that stopped it, or None."""
         import signal
 
-        signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
+        stopped_by: list[int] = []
+
+        def on_signal(signum, _frame):
+            stopped_by.append(signum)
+            self.stop_event.set()
+
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, on_signal)
         deadline = time.monotonic() + duration_s if duration_s else None
         try:
             while not self.stop_event.is_set():
@@ -185,10 +267,9 @@ class CSSDaemon:
                 if self.targets.worker_pid is None and not discover(self.targets)[0]:
                     break
                 self.stop_event.wait(self.config.interval_s)
-        except KeyboardInterrupt:
-            pass
         finally:
             self.close()
+        return stopped_by[0] if stopped_by else None
 
     def start_thread(self) -> threading.Thread:
         t = threading.Thread(target=self.run, name="css", daemon=True)
