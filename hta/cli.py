@@ -252,8 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="management interval (default 5 s)")
     c.add_argument("--cleaning", type=_seconds("--cleaning", 0.1), default=30.0, metavar="S",
                    help="cleaning interval: futex counters reset (default 30 s)")
-    c.add_argument("--lambda", dest="lam", type=float, default=None,
-                   help="futex threshold λ (default: the backend's calibrated value)")
+    c.add_argument("--lambda", dest="lam", type=_quantity("--lambda", 0, "futex calls"), default=None,
+                   help="futex threshold λ: a container with more futex calls per cleaning interval is "
+                        "IO-intensive (default: the backend's calibrated value)")
     c.add_argument("--mu", type=_positive_int("--mu"), default=2, help="cores for IO containers (default 2)")
     c.add_argument("--cores", default=None, help="the cores to share, e.g. 0-3 (default: all allowed)")
     c.add_argument("--dry-run", action="store_true", help="decide and log, do not pin")
@@ -269,17 +270,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from hta.status.panel import StatusError, fetch_status, render, watch
+    from hta.status.panel import BadURL, StatusError, fetch_status, render, watch
 
     try:
         if args.watch:
-            asyncio.run(watch(args.url, Console(), interval_s=args.interval))
+            if asyncio.run(watch(args.url, Console(), interval_s=args.interval)):
+                print("hta: the run ended", file=sys.stderr)
         else:
             snapshot = asyncio.run(fetch_status(args.url))
             if args.format == "json":
                 print(snapshot.model_dump_json(indent=1))
             else:
                 Console().print(render(snapshot))
+    except BadURL as exc:
+        raise UsageError(str(exc)) from None
     except StatusError as exc:
         print(f"hta: error: {exc}", file=sys.stderr)
         return 1
@@ -310,8 +314,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_css(args: argparse.Namespace) -> int:
-    from hta.node.capacity import parse_cpuset
-    from hta.node.css.daemon import CSSConfig, CSSDaemon, Targets
+    from hta.node.css.daemon import CSSConfig, CSSDaemon, Targets, check_cgroup, check_cores, check_log_path
 
     if args.worker_pid is None and not args.pid and not args.cgroup:
         raise UsageError("nothing to watch: give --worker-pid, --pid or --cgroup")
@@ -320,20 +323,24 @@ def cmd_css(args: argparse.Namespace) -> int:
     for pid in [args.worker_pid, *args.pid]:
         if pid is not None and not psutil.pid_exists(pid):
             raise UsageError(f"no process {pid}: give the PID of a running process (e.g. from pgrep)")
-    for cg in args.cgroup:
-        if not cg.is_dir():
-            raise UsageError(f"cgroup {str(cg)!r} is not a directory: give a cgroup folder, e.g. under /sys/fs/cgroup")
+    try:
+        for cg in args.cgroup:
+            check_cgroup(cg)
+        cores = check_cores(args.cores) if args.cores is not None else None
+        if args.log is not None:
+            check_log_path(args.log, "--log")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     targets = Targets(worker_pid=args.worker_pid, pids=args.pid, cgroups=args.cgroup)
     cfg = CSSConfig(interval_s=args.interval, cleaning_s=args.cleaning, lam=args.lam, mu=args.mu,
-                    backend=args.backend, dry_run=args.dry_run, log_path=args.log,
-                    cores=sorted(parse_cpuset(args.cores)) if args.cores else None)
+                    backend=args.backend, dry_run=args.dry_run, log_path=args.log, cores=cores)
     try:
         d = CSSDaemon(targets, cfg)
     except OSError as exc:
         raise UsageError(str(exc)) from None
     print(f"css: backend {d.monitor.name}, λ={d.lam:g}, μ={cfg.mu}, cores {d.cores}", file=sys.stderr)
-    d.run_until_done(args.duration)
-    return 0
+    signum = d.run_until_done(args.duration)
+    return 128 + signum if signum else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -348,6 +355,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     if bad or not formats:
         raise UsageError(f"--plot-format {args.plot_format!r}: choose among {', '.join(PLOT_FORMATS)} "
                          f"(e.g. --plot-format png,pdf)")
+    if args.plot is not None:  # refused before anything is printed
+        if args.plot.exists() and not args.plot.is_dir():
+            raise UsageError(f"--plot {str(args.plot)!r} is a file: give a folder for the figures")
+        try:
+            args.plot.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot write figures to {str(args.plot)!r} ({exc.strerror or exc}): "
+                             f"choose a folder you can write to with --plot") from None
     runs, errors = load_runs(args.logs)
     for e in errors:
         print(f"hta: error: {e}", file=sys.stderr)

@@ -248,11 +248,23 @@ class StatusError(Exception):
     """One line for the person who ran ``hta status``."""
 
 
+class BadURL(StatusError):
+    """The URL given is not one ``hta status`` can read: bad input."""
+
+
+class RunGone(StatusError):
+    """Nothing listens at the URL (any more): no run, or the run ended."""
+
+
 def status_url(url: str) -> str:
     """``HOST:PORT``, ``http://HOST:PORT/`` or ``…/status`` → the ``/status`` URL."""
     url = url.strip()
     if "://" not in url:
         url = "http://" + url
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in ("http", "https"):
+        raise BadURL(f"{url!r} is not an http:// URL: give http://HOST:PORT/ as hta makeflow printed it "
+                     f"(or HOST:PORT)")
     if url.rstrip("/").endswith("/status"):
         return url.rstrip("/")
     return url.rstrip("/") + "/status"
@@ -273,10 +285,13 @@ async def fetch_status(url: str, timeout_s: float = 5.0) -> StatusSnapshot:
     except asyncio.TimeoutError:
         raise StatusError(f"{target} did not answer within {timeout_s:g} s") from None
     except aiohttp.InvalidURL:
-        raise StatusError(f"{url!r} is not a URL (give http://HOST:PORT/ as hta makeflow printed it)") from None
+        raise BadURL(f"{url!r} is not a URL (give http://HOST:PORT/ as hta makeflow printed it)") from None
     except aiohttp.ClientConnectorError as exc:
         why = exc.os_error.strerror if exc.os_error and exc.os_error.strerror else str(exc)
-        raise StatusError(f"cannot reach {target} ({why}): is the hta run still going?") from None
+        raise RunGone(f"cannot reach {target} ({why}): is the hta run still going?") from None
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:  # it closed as we asked
+        raise RunGone(f"cannot read {target} ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}):"
+                      f" is the hta run still going?") from None
     except aiohttp.ClientError as exc:
         raise StatusError(f"cannot read {target} ({type(exc).__name__}: {exc})") from None
     try:
@@ -288,9 +303,11 @@ async def fetch_status(url: str, timeout_s: float = 5.0) -> StatusSnapshot:
     return snapshot
 
 
-async def watch(url: str, console: Console, interval_s: float = 1.0, stop: asyncio.Event | None = None) -> None:
-    """``hta status --watch``: redraw the panel until ``stop`` is set (or Ctrl-C); a server
-    that goes away ends it with :class:`StatusError` (the first fetch's error, or the run ending)."""
+async def watch(url: str, console: Console, interval_s: float = 1.0, stop: asyncio.Event | None = None) -> bool:
+    """``hta status --watch``: redraw the panel until ``stop`` is set (or Ctrl-C), or until the
+    run goes away. Returns True when the run went away (its server stopped listening: the
+    normal end of a run once it was reached), False when ``stop`` was set. A first fetch
+    that fails, or a server that answers wrongly, is a :class:`StatusError`."""
     stop = stop or asyncio.Event()
     snapshot = await fetch_status(url)
     with Live(render(snapshot), console=console, auto_refresh=False) as live:
@@ -299,7 +316,12 @@ async def watch(url: str, console: Console, interval_s: float = 1.0, stop: async
                 await asyncio.wait_for(stop.wait(), interval_s)
             except asyncio.TimeoutError:
                 pass
+            if stop.is_set():
+                break
             try:
                 live.update(render(await fetch_status(url)), refresh=True)
+            except RunGone:
+                return True
             except StatusError as exc:
                 raise StatusError(f"{exc} (the run may have ended)") from None
+    return False
