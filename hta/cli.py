@@ -344,7 +344,7 @@ def cmd_css(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from hta.console import PipeConsole
 
     from hta.report import load_runs, plot, render_json, render_markdown, render_table
 
@@ -378,7 +378,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.format == "markdown":
             print(render_markdown(runs), end="")
         else:
-            render_table(runs, Console(width=80))
+            render_table(runs, PipeConsole(width=80))
     if runs and args.plot:
         try:
             figures = plot(runs, args.plot, formats)
@@ -475,6 +475,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_makeflow(args: argparse.Namespace) -> int:
+    import os
     import signal
 
     class Interrupted(BaseException):
@@ -495,7 +496,10 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
         from hta.status.panel import verbosity_from_flags
 
         result = run_makeflow(options, verbosity=verbosity_from_flags(args.verbose, args.quiet))
-        print_summary(result.summary, result.scaling_log)
+        try:
+            print_summary(result.summary, result.scaling_log)
+        except BrokenPipeError:  # the reader left (`hta makeflow … | head`): the run's result still stands
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         for w in result.warnings:
             print(f"hta: warning: {w}", file=sys.stderr)
         if result.error:

@@ -41,6 +41,16 @@ class LoadedRun:
         return f"{s.policy} · {name}{seed}"
 
 
+def _looks_like_a_log(path: Path) -> bool:
+    """Whether ``path`` starts as a scaling log does (a JSON object), or is empty."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(64).lstrip()
+    except OSError:
+        return True  # (read_records says what is wrong)
+    return not head or head.startswith(b"{")
+
+
 def load_runs(paths: list[Path]) -> tuple[list[LoadedRun], list[str]]:
     """Every readable run, and one message per unreadable file (naming file and line)."""
     runs, errors = [], []
@@ -48,6 +58,10 @@ def load_runs(paths: list[Path]) -> tuple[list[LoadedRun], list[str]]:
         latest = Path(f"{p}.scaling.jsonl")
         if Path(p).is_file() and latest.exists():  # a workflow: its latest run
             p = latest.resolve()
+        elif Path(p).is_file() and not _looks_like_a_log(Path(p)):
+            errors.append(f"{p}: no scaling log, and no HTA run of it as a workflow ({latest.name} is not there): "
+                          f"run hta makeflow {p} first, or give a scaling log")
+            continue
         try:
             records, problems = read_records(p)
             runs.append(LoadedRun(Path(p), summarize(records, str(p)), records, problems))

@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from hta.console import PipeConsole
 from hta.summary import RunSummary
 
 
@@ -51,7 +52,7 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
 
 
 def print_summary(s: RunSummary, log_path: Path | str | None = None, console: Console | None = None) -> None:
-    console = console or Console(width=100)
+    console = console or PipeConsole(width=100)
     t = Table(title=f"HTA run summary — policy {s.policy}, backend {s.backend}", show_header=False,
               title_justify="left")
     t.add_column(style="bold")

@@ -184,3 +184,24 @@ def test_ctrl_c_in_simulate_says_so_and_leaves_no_half_written_log(tmp_path: Pat
     assert logs, "the finished run's log went too"
     for log in logs:  # each log left is a whole run's
         assert json.loads(log.read_text().splitlines()[-1])["kind"] == "end", log
+
+
+def test_report_refuses_a_bad_plot_folder_before_printing_anything(log: Path, tmp_path: Path):
+    # it printed the whole report, then the error
+    a_file = tmp_path / "hta.yaml"
+    a_file.write_text("x: 1\n")
+    r = run_hta("report", str(log), "--plot", str(a_file))
+    assert r.returncode == 2 and not r.stdout
+    one_error_line(r, "is a file: give a folder for the figures")  # (it said: File exists)
+    r = run_hta("report", str(log), "--plot", "/proc/nope")
+    assert r.returncode == 2 and not r.stdout
+    one_error_line(r, "cannot write figures to '/proc/nope'")
+
+
+def test_report_on_a_workflow_never_run_says_so(tmp_path: Path):
+    wf = tmp_path / "Makeflow"
+    wf.write_text("a:\n\ttouch a\n")
+    r = run_hta("report", str(wf))
+    assert r.returncode == 1
+    one_error_line(r, "no HTA run of it as a workflow (Makeflow.scaling.jsonl is not there)",
+                   f"run hta makeflow {wf} first")  # (it said: not JSON; is this an HTA scaling log?)

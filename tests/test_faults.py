@@ -339,3 +339,14 @@ def test_a_finished_workflow_run_again_says_nothing_is_left_in_one_line(tmp_path
     assert again.returncode == 0
     assert again.stderr.strip() == "hta: warning: makeflow: nothing left to do.", again.stderr
     assert not left_behind(wf)
+
+
+def test_a_reader_that_leaves_does_not_turn_a_finished_run_into_a_failure(tmp_path: Path):
+    # `hta makeflow … | head -1`: rich ended the process with SystemExit(1) on the broken pipe
+    wf = sleepy(tmp_path, n=1, seconds=0)
+    p = subprocess.Popen([*HTA, "makeflow", "-q", str(wf / "Makeflow")], cwd=wf, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # the reader is gone before the summary is printed
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and (wf / "s0.txt").exists()

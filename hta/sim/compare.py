@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from hta.console import PipeConsole
 from hta.policies.base import make_policy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.oracle import NodeSecondsFloor, mean_node_seconds_floor, node_seconds_floor
@@ -144,4 +145,4 @@ def comparison_table(c: Comparison) -> Table:
 
 
 def print_comparison(c: Comparison, console: Console | None = None) -> None:
-    (console or Console(width=190)).print(comparison_table(c))
+    (console or PipeConsole(width=190)).print(comparison_table(c))
