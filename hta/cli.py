@@ -168,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("simulate", help="compare policies on a simulated cluster",
                        description="Run policies against a workload in the evaluation simulator and print one "
-                                   "comparison table (mean ± sd over seeds). Each run writes a scaling log.")
+                                   "comparison table (mean ± sd over seeds). With --out, each run writes its "
+                                   "scaling log there.")
     src = s.add_mutually_exclusive_group()
     src.add_argument("--workload", default="blast-3stage",
                      help="built-in generator: blast-3stage (default), io-bound, or blast-3stage-2core "
