@@ -119,7 +119,8 @@ def build(layers: list[tuple[str, Mapping[str, Any]]], **fixed: Any):
         for key, value in values.items():
             section, field = KEYS[key]
             (backend if section == "backend" else top)[field] = value
-            origin[field] = f"{key} (from {source})"
+            named = f"HTA_{key.upper().replace('-', '_')}" if source == "the environment" else key
+            origin[field] = f"{named} (from {source})"
     try:
         return MakeflowOptions(**top, backend_options=BackendOptions(**backend))
     except ValidationError as exc:

@@ -56,7 +56,7 @@ def test_bad_config_is_one_line(tmp_path: Path, text, suffix, needle):
 
 
 def test_environment_errors_name_the_variable():
-    with pytest.raises(UsageError, match=r"max-workers \(from the environment\)"):
+    with pytest.raises(UsageError, match=r"HTA_MAX_WORKERS \(from the environment\)"):
         config.build([("the environment", config.from_environment({"HTA_MAX_WORKERS": "many"}))])
 
 
