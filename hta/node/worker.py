@@ -190,8 +190,9 @@ def run(o: WorkerOptions) -> int:
     remove_workspace(o.workdir, proc.pid)
     rc = proc.returncode
     if signals and (passed_at is not None or rc == 0):
-        # stopped because we were told to (work_queue_worker itself exits 0 on SIGTERM): 128 + N
-        return 128 + signals[0]
+        # a SIGTERM is how a backend drains a worker (a pod being deleted): its normal end, 0, as
+        # work_queue_worker's own, and a drained pod ends Succeeded; another signal interrupted it: 128 + N
+        return 0 if signals[0] == signal.SIGTERM else 128 + signals[0]
     if rc == 0 and said.never_connected and not signals:
         where = o.master or f"project {o.project}"
         print(f"hta: error: the worker could not reach its master ({where}) within {o.connect_timeout_s} s"
