@@ -165,6 +165,7 @@ def test_simulate_refuses_a_policy_named_twice():
     one_error_line(r, "policy 'hta' is named 2 times: name each policy once")
 
 
+@pytest.mark.slow  # three simulated BLAST runs
 def test_ctrl_c_in_simulate_says_so_and_leaves_no_half_written_log(tmp_path: Path):
     import json
     import signal

@@ -78,6 +78,7 @@ def start_worker(tmp_path: Path, *where: str) -> tuple[subprocess.Popen, Path]:
 
 
 # SIGTERM is a drain (a backend deleting its pod): a normal end, 0, as work_queue_worker's own
+@pytest.mark.slow  # a real work_queue_worker or CSS daemon, stopped by a signal
 @pytest.mark.parametrize("signum, rc", [(signal.SIGINT, 130), (signal.SIGHUP, 129), (signal.SIGTERM, 0)])
 def test_worker_that_cannot_reach_its_master_exits_128_plus_the_signal(tmp_path: Path, signum: int, rc: int):
     p, workdir = start_worker(tmp_path, "--master", f"127.0.0.1:{closed_port()}")
@@ -91,6 +92,7 @@ def test_worker_that_cannot_reach_its_master_exits_128_plus_the_signal(tmp_path:
     assert not list(workdir.iterdir())
 
 
+@pytest.mark.slow  # a real work_queue_worker or CSS daemon, stopped by a signal
 def test_worker_looking_through_a_catalog_stops_on_ctrl_c_and_leaves_nothing(tmp_path: Path):
     # work_queue_worker ignores SIGTERM while it asks a catalog for its master: hta worker kills
     # it after its grace, says nothing about it (it had no task), and removes its workspace
@@ -140,6 +142,7 @@ def test_css_log_that_cannot_be_a_file_is_refused(tmp_path: Path, sleeper, log: 
     assert not (tmp_path / "no-such-folder").exists()
 
 
+@pytest.mark.slow  # a real work_queue_worker or CSS daemon, stopped by a signal
 @pytest.mark.parametrize("signum, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_css_exits_128_plus_the_signal(tmp_path: Path, sleeper, signum: int, rc: int):
     err = tmp_path / "stderr"
