@@ -113,7 +113,8 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency-prior", type=_seconds("--latency-prior", 0.1), default=None, metavar="S",
                    help="preparation latency assumed until one is measured (default: provision delay + 2s)")
     p.add_argument("--log", type=Path, default=None, metavar="FILE",
-                   help="scaling log (default: WORKFLOW.scaling.jsonl next to the makeflow logs)")
+                   help="scaling log (default: WORKFLOW.hta/runs/run-NNN.scaling.jsonl, one per run, "
+                        "with WORKFLOW.scaling.jsonl linking the latest)")
     p.add_argument("--record", type=Path, default=None, metavar="FILE",
                    help="write every answer the controller reads (master, backend, monitor) to FILE, "
                         "to replay the run's decisions later (hta.replay)")
