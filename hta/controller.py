@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from hta.accounting import CoreSample
-from hta.backends.base import WorkerBackend
+from hta.backends.base import CPU_UTILIZATION, WorkerBackend
 from hta.model import LatencyStats, Observation, Resources, ScaleDecision
 from hta.policies.base import Policy
 from hta.scaling_log import CategoriesRecord, DecisionRecord, ObservationRecord, ScalingLogWriter, WorkerRecord
@@ -103,6 +103,9 @@ class Controller:
         self.epoch = epoch
         self.upcoming = upcoming
         self.clock = clock
+        #: the workers' CPU is read only for a policy that needs it (an HPA): measuring every
+        #: worker's process tree, or asking the metrics API, at every step costs what it saves
+        self.reads_cpu = CPU_UTILIZATION in getattr(policy, "needs", frozenset())
         self.builder = ObservationBuilder(epoch=epoch, worker_shape=config.worker_shape,
                                           min_workers=config.min_workers, max_workers=config.max_workers,
                                           auto_allocation=config.auto_allocation)
@@ -157,7 +160,8 @@ class Controller:
         obs = self.builder.build(
             snap, categories=self.learner.models(), worker_ids=self.backend.worker_ids(),
             pending=self.backend.pending(), latency=self.latency.frozen(), upcoming=self.upcoming,
-            cpu_utilization=await self.backend.cpu_utilization(), retired=self.backend.retired(),
+            cpu_utilization=await self.backend.cpu_utilization() if self.reads_cpu else None,
+            retired=self.backend.retired(),
         )
         self.last_observation = obs
         self._record_observation(obs)
