@@ -233,7 +233,8 @@ async def submit(
     answer the master for this long is dropped (Work Queue's keepalive) and replaced.
 
     Raises :class:`UsageError` (one line) before anything starts: another run holds the
-    workflow's folder, or the scaling log cannot be written."""
+    workflow's folder, the scaling log cannot be written, or the master's port stays in use
+    (waited for up to :data:`PORT_WAIT_S`) or cannot be used at all."""
     stop = asyncio.Event()
     signalled: list[int] = []
     loop = asyncio.get_running_loop()
@@ -252,7 +253,11 @@ async def submit(
         run_dir, default_log = paths_for(workflow)
         lock = RunLock(run_dir, workflow)
         try:
-            if port and not port_free(port):
+            try:
+                busy = bool(port) and not port_free(port)
+            except MakeflowError as exc:
+                raise UsageError(str(exc)) from None
+            if busy:
                 await _port_or_refuse(port, stop)
             return await _submit(args, run_dir, scaling_log_path or new_run_log(run_dir, default_log), policy=policy,
                                  backend=backend, config=config, lookahead=lookahead,
@@ -268,8 +273,9 @@ async def submit(
             loop.remove_signal_handler(s)
             if handler is not None:
                 signal.signal(s, handler)
-    signal.raise_signal(stopped_by)
-    raise AssertionError("unreachable: the signal's handler ends the run")
+    signal.raise_signal(stopped_by)  # the CLI's handler ends the run here with its line
+    # a caller whose handler does not raise (asyncio's own, or SIG_IGN): end as that signal would
+    raise KeyboardInterrupt if stopped_by == signal.SIGINT else SystemExit(128 + stopped_by)
 
 
 async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: Policy, backend: WorkerBackend,
@@ -589,7 +595,7 @@ class MakeflowOptions(BaseModel):
     backend_options: BackendOptions = Field(default_factory=BackendOptions)
     policy: str = "hta"
     #: master port (None: the backend's default — any free port locally, a fixed one on Kubernetes)
-    port: int | None = Field(None, ge=0)
+    port: int | None = Field(None, ge=0, le=65535)
     min_workers: int = Field(0, ge=0)
     max_workers: int = Field(4, ge=1)
     worker_cores: int = Field(1, ge=1)

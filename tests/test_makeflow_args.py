@@ -85,3 +85,18 @@ def test_a_busy_master_port_is_waited_for_then_given_up():
         assert not port_free(port)
         assert asyncio.run(wait_port_free(port, 0.3)) is False
     assert port_free(port) and asyncio.run(wait_port_free(port, 0.3)) is True
+
+
+def test_a_port_that_cannot_be_used_is_refused_at_once_not_waited_for(monkeypatch):
+    # without the right to a port under 1024 bind() says EACCES: that was "in use" for 15 s
+    import errno
+    import socket
+
+    from workqueue_bridge.makeflow import port_free
+
+    def denied(self, address):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(socket.socket, "bind", denied)
+    with pytest.raises(MakeflowError, match=r"cannot listen on port 80 \(Permission denied\): choose another"):
+        port_free(80)

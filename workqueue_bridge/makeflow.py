@@ -115,15 +115,20 @@ def one_line_error(text: str) -> str | None:
 
 def port_free(port: int) -> bool:
     """Whether makeflow could listen on ``port`` now (as it binds: every address, reusing
-    a port whose last connections are still closing)."""
+    a port whose last connections are still closing); False only while something else
+    listens there. Any other reason it cannot (a port under 1024 without the right) is a
+    :class:`MakeflowError` at once: waiting would not change it."""
+    import errno
     import socket
 
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("", port))
-        except OSError:
-            return False
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            raise MakeflowError(f"cannot listen on port {port} ({exc.strerror}): choose another with --port") from None
     return True
 
 
@@ -214,8 +219,8 @@ class MakeflowRun:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         portfile = self.run_dir / "port"
         portfile.unlink(missing_ok=True)
-        if self.requested_port:
-            await self._wait_port_free(timeout_s)
+        if self.requested_port and not port_free(self.requested_port):  # (hta makeflow waited for it already)
+            raise MakeflowError(f"port {self.requested_port} is in use: choose another with --port")
         self._wrappers_before = self._monitor_wrappers()
         out = open(self.output_path, "wb")
         try:
@@ -246,10 +251,6 @@ class MakeflowRun:
             await asyncio.sleep(0.1)
         await self.stop()
         raise MakeflowError(f"makeflow did not open its master port within {timeout_s:.0f}s: {self.last_error()}")
-
-    async def _wait_port_free(self, timeout_s: float) -> None:
-        if not await wait_port_free(self.requested_port, timeout_s):
-            raise MakeflowError(f"port {self.requested_port} is in use: choose another with --port")
 
     def output_tail(self, n: int = 20) -> list[str]:
         try:
@@ -328,9 +329,10 @@ class MakeflowRun:
         """Remove the ``resource_monitor_<rule>_XXXXXX`` scripts this run's makeflow wrote in
         its folder and left there: makeflow deletes a rule's wrapper when the rule ends, not
         the wrappers of rules it aborted (a Ctrl-C, a stopped run). Only files that were not
-        there when the run started and that run the monitor into this run's folder go."""
-        if self.monitor_dir is None or self.proc is None:
-            return []
+        there when the run started and that run the monitor into this run's own folder
+        (HTA's ``WORKFLOW.hta/monitor``, not a ``--monitor`` one the user gave) go."""
+        if self.monitor_dir is None or self.proc is None or self.args.last("monitor"):
+            return []  # (a --monitor folder of the user's own may be another run's too: left alone)
         ours = f"--with-output-files={os.path.relpath(self.monitor_dir, self.workdir)}/"
         gone = []
         for path in sorted(self._monitor_wrappers() - self._wrappers_before):
