@@ -270,20 +270,21 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_status(args: argparse.Namespace) -> int:
     import asyncio
 
-    from rich.console import Console
-
+    from hta.console import PipeConsole
     from hta.status.panel import BadURL, StatusError, fetch_status, render, watch
 
     try:
         if args.watch:
-            if asyncio.run(watch(args.url, Console(), interval_s=args.interval)):
+            if asyncio.run(watch(args.url, PipeConsole(), interval_s=args.interval)):
                 print("hta: the run ended", file=sys.stderr)
         else:
             snapshot = asyncio.run(fetch_status(args.url))
             if args.format == "json":
                 print(snapshot.model_dump_json(indent=1))
             else:
-                Console().print(render(snapshot))
+                PipeConsole().print(render(snapshot))
+    except KeyboardInterrupt:  # Ctrl-C is how one stops watching: 130, as README says, with no error line
+        return 130
     except BadURL as exc:
         raise UsageError(str(exc)) from None
     except StatusError as exc:
@@ -357,15 +358,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     if bad or not formats:
         raise UsageError(f"--plot-format {args.plot_format!r}: choose among {', '.join(PLOT_FORMATS)} "
                          f"(e.g. --plot-format png,pdf)")
-    if args.plot is not None:  # refused before anything is printed
-        if args.plot.exists() and not args.plot.is_dir():
-            raise UsageError(f"--plot {str(args.plot)!r} is a file: give a folder for the figures")
+    if args.plot is not None and args.plot.exists() and not args.plot.is_dir():
+        raise UsageError(f"--plot {str(args.plot)!r} is a file: give a folder for the figures")
+    runs, errors = load_runs(args.logs)
+    if args.plot is not None and runs:  # refused before anything is printed; made only with figures to put in it
         try:
             args.plot.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"cannot write figures to {str(args.plot)!r} ({exc.strerror or exc}): "
                              f"choose a folder you can write to with --plot") from None
-    runs, errors = load_runs(args.logs)
     for e in errors:
         print(f"hta: error: {e}", file=sys.stderr)
     for r in runs:
@@ -544,7 +545,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
                                         f"options go after --, e.g. hta {args.command} WORKFLOW -- {' '.join(unknown)} "
                                         f"(see: hta {args.command} --help)\n")
             parser.exit(EXIT_USAGE, f"hta: error: hta {args.command} takes one workflow, got also {first!r}: makeflow's "
-                                    f"own arguments go after -- (see: hta makeflow --help)\n")
+                                    f"own arguments go after -- (see: hta {args.command} --help)\n")
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.makeflow_args = passthrough
     args.verbose = getattr(args, "verbose", False)

@@ -119,8 +119,12 @@ def build(layers: list[tuple[str, Mapping[str, Any]]], **fixed: Any):
         for key, value in values.items():
             section, field = KEYS[key]
             (backend if section == "backend" else top)[field] = value
-            named = f"HTA_{key.upper().replace('-', '_')}" if source == "the environment" else key
-            origin[field] = f"{named} (from {source})"
+            if source == "the environment":
+                origin[field] = f"HTA_{key.upper().replace('-', '_')} (from the environment)"
+            elif source == "the command line":
+                origin[field] = f"--{key}"
+            else:
+                origin[field] = f"{key} (from {source})"
     try:
         return MakeflowOptions(**top, backend_options=BackendOptions(**backend))
     except ValidationError as exc:

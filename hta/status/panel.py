@@ -256,6 +256,10 @@ class RunGone(StatusError):
     """Nothing listens at the URL (any more): no run, or the run ended."""
 
 
+class Dropped(StatusError):
+    """The connection broke mid-answer: the run ending, or the network between."""
+
+
 def status_url(url: str) -> str:
     """``HOST:PORT``, ``http://HOST:PORT/`` or ``…/status`` → the ``/status`` URL."""
     url = url.strip()
@@ -288,9 +292,11 @@ async def fetch_status(url: str, timeout_s: float = 5.0) -> StatusSnapshot:
         raise BadURL(f"{url!r} is not a URL (give http://HOST:PORT/ as hta makeflow printed it)") from None
     except aiohttp.ClientConnectorError as exc:
         why = exc.os_error.strerror if exc.os_error and exc.os_error.strerror else str(exc)
-        raise RunGone(f"cannot reach {target} ({why}): is the hta run still going?") from None
+        refused = isinstance(exc.os_error, ConnectionRefusedError)  # nothing listens: no run (any more)
+        raise (RunGone if refused else StatusError)(f"cannot reach {target} ({why}): is the hta run still going?") \
+            from None
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:  # it closed as we asked
-        raise RunGone(f"cannot read {target} ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}):"
+        raise Dropped(f"cannot read {target} ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}):"
                       f" is the hta run still going?") from None
     except aiohttp.ClientError as exc:
         raise StatusError(f"cannot read {target} ({type(exc).__name__}: {exc})") from None
@@ -319,7 +325,11 @@ async def watch(url: str, console: Console, interval_s: float = 1.0, stop: async
             if stop.is_set():
                 break
             try:
-                live.update(render(await fetch_status(url)), refresh=True)
+                try:
+                    snapshot = await fetch_status(url)
+                except Dropped:  # the run closing its server, or a blip: asking again tells which
+                    snapshot = await fetch_status(url)
+                live.update(render(snapshot), refresh=True)
             except RunGone:
                 return True
             except StatusError as exc:
