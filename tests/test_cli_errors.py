@@ -162,7 +162,10 @@ def test_simulate_refuses_a_policy_named_twice():
     # its runs were merged into one row, as if they were more seeds
     r = run_hta("simulate", "--workload", "io-bound", "--seeds", "1", "--policies", "hta,factory,hta")
     assert r.returncode == 2
-    one_error_line(r, "policy 'hta' is named 2 times: name each policy once")
+    one_error_line(r, "policy 'hta' is named 2 times (hta, hta): name each policy once")
+    r = run_hta("simulate", "--workload", "io-bound", "--seeds", "1", "--policies", "keda-3,keda-3.0")
+    assert r.returncode == 2  # two spellings of one policy
+    one_error_line(r, "policy 'keda-3' is named 2 times (keda-3, keda-3.0)")
 
 
 @pytest.mark.slow  # three simulated BLAST runs

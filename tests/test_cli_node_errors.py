@@ -80,7 +80,7 @@ def start_worker(tmp_path: Path, *where: str) -> tuple[subprocess.Popen, Path]:
 # SIGTERM is a drain (a backend deleting its pod): a normal end, 0, as work_queue_worker's own
 @pytest.mark.slow  # a real work_queue_worker or CSS daemon, stopped by a signal
 @pytest.mark.parametrize("signum, rc", [(signal.SIGINT, 130), (signal.SIGHUP, 129), (signal.SIGTERM, 0)])
-def test_worker_that_cannot_reach_its_master_exits_128_plus_the_signal(tmp_path: Path, signum: int, rc: int):
+def test_worker_that_cannot_reach_its_master_exits_0_on_sigterm_128_plus_n_otherwise(tmp_path: Path, signum: int, rc: int):
     p, workdir = start_worker(tmp_path, "--master", f"127.0.0.1:{closed_port()}")
     try:
         p.send_signal(signum)

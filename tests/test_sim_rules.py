@@ -365,6 +365,9 @@ def test_keda_scales_to_zero_only_after_its_cooldown():
     assert removed == [(315, ["w1"]), (330, ["w0"])]
     assert not keda.decide(obs_at(345)).add  # nothing waits: stays at 0
     assert keda.decide(obs_at(360, waiting=1)).add == 1  # the next poll activates it again
+    # with minReplicaCount 2 KEDA keeps 2, busy or not
+    d = make_policy("keda-3:min_replicas=2").decide(obs_at(0))
+    assert d.add == 2 and "minReplicaCount 2" in d.reason
 
 
 def test_factory_never_deletes_a_busy_worker_and_caps_pending():

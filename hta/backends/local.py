@@ -313,7 +313,7 @@ class LocalBackend:
                 continue
             if w.proc is not None and w.proc.returncode is not None:
                 rc = w.proc.returncode
-                if 128 < rc < 128 + 65:  # hta worker passes on its work_queue_worker's death by signal N as 128 + N
+                if 128 < rc < 128 + 65:  # 128 + N: its work_queue_worker (or hta worker itself) stopped by signal N
                     why = f"its work_queue_worker was {exit_description(128 - rc)}"
                 else:
                     words = last_words(w.log_path) if rc else ""

@@ -2,8 +2,8 @@
 it scales a Deployment and deletes pods busy or not. The KEDA shape users pick for
 batch work is the ScaledJob (one Job per worker, run to completion):
 :mod:`hta.policies.keda_job` (``keda-job``). This one is kept as ``keda-<tasks per pod>``
-so earlier comparisons stay reproducible; its livelock on BLAST, Epigenomics and
-Montage (busy pods deleted, their tasks restarted) is an artifact of the ScaledObject.
+for comparison (docs/pareto.md); its livelock on BLAST, Epigenomics and Montage (busy
+pods deleted, their tasks restarted) is an artifact of the ScaledObject.
 
 Two loops, as KEDA runs them (keda.sh/docs/latest/concepts/scaling-deployments;
 ``RequestScale``, ``scaleFromZeroOrIdle`` and ``scaleToZeroOrIdle`` in KEDA's
@@ -13,7 +13,8 @@ pkg/scaling/executor/scale_scaledobjects.go):
   waits (activation threshold 0). Active at 0 replicas, it scales to
   max(``minReplicaCount``, 1) itself, whatever the backlog; active otherwise, it notes
   the time. Inactive with replicas and ``minReplicaCount`` 0, it scales to 0 once
-  ``cooldownPeriod`` (300 s) has passed since the trigger was last active.
+  ``cooldownPeriod`` (300 s) has passed since the trigger was last active; inactive under
+  ``minReplicaCount``, it scales to it.
 - **The HPA it creates**, every 15 s, driven as :mod:`hta.policies.hpa` drives an HPA
   without ``spec.behavior`` (KEDA sets none unless
   ``advanced.horizontalPodAutoscalerConfig`` says), on the external metric with target
@@ -78,6 +79,9 @@ class KEDAScaledObjectPolicy:
             elif current > 0 and min_count == 0 and (
                     self._last_active is None or obs.time - self._last_active > self.cooldown_s):
                 return replica_change(obs, current, 0, f"nothing waiting for {self.cooldown_s:g} s: KEDA deactivates")
+            elif current < min_count:  # inactive under minReplicaCount: KEDA sets it
+                return replica_change(obs, current, min(min_count, obs.max_workers),
+                                      f"minReplicaCount {min_count}: KEDA scales to it")
         if current == 0:  # the HPA's loop: scaling is disabled at 0 replicas
             return replica_change(obs, 0, 0, "0 replicas: the HPA waits for KEDA")
         desired = math.ceil(waiting / self.tasks_per_pod)

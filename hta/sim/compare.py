@@ -73,10 +73,11 @@ class Comparison:
 def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterModel | None = None,
             out: Path | None = None) -> Comparison:
     cluster = cluster or ClusterModel()
-    for p in policies:
-        make_policy(p)  # fail fast on a bad name
-        if policies.count(p) > 1:  # (its runs would be counted as more seeds of one row)
-            raise ValueError(f"policy {p!r} is named {policies.count(p)} times: name each policy once")
+    names = [make_policy(p).name for p in policies]  # fail fast on a bad name
+    for p, name in zip(policies, names):
+        if names.count(name) > 1:  # (its runs would be counted as more seeds of one row)
+            twice = [q for q, n in zip(policies, names) if n == name]
+            raise ValueError(f"policy {name!r} is named {len(twice)} times ({', '.join(twice)}): name each policy once")
     runs = []
     oracle = []
     floors = []

@@ -88,6 +88,9 @@ def check_cores(text: str) -> list[int]:
         if lo < 0:
             raise ValueError(f"--cores {text!r}: {part!r} is not a CPU number or range: give CPUs as a list like "
                              f"0-3,8 (this machine's: {shown})")
+        if online and hi > max(online):  # (before the range is built: 0-1000000000 is refused, not listed)
+            raise ValueError(f"--cores {text!r}: this machine has no CPU {max(lo, max(online) + 1)}"
+                             f"{'-' + str(hi) if hi > max(lo, max(online) + 1) else ''}: give CPUs among {shown}")
         cpus.update(range(lo, hi + 1))
     missing = sorted(cpus - online)
     if missing:
