@@ -174,8 +174,11 @@ def test_ctrl_c_in_simulate_says_so_and_leaves_no_half_written_log(tmp_path: Pat
     import signal
 
     out = tmp_path / "logs"
+    # (SIGINT back to its default: a test run started in the background inherits it ignored,
+    # and Python then keeps ignoring it, as a shell's background job should)
     p = subprocess.Popen([*HTA, "simulate", "--workload", "blast-3stage", "--policies", "hta,factory", "--seeds", "5",
-                          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert wait(lambda: len(list(out.glob("*.jsonl"))) >= 2, 120, every=0.05)  # one run done, the next begun
         p.send_signal(signal.SIGINT)
