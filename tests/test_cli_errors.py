@@ -116,12 +116,14 @@ def test_makeflow_with_an_unwritable_record_file_is_refused_before_it_starts(tmp
     assert not (tmp_path / "Makeflow.makeflowlog").exists()  # makeflow never started
 
 
+@pytest.mark.slow  # a real work_queue_worker that tries its master for seconds
 def test_worker_with_a_master_host_that_does_not_resolve():
     r = run_hta("worker", "--master", "no-such-host.invalid:1", "--no-css", timeout=60)
     assert r.returncode == 2
     one_error_line(r, "cannot resolve the master's host", "--master")
 
 
+@pytest.mark.slow  # a real work_queue_worker that tries its master for seconds
 def test_worker_that_never_reaches_its_master_fails():
     r = run_hta("worker", "--master", "127.0.0.1:1", "--connect-timeout", "2", "--no-css", timeout=60)
     assert r.returncode == 1 and "Traceback" not in r.stderr
