@@ -478,7 +478,6 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_makeflow(args: argparse.Namespace) -> int:
-    import os
     import signal
 
     class Interrupted(BaseException):
@@ -502,7 +501,7 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
         try:
             print_summary(result.summary, result.scaling_log)
         except BrokenPipeError:  # the reader left (`hta makeflow … | head`): the run's result still stands
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _stdout_to_devnull()
         for w in result.warnings:
             print(f"hta: warning: {w}", file=sys.stderr)
         if result.error:
@@ -565,10 +564,15 @@ def main(argv: list[str] | None = None) -> int:
         print("hta: error: interrupted by SIGINT", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader left (e.g. `hta report … | head`): stop quietly, as shell tools do
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_to_devnull()
         return 141
+
+
+def _stdout_to_devnull() -> None:
+    """After the reader of stdout left: nothing more to write, and no error as Python exits."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":
