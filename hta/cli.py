@@ -452,6 +452,8 @@ def effective_options(args: argparse.Namespace):
     cfg = getattr(args, "config", None) or (Path(os.environ["HTA_CONFIG"]) if os.environ.get("HTA_CONFIG") else None)
     if cfg is not None:
         layers.append((f"config file {cfg}", config.read_file(cfg)))
+    for w in config.misspelled_variables():
+        print(f"hta: warning: {w}", file=sys.stderr)
     env = config.from_environment()
     if env:
         layers.append(("the environment", env))

@@ -53,6 +53,11 @@ KEYS: dict[str, tuple[str, str]] = {
 }
 
 
+#: ``HTA_*`` variables HTA reads that are not options of ``hta makeflow`` (see
+#: :func:`misspelled_variables`): the k8s backend's start timeout, the worker pod's identity
+OTHER_VARIABLES = frozenset({"HTA_K8S_START_TIMEOUT_S", "HTA_POD_NAME", "HTA_POD_UID"})
+
+
 def key_of(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
@@ -93,6 +98,26 @@ def from_environment(env: Mapping[str, str] | None = None) -> dict[str, Any]:
             key = key_of(var[4:])
             if key in KEYS:
                 out[key] = value.split() if key == "makeflow-args" else value
+    return out
+
+
+def misspelled_variables(env: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per ``HTA_*`` variable that is not a setting but nearly spells one
+    (``HTA_MAX_WORKES``): :func:`from_environment` ignores it, as the shell passes on
+    every variable, so a typo would otherwise silently leave the default in force. Only
+    near misses are named: other ``HTA_*`` variables (the worker pod's ``HTA_POD_NAME``,
+    the test cluster's ``HTA_K8S_CACHE``) are not HTA's options and are none of its
+    business."""
+    import difflib
+
+    env = os.environ if env is None else env
+    known = [f"HTA_{key.upper().replace('-', '_')}" for key in KEYS] + ["HTA_CONFIG", *sorted(OTHER_VARIABLES)]
+    out = []
+    for var in sorted(env):
+        if var.startswith("HTA_") and var not in known:
+            near = difflib.get_close_matches(var, known, n=1, cutoff=0.8)
+            if near:
+                out.append(f"{var} is not an HTA setting and is ignored: did you mean {near[0]}?")
     return out
 
 

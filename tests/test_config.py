@@ -60,6 +60,18 @@ def test_environment_errors_name_the_variable():
         config.build([("the environment", config.from_environment({"HTA_MAX_WORKERS": "many"}))])
 
 
+def test_a_misspelled_variable_is_named_and_other_hta_variables_are_not():
+    # a typo used to leave the default in force in silence
+    r = run_hta("config", env={"HTA_MAX_WORKES": "3", "HTA_POD_NAME": "w1", "HTA_K8S_CACHE": "/x",
+                               "HTA_K8S_START_TIMEOUT_S": "15", "HTA_TESTCLUSTER_DIR": "/y"}, timeout=60)
+    assert r.returncode == 0 and yaml.safe_load(r.stdout)["max-workers"] == 4
+    assert r.stderr.strip().splitlines() == [
+        "hta: warning: HTA_MAX_WORKES is not an HTA setting and is ignored: did you mean HTA_MAX_WORKERS?"]
+    assert config.misspelled_variables({"HTA_NAMESPACES": "b", "HTA_K8S_START_TIMEOUT": "9"}) == [
+        "HTA_K8S_START_TIMEOUT is not an HTA setting and is ignored: did you mean HTA_K8S_START_TIMEOUT_S?",
+        "HTA_NAMESPACES is not an HTA setting and is ignored: did you mean HTA_NAMESPACE?"]
+
+
 def test_shim_recognises_hta_and_keeps_makeflow_options():
     a = MakeflowArgs.parse(["-T", "hta", "-j", "2", "sub/W"])
     assert wants_hta(a) and hta_argv(a) == ["makeflow", "sub/W", "--", "-j", "2"]
