@@ -53,6 +53,22 @@ def test_buys_for_what_still_waits_after_one_latency():
     assert est.inflight_core_s == 2 * 95.0
     assert HTAPolicy(worker_shape="node").decide(o).add == 4  # (learned shapes: 8 pods of 1 core)
     assert (d := HTAPolicy().decide(o)).add == 8 and d.shape == SHAPE.split(2)
+    assert "8 tasks still waiting at the horizon" in d.reason and "0 idle workers unneeded" in d.reason
+
+
+def test_the_reason_says_one_task_and_one_idle_worker_in_the_singular():
+    # read by people in the run's log (it said "1 tasks still waiting", "1 idle workers")
+    o = obs(workers=[worker("w1", 2, 2), worker("w2")], categories={"a": cat("a", 100.0)},
+            running=[RunningTask(task_id=i, category="a", allocation=ONE, started_at=95.0, worker="w1") for i in (1, 2)],
+            waiting=[TaskGroup(category="a", count=3, request=ONE)])
+    d = HTAPolicy(options=EstimatorOptions(tail_aware=False), worker_shape="node").decide(o)
+    assert "1 task still waiting at the horizon" in d.reason, d.reason
+    o = obs(workers=[worker("w1"), worker("w2")], categories={"a": cat("a", 100.0)})
+    d = HTAPolicy(worker_shape="node").decide(o)
+    assert "; 2 idle workers unneeded" in d.reason, d.reason
+    o = obs(workers=[worker("w1")], categories={"a": cat("a", 100.0)})
+    d = HTAPolicy(worker_shape="node").decide(o)
+    assert "; 1 idle worker unneeded" in d.reason, d.reason
 
 
 def test_pending_workers_count_as_coming_capacity():

@@ -264,9 +264,9 @@ class HTAPolicy:
             self._proposed.pop(w, None)
 
         reason = (
-            f"L={latency:.1f}s: {est.left_count} tasks still waiting at the horizon "
+            f"L={latency:.1f}s: {_count(est.left_count, 'task')} still waiting at the horizon "
             f"(pack into {est.packed_need}, tail-aware {est.workers_needed}); "
-            f"{len(est.unused_idle)} idle workers unneeded"
+            f"{_count(len(est.unused_idle), 'idle worker')} unneeded"
         )
         if split > 1:
             reason += f"; workers of 1/{split} node"
@@ -278,3 +278,8 @@ class HTAPolicy:
             target_workers=have + add - len(drain),
             reason=reason,
         )
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 task``, ``3 tasks``: the decision's reason is read by people in the run's log."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
