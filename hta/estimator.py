@@ -220,17 +220,18 @@ def runtime_cdf(model: CategoryModel) -> Callable[[float], float]:
     if not pts:
         return lambda x: 1.0
     xs = [x for _, x in pts]
+    return lambda x: _cdf_at(xs, pts, x)
 
-    def cdf(x: float) -> float:
-        if x >= xs[-1]:
-            return 1.0
-        if x < xs[0]:
-            return 0.0
-        i = bisect.bisect_right(xs, x)
-        (q0, x0), (q1, x1) = pts[i - 1], pts[i]
-        return q0 + (q1 - q0) * (x - x0) / (x1 - x0) if x1 > x0 else q1
 
-    return cdf
+def _cdf_at(xs: list[float], pts: list[tuple[float, float]], x: float) -> float:
+    """:func:`runtime_cdf` at ``x`` on the knots (``xs``: their runtimes), linear between them."""
+    if x >= xs[-1]:
+        return 1.0
+    if x < xs[0]:
+        return 0.0
+    i = bisect.bisect_right(xs, x)
+    (q0, x0), (q1, x1) = pts[i - 1], pts[i]
+    return q0 + (q1 - q0) * (x - x0) / (x1 - x0) if x1 > x0 else q1
 
 
 def barrier_wait(tasks: list[tuple[CategoryModel, float]]) -> float:
@@ -255,24 +256,41 @@ def barrier_wait(tasks: list[tuple[CategoryModel, float]]) -> float:
         b = buckets.setdefault((model.name, int(elapsed)), [0, elapsed])
         b[0] += 1
         b[1] = max(b[1], elapsed)
-    cdfs = {name: runtime_cdf(model) for name, model in by_name.items()}
-    live: list[tuple[Callable[[float], float], float, float, int]] = []
+    # per category: its knots' runtimes, its knots, its longest runtime
+    knots = {}
+    for name, model in by_name.items():
+        pts = model.runtime_knots()
+        knots[name] = ([x for _, x in pts], pts, model.runtime_quantile(1.0) or 0.0)
+    # (knot runtimes, knots, elapsed, P(done by elapsed), P(not), tasks) per bucket still running
+    live: list[tuple[list[float], list[tuple[float, float]], float, float, float, int]] = []
     hi = 0.0
     for (name, elapsed), (n, furthest) in buckets.items():
-        model, cdf = by_name[name], cdfs[name]
-        f0 = cdf(elapsed)
+        xs, pts, longest = knots[name]
+        f0 = _cdf_at(xs, pts, elapsed) if pts else 1.0
         if f0 >= 1.0:
-            sure = max(sure, expected_remaining(furthest, model))
+            sure = max(sure, expected_remaining(furthest, by_name[name]))
         else:
-            live.append((cdf, elapsed, f0, int(n)))
-            hi = max(hi, (model.runtime_quantile(1.0) or 0.0) - elapsed)
+            live.append((xs, pts, elapsed, f0, 1.0 - f0, int(n)))
+            hi = max(hi, longest - elapsed)
     if not live:
         return sure
 
     def p_all_done(d: float) -> float:
+        # runtime_cdf's interpolation written out in the loop: this is called 24 times per
+        # barrier over a few dozen buckets, and the call per bucket was most of its time
         p = 1.0
-        for cdf, elapsed, f0, n in live:
-            p *= ((cdf(elapsed + d) - f0) / (1.0 - f0)) ** n
+        right = bisect.bisect_right
+        for xs, pts, elapsed, f0, not_f0, n in live:
+            x = elapsed + d
+            if x >= xs[-1]:
+                c = 1.0
+            elif x < xs[0]:
+                c = 0.0
+            else:
+                i = right(xs, x)
+                (q0, x0), (q1, x1) = pts[i - 1], pts[i]
+                c = q0 + (q1 - q0) * (x - x0) / (x1 - x0) if x1 > x0 else q1
+            p *= ((c - f0) / not_f0) ** n
             if p < 0.5:
                 break
         return p
