@@ -191,6 +191,18 @@ def test_monitor_summary_with_bad_escape_is_repaired():
     assert "hi" in s.command and s.category == "align"
 
 
+def test_cctools_json_repairs_an_unescaped_command_and_leaves_valid_json_alone():
+    from workqueue_bridge import cctools_json
+
+    # what the master's /task_status shows for `paste -sd' '` run without the monitor's wrapper
+    raw = r'[{"taskid":1,"command":"md5sum < blk | paste -sd\' \' > b.md5 && grep \d x"}]'
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(raw)
+    assert cctools_json.loads(raw) == [{"taskid": 1, "command": r"md5sum < blk | paste -sd' ' > b.md5 && grep \d x"}]
+    good = r'{"command":"a \\ b \"q\" \u00e9"}'
+    assert cctools_json.loads(good) == json.loads(good) == {"command": 'a \\ b "q" é'}
+
+
 def test_summary_directory_retries_a_partial_file(tmp_path):
     full = (DATA / "monitor" / "resource-rule-0.summary").read_text()
     (tmp_path / "a.summary").write_text(full[:50])

@@ -9,14 +9,13 @@ its inputs. Each rule's declared resources come from its category.
 from __future__ import annotations
 
 import bisect
-import json
-import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hta.model import Resources, UpcomingTasks
+from workqueue_bridge import cctools_json
 from workqueue_bridge.makeflow_log import MakeflowLog, NodeEvent, NodeState
 from workqueue_bridge.status import clean_category
 
@@ -78,9 +77,6 @@ def parse_dag(data: dict) -> Dag:
     return Dag(rules)
 
 
-_BAD_ESCAPE = re.compile(r'\\(?!["\\/bfnrtu])')
-
-
 #: makeflow_viz's answers, by (workflow, its size and mtime, options, folder): a run asks for
 #: the same workflow up to three times (the empty check, the lookahead, the failed-rule names)
 _VIZ_CACHE: dict[tuple, dict] = {}
@@ -109,10 +105,7 @@ def _run_viz(wf: Path, format_options: Sequence[str], cwd: Path | None, timeout_
         said = out.stderr.strip() or out.stdout.strip()
         said = one_line_error(said) or " ".join(said.splitlines()[-2:])
         raise ValueError(f"makeflow_viz could not read {wf.name}: {said}")
-    try:
-        return json.loads(out.stdout)
-    except json.JSONDecodeError:  # makeflow_viz writes \' for a quote in a command
-        return json.loads(_BAD_ESCAPE.sub(r"\\\\", out.stdout).replace("\\\\'", "'"))
+    return cctools_json.loads(out.stdout)  # (makeflow_viz writes \' for a quote in a command)
 
 
 def load_dag(workflow: Path, format_options: Sequence[str] = (), cwd: Path | None = None) -> Dag:

@@ -1,22 +1,18 @@
 """Reader for the ``*.summary`` files ``makeflow --monitor=DIR`` writes, one per task.
 
 Values are ``[value, "unit"]`` pairs. CCTools writes the task's command into
-the JSON without escaping it properly, so a command holding ``\\'`` or a lone
-backslash yields invalid JSON; :func:`parse_summary` repairs the escapes
-before giving up.
+the JSON without escaping it properly (:mod:`workqueue_bridge.cctools_json`
+repairs it).
 """
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from workqueue_bridge import cctools_json
 from workqueue_bridge.status import clean_category
-
-_BAD_ESCAPE = re.compile(r'\\(?!["\\/bfnrtu])')
 
 
 class TaskSummary(BaseModel):
@@ -55,10 +51,7 @@ def _value(d: dict, key: str) -> float:
 
 def parse_summary(text: str) -> TaskSummary:
     """Parse one summary; raises ValueError if it is not (yet) complete JSON."""
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError:
-        d = json.loads(_BAD_ESCAPE.sub(r"\\\\", text))
+    d = cctools_json.loads(text)
     if not isinstance(d, dict):
         raise ValueError("summary is not a JSON object")
     status = d.get("exit_status")

@@ -23,6 +23,8 @@ from typing import Any
 import aiohttp
 from pydantic import BaseModel, Field
 
+from workqueue_bridge import cctools_json
+
 US = 1e-6
 
 
@@ -311,7 +313,7 @@ class MasterStatusClient:
             self.requests += 1
             # what resp.json(content_type=None) does: the master answers without a JSON content type
             text = body.decode(resp.get_encoding())
-            return json.loads(text) if text.strip() else None
+            return cctools_json.loads(text) if text.strip() else None
 
     def table_age_s(self) -> float | None:
         """Seconds since the task table the last snapshot carried began to be read."""
