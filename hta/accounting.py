@@ -100,12 +100,18 @@ def split_totals(samples: Iterable[CoreSample], at: float, end: float) -> tuple[
     return integrate(before, min(at, end)), integrate(after, end)
 
 
-def node_seconds(intervals: Iterable[tuple[float, float | None]], end: float) -> float:
-    """Worker-seconds paid: each worker from the moment it was asked for until
-    it stopped (or ``end`` if it never did)."""
-    return sum(max(0.0, (stop if stop is not None else end) - start) for start, stop in intervals)
+#: (start, stop or None while still paid, the share of a node paid: 1 unless given)
+PaidSpan = tuple[float, float | None] | tuple[float, float | None, float]
 
 
-def node_seconds_after(intervals: Iterable[tuple[float, float | None]], at: float, end: float) -> float:
-    """The part of :func:`node_seconds` paid after ``at`` (each worker's time clipped to [at, end])."""
-    return sum(max(0.0, min(stop if stop is not None else end, end) - max(start, at)) for start, stop in intervals)
+def node_seconds(intervals: Iterable[PaidSpan], end: float) -> float:
+    """Node-seconds paid: each node (or share of one) from the moment it was asked for
+    until it stopped (or ``end`` if it never did)."""
+    return sum(max(0.0, (stop if stop is not None else end) - start) * (share[0] if share else 1.0)
+               for start, stop, *share in intervals)
+
+
+def node_seconds_after(intervals: Iterable[PaidSpan], at: float, end: float) -> float:
+    """The part of :func:`node_seconds` paid after ``at`` (each span clipped to [at, end])."""
+    return sum(max(0.0, min(stop if stop is not None else end, end) - max(start, at)) * (share[0] if share else 1.0)
+               for start, stop, *share in intervals)

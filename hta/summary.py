@@ -73,34 +73,43 @@ class RunSummary(BaseModel):
     categories: dict[str, CategoryModel] = {}
 
 
-def paid_intervals(workers: list[WorkerRecord]) -> list[tuple[float, float | None]]:
-    """When each node was paid for: a worker's node from the moment it was asked for until
-    it went. Workers that share a node (records naming it) pay it once, from the first one
-    bound to it (asked for, plus any wait for room: its ``connected`` record's ``room``
-    phase) to the last one gone; a worker that never got a node (named "") pays nothing;
-    a worker with no node named is a node of its own."""
+def paid_intervals(workers: list[WorkerRecord], node_cores: float | None = None) -> list[tuple[float, float | None, float]]:
+    """When each node was paid for, and what share of it: (start, stop or None, share).
+
+    A worker's node is paid from the moment it was asked for until it went. Workers that
+    share a node (records naming it: the simulator's, Kubernetes') pay it once, from the
+    first one bound to it (asked for, plus any wait for room: its ``connected`` record's
+    ``room`` phase) to the last one gone; a worker that never got a node (named "") pays
+    nothing. A worker with no node named (the local backend's) is a node of its own, or,
+    smaller than the run's node of ``node_cores`` (HTA's learned shapes cut it into
+    1/k-node workers), its share of one by cores: two half-node workers for a minute pay
+    one node·minute, as they would packed on one node."""
     asked: dict[str, float] = {}
     gone: dict[str, float] = {}
     node_of: dict[str, str] = {}
+    cores: dict[str, float] = {}
     for w in workers:
         if w.event == "requested":
             asked.setdefault(w.worker, w.t)
+            if w.cores:
+                cores.setdefault(w.worker, w.cores)
         elif w.event in ("drained", "removed", "stopped", "lost", "failed"):
             gone.setdefault(w.worker, w.t)
         if w.event == "connected" and "room" in w.phases and w.worker in asked:
             asked[w.worker] += w.phases["room"]
         if w.node is not None and (w.node or w.worker not in node_of):
             node_of[w.worker] = w.node  # the last node named: a pod that waited for room names it later
-    spans: dict[str, tuple[float, float | None]] = {}
+    spans: dict[str, tuple[float, float | None, float]] = {}
     for wid, t0 in asked.items():
         key, t1 = node_of.get(wid, "worker " + wid), gone.get(wid)
         if key == "":
             continue
         if key not in spans:
-            spans[key] = (t0, t1)
+            own = wid not in node_of and node_cores and wid in cores
+            spans[key] = (t0, t1, min(1.0, cores[wid] / node_cores) if own else 1.0)
             continue
-        s0, s1 = spans[key]
-        spans[key] = (min(s0, t0), None if s1 is None or t1 is None else max(s1, t1))
+        s0, s1, _ = spans[key]
+        spans[key] = (min(s0, t0), None if s1 is None or t1 is None else max(s1, t1), 1.0)
     return list(spans.values())
 
 
@@ -122,7 +131,7 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
     totals = integrate(samples, t_end)
     during, teardown = split_totals(samples, ended, t_end)
 
-    intervals = paid_intervals(workers)
+    intervals = paid_intervals(workers, run.worker_shape.cores)
     node_s = node_seconds(intervals, t_end)
 
     connected = [w for w in workers if w.event == "connected"]

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hta.console import PipeConsole
+from hta.plural import counted
 from hta.summary import RunSummary
 
 
@@ -27,7 +28,7 @@ def _shown_path(path: str | Path) -> str:
 def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
     lat = "none measured"
     if s.latency_count:
-        lat = f"median {_s(s.latency_median_s)}, p90 {_s(s.latency_p90_s)} ({s.latency_count} workers)"
+        lat = f"median {_s(s.latency_median_s)}, p90 {_s(s.latency_p90_s)} ({counted(s.latency_count, 'worker')})"
     util = "—" if s.utilization is None else f"{100 * s.utilization:.0f} %"
     rows = [
         ("workflow", _shown_path(s.workflow) if s.workflow else (s.workload or "—")),
@@ -40,7 +41,7 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
         ("waste", f"{_s(s.waste_core_s, 'core·s')} ({_s(s.idle_waste_core_s, '')} on idle workers, "
                   f"{_s(s.teardown_waste_core_s, '')} after the end)"),
         ("shortage", _s(s.shortage_core_s, "core·s")),
-        ("node time paid", f"{_s(s.node_s, 'worker·s')} ({_s(s.teardown_node_s, '')} after the end)"),
+        ("node time paid", f"{_s(s.node_s, 'node·s')} ({_s(s.teardown_node_s, '')} after the end)"),
         ("utilisation", util),
         ("preparation latency", lat),
     ]

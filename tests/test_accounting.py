@@ -65,6 +65,28 @@ def test_run_summary_reports_teardown_waste_and_node_time():
     assert s.node_s == 400 + 160 and s.teardown_node_s == 300 + 60
 
 
+def test_the_summary_pays_a_local_half_node_worker_half_a_node_and_says_node_s():
+    # HTA's learned shapes cut --worker-cores 2 into 1-core workers on the local backend;
+    # each was paid as a whole node, and the summary said "worker·s" where the report said node·s
+    from hta.model import Resources
+    from hta.scaling_log import EndRecord, RunRecord, WorkerRecord
+    from hta.summary import summarize
+    from hta.summary_view import summary_rows
+
+    records = [RunRecord(started_at=0.0, policy="hta", backend="local", worker_shape=Resources(cores=2), max_workers=2),
+               WorkerRecord(t=0, worker="w1", event="requested", cores=1),
+               WorkerRecord(t=0, worker="w2", event="requested", cores=1),
+               WorkerRecord(t=2, worker="w1", event="connected", cores=1, latency_s=2.0),
+               WorkerRecord(t=50, worker="w1", event="drained", cores=1),
+               WorkerRecord(t=50, worker="w2", event="drained", cores=1),
+               EndRecord(t=50, exit_code=0, runtime_s=50, tasks_done=1, tasks_failed=0, tasks_retried=0)]
+    s = summarize(records)
+    assert s.node_s == 50  # two half nodes for 50 s
+    rows = dict(summary_rows(s))
+    assert rows["node time paid"] == "50.0 node·s (0.0 after the end)"
+    assert rows["preparation latency"].endswith("(1 worker)"), rows["preparation latency"]
+
+
 def whole(task_id: int, worker: str) -> RunningTask:
     """A running task that declared nothing: Work Queue gave it the whole worker."""
     return RunningTask(task_id=task_id, category="a", allocation=NODE, started_at=0.0, worker=worker,

@@ -11,6 +11,7 @@ from hta.scaling_log import ScalingLogWriter, WorkerRecord
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload
 from hta.sim.world import ClusterModel, World
+from hta.accounting import node_seconds
 from hta.summary import paid_intervals
 
 NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)
@@ -144,7 +145,20 @@ def test_node_seconds_are_paid_per_node_when_pods_share_it():
             WorkerRecord(t=80, worker="n2", event="drained", node="h1"),
             WorkerRecord(t=5, worker="n3", event="requested"),
             WorkerRecord(t=25, worker="n3", event="drained")]
-    assert sorted(paid_intervals(recs)) == [(0, 80), (5, 25)]
+    assert sorted(paid_intervals(recs)) == [(0, 80, 1.0), (5, 25, 1.0)]
+
+
+def test_a_worker_of_no_named_node_pays_its_share_of_the_runs_node():
+    # the local backend's workers name no node: a half-node worker (HTA's learned shapes on
+    # 2-core --worker-cores) counted a whole node, so two paid twice what one node does
+    recs = [WorkerRecord(t=0, worker="w1", event="requested", cores=1.0),
+            WorkerRecord(t=0, worker="w2", event="requested", cores=1.0),
+            WorkerRecord(t=5, worker="w3", event="requested", cores=2.0),
+            WorkerRecord(t=60, worker="w1", event="drained"), WorkerRecord(t=60, worker="w2", event="drained"),
+            WorkerRecord(t=65, worker="w3", event="drained")]
+    assert sorted(paid_intervals(recs, node_cores=2.0)) == [(0, 60, 0.5), (0, 60, 0.5), (5, 65, 1.0)]
+    assert node_seconds(paid_intervals(recs, node_cores=2.0), end=100) == 60 + 60
+    assert node_seconds(paid_intervals(recs), end=100) == 180  # (no node size known: each its own)
 
 
 def cat(name: str, cores: float, memory: float) -> CategoryModel:
@@ -219,7 +233,7 @@ def test_a_simulated_run_with_learned_shapes_pays_nodes_not_pods():
     assert len({r.node for r in pods}) < len(pods)  # pods shared nodes
     per_pod = sum(r.t for r in workers if r.event != "requested" and r.event != "connected") - \
         sum(r.t for r in workers if r.event == "requested")
-    assert s.node_s == pytest.approx(sum(b - a for a, b in paid_intervals(workers)))
+    assert s.node_s == pytest.approx(sum(b - a for a, b, _ in paid_intervals(workers)))
     assert s.node_s < per_pod  # shared nodes are paid once
 
 
@@ -287,7 +301,7 @@ def test_a_pod_that_waited_for_room_pays_from_when_it_got_it():
             WorkerRecord(t=200, worker="n2", event="drained", node="h2"),
             WorkerRecord(t=70, worker="n3", event="requested", node=""),  # cancelled while waiting
             WorkerRecord(t=80, worker="n3", event="drained", node="")]
-    assert sorted(paid_intervals(recs)) == [(0, 100), (100, 200)]
+    assert sorted(paid_intervals(recs)) == [(0, 100, 1.0), (100, 200, 1.0)]
 
 
 def test_a_smaller_worker_counts_as_its_share_only_when_it_is_an_exact_part():

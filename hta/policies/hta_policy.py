@@ -23,6 +23,7 @@ from typing import Literal
 
 from hta.estimator import EstimatorOptions, QueueDrainEstimator
 from hta.model import Observation, Resources, ScaleDecision
+from hta.plural import counted
 
 #: HTA's two named presets beside its default (issue 16 §2), as settings in the
 #: ``hta:key=value`` form (estimator options and the policy's own fields):
@@ -264,9 +265,9 @@ class HTAPolicy:
             self._proposed.pop(w, None)
 
         reason = (
-            f"L={latency:.1f}s: {_count(est.left_count, 'task')} still waiting at the horizon "
+            f"L={latency:.1f}s: {counted(est.left_count, 'task')} still waiting at the horizon "
             f"(pack into {est.packed_need}, tail-aware {est.workers_needed}); "
-            f"{_count(len(est.unused_idle), 'idle worker')} unneeded"
+            f"{counted(len(est.unused_idle), 'idle worker')} unneeded"
         )
         if split > 1:
             reason += f"; workers of 1/{split} node"
@@ -278,8 +279,3 @@ class HTAPolicy:
             target_workers=have + add - len(drain),
             reason=reason,
         )
-
-
-def _count(n: int, noun: str) -> str:
-    """``1 task``, ``3 tasks``: the decision's reason is read by people in the run's log."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
