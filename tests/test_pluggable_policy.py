@@ -31,6 +31,15 @@ MODULE = textwrap.dedent('''
     def make_policy():
         return Fixed()
 
+    class Plain:  # a policy, but not a dataclass: it has no settings
+        name = "plain"
+
+        def __init__(self, n=2):
+            self.n = n
+
+        def decide(self, obs):
+            return ScaleDecision(next_decision_s=30.0)
+
     def not_a_policy():
         return 42
 
@@ -71,6 +80,8 @@ def test_module_callable_loads_a_policy_and_takes_settings(plugin_dir):
     ("mypkg.mymod:not_a_policy", "returned int, not a Policy"),
     ("mypkg.mymod:broken", "raised RuntimeError: boom"),
     ("mypkg.mymod:make_policy:nope=1", "'nope' is not a setting of fixed"),
+    # (it said "'n' is not a setting of plain; it has: " and listed nothing)
+    ("mypkg.mymod:Plain:n=5", "plain has no settings: settings after the colon set the fields of a dataclass policy"),
 ])
 def test_errors_are_one_line(plugin_dir, spec, says):
     with pytest.raises(ValueError) as err:

@@ -182,6 +182,9 @@ def _configure(policy: Policy, spec: str, settings: str) -> Policy:
         key, eq, text = item.partition("=")
         key = key.strip()
         if not eq or key not in holders:
+            if not holders:  # (a policy that is not a dataclass, or has no scalar fields)
+                raise ValueError(f"policy {spec!r}: {policy.name} has no settings: settings after the colon set "
+                                 f"the fields of a dataclass policy (its number, string and bool fields)")
             raise ValueError(f"policy {spec!r}: {key!r} is not a setting of {policy.name}; it has: "
                              f"{', '.join(sorted(holders))}")
         holder = holders[key]
