@@ -151,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run WORKFLOW with the real `makeflow -T wq` (from this folder, as makeflow "
                                    "itself would, resource monitoring on) and scale its workers. makeflow's own "
                                    "options go after `--`, e.g. `hta makeflow Makeflow -- -j 4 --retry-count 2`; "
-                                   "the ones HTA sets itself (-T, -p, -Z, -N, -C) are refused.")
+                                   "the ones HTA sets itself (-T, -p, -Z, -N, -C) and --password (not handed to "
+                                   "workers yet) are refused.")
     m.add_argument("workflow", type=Path, nargs="?", default=None,
                    help="the Makeflow file (may be left out when an --argv file after -- names it)")
     _verbosity(m, argparse.SUPPRESS)

@@ -73,7 +73,8 @@ class RunSummary(BaseModel):
     categories: dict[str, CategoryModel] = {}
 
 
-def paid_intervals(workers: list[WorkerRecord], node_cores: float | None = None) -> list[tuple[float, float | None, float]]:
+def paid_intervals(workers: list[WorkerRecord],
+                   node_cores: float | None = None) -> list[tuple[float, float | None, float]]:
     """When each node was paid for, and what share of it: (start, stop or None, share).
 
     A worker's node is paid from the moment it was asked for until it went. Workers that
