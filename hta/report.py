@@ -59,8 +59,8 @@ def load_runs(paths: list[Path]) -> tuple[list[LoadedRun], list[str]]:
         if Path(p).is_file() and latest.exists():  # a workflow: its latest run
             p = latest.resolve()
         elif Path(p).is_file() and not _looks_like_a_log(Path(p)):
-            errors.append(f"{p}: no scaling log, and no HTA run of it as a workflow ({latest.name} is not there): "
-                          f"run hta makeflow {p} first, or give a scaling log")
+            errors.append(f"{p}: no scaling log, and no HTA run of it as a workflow ({latest.name} is not there; "
+                          f"a run with --log FILE writes FILE only): give a scaling log, or run hta makeflow {p} first")
             continue
         try:
             records, problems = read_records(p)

@@ -212,5 +212,7 @@ def test_report_on_a_workflow_never_run_says_so(tmp_path: Path):
     wf.write_text("a:\n\ttouch a\n")
     r = run_hta("report", str(wf))
     assert r.returncode == 1
-    one_error_line(r, "no HTA run of it as a workflow (Makeflow.scaling.jsonl is not there)",
-                   f"run hta makeflow {wf} first")  # (it said: not JSON; is this an HTA scaling log?)
+    # (it said: not JSON; is this an HTA scaling log?) — and a run logged with --log FILE left no
+    # Makeflow.scaling.jsonl, so "run hta makeflow first" alone misled its user
+    one_error_line(r, "no HTA run of it as a workflow (Makeflow.scaling.jsonl is not there; "
+                      "a run with --log FILE writes FILE only)", f"run hta makeflow {wf} first")
