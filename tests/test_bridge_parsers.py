@@ -191,16 +191,19 @@ def test_monitor_summary_with_bad_escape_is_repaired():
     assert "hi" in s.command and s.category == "align"
 
 
-def test_cctools_json_repairs_an_unescaped_command_and_leaves_valid_json_alone():
+def test_cctools_json_reads_ccTools_escapes_and_leaves_valid_json_alone():
     from workqueue_bridge import cctools_json
 
-    # what the master's /task_status shows for `paste -sd' '` run without the monitor's wrapper
-    raw = r'[{"taskid":1,"command":"md5sum < blk | paste -sd\' \' > b.md5 && grep \d x"}]'
+    # how makeflow 8's master, makeflow_viz and resource_monitor write `sed 's/\./,/' | paste -sd' '`:
+    # a backslash escaped as JSON does, a quote as \' (which JSON has not)
+    raw = r'[{"taskid":1,"command":"sed \'s/\\./,/\' | paste -sd\' \'"}]'
     with pytest.raises(json.JSONDecodeError):
         json.loads(raw)
-    assert cctools_json.loads(raw) == [{"taskid": 1, "command": r"md5sum < blk | paste -sd' ' > b.md5 && grep \d x"}]
-    good = r'{"command":"a \\ b \"q\" \u00e9"}'
-    assert cctools_json.loads(good) == json.loads(good) == {"command": 'a \\ b "q" é'}
+    assert cctools_json.loads(raw) == [{"taskid": 1, "command": r"sed 's/\./,/' | paste -sd' '"}]
+    # a backslash before a letter JSON has no escape for is kept as itself; \u needs 4 hex digits
+    assert cctools_json.loads(r'{"c":"grep \d \'x\' \ux \u00e9 \\\\host"}') == {"c": r"grep \d 'x' \ux é \\host"}
+    good = r'{"command":"a \\ b \"q\" \u00e9 \t"}'
+    assert cctools_json.loads(good) == json.loads(good) == {"command": 'a \\ b "q" é \t'}
 
 
 def test_summary_directory_retries_a_partial_file(tmp_path):

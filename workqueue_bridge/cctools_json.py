@@ -1,11 +1,12 @@
 """JSON as CCTools writes it, which is not always JSON.
 
 CCTools writes a task's command into its JSON (the master's ``/task_status``,
-``makeflow_viz -D json``, the resource monitor's ``*.summary``) without escaping it
-properly: a command holding a quote comes out as ``\\'`` and a lone backslash as
-itself, and strict JSON refuses both. :func:`loads` parses the text as it is, and
-only when that fails repairs those escapes (a stray backslash is kept as a
-backslash, ``\\'`` becomes the quote it stood for) and parses again."""
+``makeflow_viz -D json``, the resource monitor's ``*.summary``) with its own
+escaping: a backslash as ``\\\\`` (as JSON does), but a quote as ``\\'``, which
+strict JSON refuses. :func:`loads` parses the text as it is, and only when that
+fails reads each escape in turn (so the second backslash of ``\\\\`` is never
+taken for the start of another): ``\\'`` becomes the quote it stood for, JSON's
+own escapes stay, and any other backslash is kept as a backslash."""
 
 from __future__ import annotations
 
@@ -13,13 +14,23 @@ import json
 import re
 from typing import Any
 
-#: a backslash that starts no JSON escape
-_BAD_ESCAPE = re.compile(r'\\(?!["\\/bfnrtu])')
+#: one escape: a backslash and the character after it (or ``u`` and four hex digits)
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
+_JSON_ESCAPES = frozenset('"\\/bfnrt')
+
+
+def _repaired(m: re.Match[str]) -> str:
+    c = m.group(1)
+    if c == "'":
+        return "'"
+    if len(c) == 5 or c in _JSON_ESCAPES:
+        return m.group(0)
+    return "\\\\" + c
 
 
 def loads(text: str) -> Any:
-    """``json.loads``, forgiving CCTools' unescaped commands (see the module)."""
+    """``json.loads``, forgiving CCTools' escapes (see the module)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        return json.loads(_BAD_ESCAPE.sub(r"\\\\", text).replace("\\\\'", "'"))
+        return json.loads(_ESCAPE.sub(_repaired, text))
