@@ -20,7 +20,7 @@ workers can remove those; only fewer, fuller workers avoid them).
 
 Teardown: the cluster a policy leaves behind after the workflow's last task ends is
 still paid for; :func:`split_totals` cuts waste (and the rest) at that moment, and
-:func:`node_seconds` with ``start`` counts the node time paid after it.
+:func:`node_seconds_after` counts the node time paid after it.
 
 Samples are step functions: a sample's values hold until the next sample (or
 the end of the run). The simulator, the controller's summary, the report and

@@ -54,7 +54,7 @@ KEYS: dict[str, tuple[str, str]] = {
 
 
 #: ``HTA_*`` variables HTA reads that are not options of ``hta makeflow`` (see
-#: :func:`misspelled_variables`): the k8s backend's start timeout, the worker pod's identity
+#: :func:`misspelled_variables`): the k8s backend's start timeout, the identity of the pod HTA runs in
 OTHER_VARIABLES = frozenset({"HTA_K8S_START_TIMEOUT_S", "HTA_POD_NAME", "HTA_POD_UID"})
 
 
@@ -105,7 +105,7 @@ def misspelled_variables(env: Mapping[str, str] | None = None) -> list[str]:
     """One warning per ``HTA_*`` variable that is not a setting but nearly spells one
     (``HTA_MAX_WORKES``): :func:`from_environment` ignores it, as the shell passes on
     every variable, so a typo would otherwise silently leave the default in force. Only
-    near misses are named: other ``HTA_*`` variables (the worker pod's ``HTA_POD_NAME``,
+    near misses are named: other ``HTA_*`` variables (a pod's ``HTA_POD_NAME``,
     the test cluster's ``HTA_K8S_CACHE``) are not HTA's options and are none of its
     business."""
     import difflib

@@ -47,8 +47,8 @@ class RunSummary(BaseModel):
     run_waste_core_s: float = 0.0
     teardown_waste_core_s: float = 0.0
     shortage_core_s: float
-    #: worker-seconds paid (each worker from its request until it went), and the part of it
-    #: paid after the workflow ended
+    #: node·s paid (:func:`paid_intervals`: a node from its first worker's request until its
+    #: last went, once however many share it), and the part of it paid after the workflow ended
     node_s: float
     teardown_node_s: float = 0.0
     lost_work_core_s: float = 0.0
@@ -81,10 +81,10 @@ def paid_intervals(workers: list[WorkerRecord],
     share a node (records naming it: the simulator's, Kubernetes') pay it once, from the
     first one bound to it (asked for, plus any wait for room: its ``connected`` record's
     ``room`` phase) to the last one gone; a worker that never got a node (named "") pays
-    nothing. A worker with no node named (the local backend's) is a node of its own, or,
-    smaller than the run's node of ``node_cores`` (HTA's learned shapes cut it into
-    1/k-node workers), its share of one by cores: two half-node workers for a minute pay
-    one node·minute, as they would packed on one node."""
+    nothing. A worker with no node named is a node of its own, or, given ``node_cores``
+    (the local backend's, where no worker names a node) and smaller than that node (HTA's
+    learned shapes cut it into 1/k-node workers), its share of one by cores: two
+    half-node workers for a minute pay one node·minute, as they would packed on one node."""
     asked: dict[str, float] = {}
     gone: dict[str, float] = {}
     node_of: dict[str, str] = {}
@@ -132,7 +132,8 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
     totals = integrate(samples, t_end)
     during, teardown = split_totals(samples, ended, t_end)
 
-    intervals = paid_intervals(workers, run.worker_shape.cores)
+    # (a local worker is a share of a node; a pod with no node named never got one: whole)
+    intervals = paid_intervals(workers, run.worker_shape.cores if run.backend == "local" else None)
     node_s = node_seconds(intervals, t_end)
 
     connected = [w for w in workers if w.event == "connected"]

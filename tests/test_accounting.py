@@ -85,6 +85,15 @@ def test_the_summary_pays_a_local_half_node_worker_half_a_node_and_says_node_s()
     rows = dict(summary_rows(s))
     assert rows["node time paid"] == "50.0 node·s (0.0 after the end)"
     assert rows["preparation latency"].endswith("(1 worker)"), rows["preparation latency"]
+    # on Kubernetes a pod names its node when it connects; one that never did (Pending, then
+    # removed) held no node to share: it is paid whole, not its share of one
+    k8s = [records[0].model_copy(update={"backend": "k8s"}),
+           WorkerRecord(t=0, worker="p1", event="requested", cores=1),
+           WorkerRecord(t=2, worker="p1", event="connected", cores=1, latency_s=2.0, node="h1"),
+           WorkerRecord(t=0, worker="p2", event="requested", cores=1),
+           WorkerRecord(t=50, worker="p1", event="drained", cores=1),
+           WorkerRecord(t=50, worker="p2", event="removed", cores=1), records[-1]]
+    assert summarize(k8s).node_s == 50 + 50
 
 
 def whole(task_id: int, worker: str) -> RunningTask:

@@ -5,13 +5,13 @@ import asyncio
 
 import pytest
 
+from hta.accounting import node_seconds
 from hta.model import CategoryModel, LatencyStats, Observation, PendingWorker, Resources, TaskGroup, WorkerInfo
 from hta.policies import make_policy
 from hta.scaling_log import ScalingLogWriter, WorkerRecord
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload
 from hta.sim.world import ClusterModel, World
-from hta.accounting import node_seconds
 from hta.summary import paid_intervals
 
 NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)

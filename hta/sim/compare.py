@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hta.console import PipeConsole
+from hta.plural import counted
 from hta.policies.base import make_policy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.oracle import NodeSecondsFloor, mean_node_seconds_floor, node_seconds_floor
@@ -130,7 +131,7 @@ def comparison_table(c: Comparison) -> Table:
     "node·s floor" is the fewest node·s any policy pays at the row's mean runtime, and how
     many times it the row paid (``hta.sim.oracle.mean_node_seconds_floor``)."""
     n = len(next(iter(c.by_policy().values())))
-    t = Table(title=f"{c.workload}: mean ± sd over {n} seed{'s' if n != 1 else ''}",
+    t = Table(title=f"{c.workload}: mean ± sd over {counted(n, 'seed')}",
               title_justify="left")
     for col in ("policy", "runtime s", "waste core·s", "on idle workers", "after the end", "shortage core·s",
                 "node·s", "node·s after the end", "node·s floor", "lost core·s", "actions"):

@@ -35,6 +35,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from hta.plural import counted
 from hta.scaling_log import DecisionRecord, WorkerRecord
 from hta.status.snapshot import FORMAT, RunInfo, StatusSnapshot, build_snapshot
 
@@ -71,7 +72,7 @@ def decision_line(d: DecisionRecord, verbosity: Verbosity = "normal") -> str | N
     """One line for a decision; None where this verbosity does not show it (a hold, unless verbose)."""
     acts = []
     if d.add:
-        acts.append(f"add {d.add} worker{'s' if d.add != 1 else ''}")
+        acts.append(f"add {counted(d.add, 'worker')}")
     if d.drain:
         acts.append(f"drain {', '.join(d.drain)}")
     if d.remove:
