@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: install what is missing, then run the tests.
 #   ./scripts/test.sh          the full suite (what CI runs): builds the local Kubernetes
-#                              control plane first if it is missing (~17 min cold, cached)
+#                              control plane first if it is missing (8-17 min cold, cached)
 #   ./scripts/test.sh --fast   the edit loop: no cluster build, no real makeflow runs or pods
 #                              (pytest -m "not slow and not cluster"), under 3 minutes
 # Any other arguments go to pytest.
