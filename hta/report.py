@@ -86,7 +86,8 @@ def rows(s: RunSummary) -> list[tuple[str, str]]:
     return [
         ("status", status),
         ("runtime s", _f(s.runtime_s, 1)),
-        ("tasks done/failed/re-run", f"{s.tasks_done}/{s.tasks_failed}/{s.tasks_retried}"),
+        ("tasks done/failed/re-run", f"{s.tasks_done}/{s.tasks_failed}/{s.tasks_retried}"
+                                     + (f" ({s.tasks_done_before} done before this run)" if s.tasks_done_before else "")),
         ("waste core·s", _f(s.waste_core_s)),
         ("  on idle workers", _f(s.idle_waste_core_s)),
         ("  after the workflow ended", _f(s.teardown_waste_core_s)),

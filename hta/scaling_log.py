@@ -108,6 +108,9 @@ class EndRecord(BaseModel):
     tasks_failed: int = 0
     tasks_retried: int = 0
     lost_work_core_s: float = 0.0
+    #: of ``tasks_done``, those an earlier run of the workflow had completed (makeflow
+    #: counts them done again when it resumes a workflow)
+    tasks_done_before: int = 0
 
 
 Record = Annotated[

@@ -402,6 +402,7 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
     writer.write(EndRecord(
         t=round(now, 3), exit_code=exit_code, runtime_s=round(finished_at, 3),
         tasks_done=last.complete if last else 0, tasks_failed=last.failed if last else 0,
+        tasks_done_before=max(0, last.complete - mflog.completed_this_run) if last else 0,
         # makeflow's own retries, and the tasks the master ran again because their worker went away
         tasks_retried=mflog.retried + tasks_lost,
         lost_work_core_s=round(sum(r.lost_work_core_s for r in lost), 3),

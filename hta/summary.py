@@ -36,6 +36,8 @@ class RunSummary(BaseModel):
     exit_code: int | None = None
     runtime_s: float
     tasks_done: int
+    #: of those, done by an earlier run of the workflow (makeflow resumed it)
+    tasks_done_before: int = 0
     tasks_failed: int
     tasks_retried: int
     waste_core_s: float
@@ -164,6 +166,7 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
         exit_code=end.exit_code if end else None,
         runtime_s=end.runtime_s if end else t_end,
         tasks_done=end.tasks_done if end else (last_obs.tasks_done if last_obs else 0),
+        tasks_done_before=end.tasks_done_before if end else 0,
         tasks_failed=end.tasks_failed if end else (last_obs.tasks_failed if last_obs else 0),
         tasks_retried=end.tasks_retried if end else tasks_lost,
         waste_core_s=totals.waste_core_s,

@@ -34,7 +34,8 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
         ("workflow", _shown_path(s.workflow) if s.workflow else (s.workload or "—")),
         ("result", "complete" if s.exit_code == 0 else f"exit code {s.exit_code}"),
         ("runtime", _s(s.runtime_s)),
-        ("tasks", f"{s.tasks_done} done, {s.tasks_failed} failed, {s.tasks_retried} re-run"),
+        ("tasks", f"{s.tasks_done} done{f' ({s.tasks_done_before} before this run)' if s.tasks_done_before else ''}, "
+                  f"{s.tasks_failed} failed, {s.tasks_retried} re-run"),
         ("workers", f"{s.workers_requested} requested, {s.workers_connected} connected, "
                     f"{s.workers_drained} drained, peak {s.peak_workers}"),
         ("scale actions", f"{s.scale_up_actions} up, {s.scale_down_actions} down"),

@@ -264,3 +264,5 @@ def test_rules_rebuilt_after_a_restart_are_not_re_runs(tmp_path):
     log = MakeflowLog(tmp_path / "W.makeflowlog")
     log.poll()
     assert log.retried == 1  # rule 2, not the rebuilt rule 1
+    # the progress line counts 3 complete; this run completed 1 and 2, so one was done before it
+    assert (log.latest.complete, log.completed_this_run) == (3, 2)

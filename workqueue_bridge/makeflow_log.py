@@ -75,6 +75,9 @@ class MakeflowLog:
         self.failed = False
         #: node → times it was started in the current run (re-runs show as > 1)
         self.submissions: dict[int, int] = {}
+        #: rules completed in the current run (the log's progress counts also hold those an
+        #: earlier run of the workflow completed)
+        self.completed_this_run = 0
         #: node → its latest event (any run)
         self.states: dict[int, NodeEvent] = {}
         self._unfinished: set[int] = set()
@@ -104,6 +107,7 @@ class MakeflowLog:
                     or (self.states[n].state == NodeState.WAITING and self._reset_from.get(n) in unfinished))}
                 self.submissions = {}
                 self._reset_from = {}
+                self.completed_this_run = 0
             elif raw.startswith("# COMPLETED"):
                 self.completed_at = int(raw.split()[2]) / 1e6
             elif raw.startswith(("# FAILED", "# ABORTED")):
@@ -113,6 +117,8 @@ class MakeflowLog:
                 continue
             if ev.state == NodeState.RUNNING:
                 self.submissions[ev.node_id] = self.submissions.get(ev.node_id, 0) + 1
+            elif ev.state == NodeState.COMPLETE:
+                self.completed_this_run += 1
             elif ev.state == NodeState.WAITING and ev.node_id in self.states:
                 self._reset_from[ev.node_id] = self.states[ev.node_id].state
             self.states[ev.node_id] = ev
