@@ -276,21 +276,9 @@ def barrier_wait(tasks: list[tuple[CategoryModel, float]]) -> float:
         return sure
 
     def p_all_done(d: float) -> float:
-        # runtime_cdf's interpolation written out in the loop: this is called 24 times per
-        # barrier over a few dozen buckets, and the call per bucket was most of its time
         p = 1.0
-        right = bisect.bisect_right
         for xs, pts, elapsed, f0, not_f0, n in live:
-            x = elapsed + d
-            if x >= xs[-1]:
-                c = 1.0
-            elif x < xs[0]:
-                c = 0.0
-            else:
-                i = right(xs, x)
-                (q0, x0), (q1, x1) = pts[i - 1], pts[i]
-                c = q0 + (q1 - q0) * (x - x0) / (x1 - x0) if x1 > x0 else q1
-            p *= ((c - f0) / not_f0) ** n
+            p *= ((_cdf_at(xs, pts, elapsed + d) - f0) / not_f0) ** n
             if p < 0.5:
                 break
         return p
