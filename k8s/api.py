@@ -41,17 +41,29 @@ class CallCounter:
             self.count += 1
 
 
+def _check_kubeconfig_file(path: str, named_by: str) -> None:
+    """A kubeconfig named by ``--kubeconfig`` or ``$KUBECONFIG`` (or the default) must be a file."""
+    if os.path.isdir(path):
+        raise K8sError(f"kubeconfig {path!r} ({named_by}) is a folder: pass --kubeconfig FILE of a reachable "
+                       f"cluster")
+    if not os.path.isfile(path):
+        raise K8sError(f"kubeconfig {path!r} ({named_by}) not found: pass --kubeconfig FILE of a reachable cluster")
+
+
 def load_client(kubeconfig: str | None = None) -> client.ApiClient:
     try:
         if kubeconfig:
-            if not os.path.isfile(kubeconfig):
-                raise K8sError(f"kubeconfig {kubeconfig!r} not found: pass --kubeconfig FILE of a reachable cluster")
+            _check_kubeconfig_file(kubeconfig, "--kubeconfig")
             cfg = client.Configuration()
             config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             cfg = client.Configuration()
             config.load_incluster_config(client_configuration=cfg)
         else:
+            env = os.environ.get("KUBECONFIG", "")
+            if os.pathsep not in env:  # (a list of files is the client library's to merge)
+                _check_kubeconfig_file(os.path.expanduser(env or "~/.kube/config"),
+                                       "$KUBECONFIG" if env else "the default; KUBECONFIG is not set")
             cfg = client.Configuration()
             config.load_kube_config(client_configuration=cfg)
     except ConfigException as exc:
@@ -62,7 +74,8 @@ def load_client(kubeconfig: str | None = None) -> client.ApiClient:
         raise
     except Exception as exc:  # yaml errors and the like
         raise K8sError(f"invalid kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}: "
-                       f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+                       f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} (pass --kubeconfig "
+                       f"FILE, or set KUBECONFIG)") from None
     cfg.retries = 0  # retries are ours (below), with backoff
     return client.ApiClient(cfg)
 
@@ -80,6 +93,20 @@ def describe(exc: client.exceptions.ApiException) -> str:
     if exc.status == 403:
         hint = " (HTA's service account needs the Role in k8s/manifests: kubectl apply -k k8s/manifests)"
     return f"{exc.status} {msg}{hint}"
+
+
+def unreachable(exc: BaseException) -> str:
+    """One line for a connection error: where, and why in a few words (urllib3's own message
+    holds the pool, the URL and the exception's repr)."""
+    import re
+
+    pool = getattr(exc, "pool", None)
+    where = f" at {pool.host}:{pool.port}" if pool is not None and getattr(pool, "host", None) else ""
+    text = str(getattr(exc, "reason", None) or exc)
+    m = re.search(r"\[Errno -?\d+\] ([^'\"()\]]+)", text) or re.search(r"(timed out|Name or service not known)", text)
+    why = m.group(1).strip() if m else type(getattr(exc, "reason", None) or exc).__name__
+    return (f"cannot reach the API server{where} ({why}): is the cluster up? check the server in the "
+            f"kubeconfig")
 
 
 #: how long one step of the control loop waits for one API operation (all its retries) before
@@ -118,8 +145,8 @@ def call(fn: Callable[..., Any], *args: Any, counter: CallCounter | None = None,
             wait = float(retry_after) if retry_after and retry_after.isdigit() else delay
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             if attempt == attempts:
-                raise K8sError(f"{what or fn.__name__}: cannot reach the API server: {exc}") from None
-            last = f"cannot reach the API server: {exc}"
+                raise K8sError(f"{what or fn.__name__}: {unreachable(exc)}") from None
+            last = unreachable(exc)
             wait = delay
         if deadline is not None and time.monotonic() + wait >= deadline:
             break

@@ -182,6 +182,9 @@ class KubernetesBackend:
         self._reported: set[str] = set()
         self._blocked_since: float | None = None
         self._blocked_why: str = ""
+        #: since when every pod create has failed (None: the last one worked), and the last error
+        self._creates_failing_since: float | None = None
+        self._create_error = ""
 
     # -- lifecycle -----------------------------------------------------------------
     def connect(self) -> None:
@@ -189,6 +192,7 @@ class KubernetesBackend:
         self.api = client.CoreV1Api(load_client(self.kubeconfig))
         call(self.api.list_namespaced_pod, self.namespace, label_selector=self.selector, limit=1,
              counter=self.counter, attempts=3, what=f"list pods in namespace {self.namespace!r}")
+        self._check_create()
         self.metrics = client.CustomObjectsApi(self.api.api_client)
         try:
             self._pod_metrics(limit=1)
@@ -198,6 +202,25 @@ class KubernetesBackend:
                                 f"and grant HTA's Role get/list on pods.metrics.k8s.io")
         else:
             self.signals = frozenset({CPU_UTILIZATION})
+
+    def _check_create(self) -> None:
+        """Create one worker pod as a server-side dry run: the namespace exists (listing pods in
+        one that does not answers an empty list), HTA may create pods there, and the API
+        server takes the pod as HTA writes it (its image name included). Each failure would
+        otherwise fail every create of the run, retried for ever."""
+        pod = worker_pod(f"hta-{self.run_id}-check", self.run_id, Resources(cores=1, memory_mb=512, disk_mb=1024),
+                         self.image, worker_command("127.0.0.1:9123", disk_mb=1024, idle_timeout_s=60),
+                         self.host_network)
+        try:
+            call(self.api.create_namespaced_pod, self.namespace, pod, dry_run="All", counter=self.counter,
+                 attempts=3, what=f"create a worker pod in namespace {self.namespace!r} (a dry run)")
+        except K8sError as exc:
+            if " 404 " in f" {exc} " and "namespaces" in str(exc):
+                raise K8sError(f"namespace {self.namespace!r} not found: create it (kubectl create namespace "
+                               f"{self.namespace}) or pass --namespace") from None
+            if " 422 " in f" {exc} ":
+                raise K8sError(f"{exc}: check --image ({self.image!r})") from None
+            raise
 
     def _pod_metrics(self, **kwargs) -> list[dict]:
         out = call(self.metrics.list_namespaced_custom_object, METRICS_GROUP, METRICS_VERSION, self.namespace,
@@ -349,7 +372,12 @@ class KubernetesBackend:
 
         done = await asyncio.gather(*(create(n) for n in names), return_exceptions=True)
         errors = [d for d in done if isinstance(d, BaseException)]
+        if any(isinstance(d, str) for d in done):
+            self._creates_failing_since = None
+        elif errors and self._creates_failing_since is None:
+            self._creates_failing_since = time.time()
         if errors:  # those created are tracked; the next decision asks again for the rest
+            self._create_error = str(errors[0])
             raise errors[0]
         return [n for n in done if n]
 
@@ -448,10 +476,19 @@ class KubernetesBackend:
 
     def _check_blocked(self) -> None:
         """``fatal`` when no worker is connected and every pod asked for has been stuck (cannot
-        start by itself) for ``start_timeout_s``: no worker can ever start."""
+        start by itself) for ``start_timeout_s``, or every create has failed that long: no
+        worker can ever start."""
         if self.fatal:
             return
         live = [tr for tr in self._tracked.values() if tr.state in ("pending", "connected")]
+        failing = self._creates_failing_since
+        if failing is not None and not any(tr.state == "connected" for tr in live) \
+                and time.time() - failing >= self.start_timeout_s:
+            # the API server gone, the namespace deleted, the Role revoked: no pod can be made
+            self.fatal = (f"no worker pod could be created for {time.time() - failing:.0f}s and no worker is "
+                          f"connected; the last error: {self._create_error}")
+            log.info("%s", self.fatal)
+            return
         if not live or any(tr.state == "connected" or tr.stuck_since is None for tr in live):
             return
         youngest = max(live, key=lambda tr: tr.stuck_since)

@@ -166,6 +166,18 @@ def test_bad_kubeconfig_is_one_line(tmp_path):
     assert not cctools_processes(str(wf))
 
 
+def test_a_namespace_that_does_not_exist_is_refused_before_anything_starts(cluster, core, tmp_path):
+    # listing pods there answers an empty list; every create then failed with 404, retried for
+    # ever: the run never ended (a server-side dry run of one worker pod now says so at once)
+    wf = _sleepy(tmp_path, 1, 1)
+    r = run_hta(*k8s_args(cluster, "--namespace", "nosuchns"), str(wf / "Makeflow"), timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip() == ("hta: error: namespace 'nosuchns' not found: create it (kubectl create namespace "
+                                "nosuchns) or pass --namespace"), r.stderr
+    assert not hta_pods(core) and not (wf / "Makeflow.makeflowlog").exists()
+    assert not cctools_processes(str(wf))
+
+
 def test_hpa_is_refused_where_the_cluster_serves_no_cpu_metrics(cluster, core, blast_copy):
     """The test cluster runs no metrics-server: HPA would read 0 % CPU and never scale, so it
     is refused before anything starts, in one line that names the missing API."""

@@ -203,3 +203,67 @@ def test_phases_add_up_to_the_latency_whatever_the_clocks_say():
     seen_late = PodState(name="hta-u-1", uid="x", scheduled_at=1011.0, running_at=1013.0)  # Running seen at 13 s
     phases = b._phases(tr, seen_late, now=12.0)
     assert phases["connect"] == 0 and phases["node"] + phases["start"] == pytest.approx(12.0 - 10.9)
+
+
+def test_creates_failing_with_no_worker_connected_end_the_run_after_the_start_timeout():
+    """The API server gone (or the namespace deleted, the Role revoked) while no worker is
+    connected: every create fails, and the run waited for ever, quiet. After the start
+    timeout, ``fatal`` names it (the run ends with that line); a create that works, or a
+    connected worker, keeps it going."""
+    from k8s.backend import KubernetesBackend, Tracked
+
+    b = KubernetesBackend(run_id="unit", epoch=time.time(), api_budget_s=1.0, start_timeout_s=2.0)
+    b.api = _api_at(_refused_port())
+    b._port = 9123
+    shape = Resources(cores=1, memory_mb=512, disk_mb=512)
+    with pytest.raises(K8sError, match="cannot reach the API server at 127.0.0.1"):
+        asyncio.run(b.request(2, shape, 0.0))
+    asyncio.run(b.refresh(_empty_snapshot(), 0.0))
+    assert b.fatal is None  # not yet: a blip of the API server is no reason to end a run
+    b._creates_failing_since -= 3.0  # (as if the creates had failed since 3 s ago)
+    b._tracked["hta-unit-7"] = Tracked("hta-unit-7", shape, 0.0, state="connected", address="1.2.3.4:5")
+    b._check_blocked()
+    assert b.fatal is None  # a connected worker runs tasks meanwhile
+    b._tracked["hta-unit-7"].state = "gone"
+    b._check_blocked()
+    assert b.fatal and b.fatal.startswith("no worker pod could be created for 3s and no worker is connected; "
+                                          "the last error: create pod hta-unit-"), b.fatal
+    assert "cannot reach the API server at 127.0.0.1" in b.fatal and "\n" not in b.fatal
+
+
+def test_an_unreachable_api_server_is_named_in_a_few_words():
+    # it printed urllib3's HTTPSConnectionPool(...): Max retries exceeded with url: ... (Caused by ...)
+    with pytest.raises(K8sError) as e:
+        call(_api_at(_refused_port()).list_namespaced_pod, "default", attempts=1, what="list pods")
+    assert str(e.value).startswith("list pods: cannot reach the API server at 127.0.0.1:") \
+        and str(e.value).endswith("(Connection refused): is the cluster up? check the server in the kubeconfig")
+
+
+def test_a_kubeconfig_that_is_a_folder_or_missing_is_named_wherever_it_came_from(tmp_path, monkeypatch):
+    with pytest.raises(K8sError, match=r"kubeconfig '.*' \(--kubeconfig\) is a folder: pass --kubeconfig FILE"):
+        load_client(str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "gone"))  # (it said: invalid kubeconfig … No configuration)
+    with pytest.raises(K8sError, match=r"\(\$KUBECONFIG\) not found: pass --kubeconfig FILE"):
+        load_client()
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path))
+    with pytest.raises(K8sError, match=r"\(\$KUBECONFIG\) is a folder"):
+        load_client()
+    monkeypatch.delenv("KUBECONFIG")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(K8sError, match=r"\.kube/config' \(the default; KUBECONFIG is not set\) not found"):
+        load_client()
+    (tmp_path / "bad").write_text("junk: [\n")
+    with pytest.raises(K8sError, match=r"invalid kubeconfig .*bad: ParserError.*\(pass --kubeconfig FILE, or set"):
+        load_client(str(tmp_path / "bad"))
+
+
+@pytest.mark.parametrize("namespace", ["", "Bad_NS", "-x", "a" * 64])
+def test_a_namespace_kubernetes_would_refuse_is_refused_before_anything_starts(namespace):
+    from pydantic import ValidationError
+
+    from hta.backends import BackendOptions
+
+    with pytest.raises(ValidationError):
+        BackendOptions(namespace=namespace)
+    assert BackendOptions(namespace="batch-2").namespace == "batch-2"

@@ -30,7 +30,8 @@ class BackendOptions(BaseModel):
     provision_jitter_s: float = Field(0.0, ge=0)
     # -- Kubernetes
     kubeconfig: str | None = None
-    namespace: str = "default"
+    #: a DNS-1123 label, as Kubernetes names namespaces
+    namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     image: str = "localhost/hta-worker:latest"
     #: the address workers use to reach the master (default: this host's routable address)
     master_host: str | None = None
