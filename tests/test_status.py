@@ -308,8 +308,17 @@ def test_panel_shows_the_run():
 
 # -- hta status URL ----------------------------------------------------------------------------------
 
-def test_status_url_forms():
+def test_status_url_forms(tmp_path, monkeypatch):
+    from hta.status.panel import BadURL
+
     assert status_url("127.0.0.1:8080") == "http://127.0.0.1:8080/status"
+    # a workflow given for the URL: it said "cannot reach http://Makeflow/status (Name or service not known)"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Makeflow").write_text("a:\n\ttouch a\n")
+    with pytest.raises(BadURL, match=r"'Makeflow' is a file here, not a URL: give the http://HOST:PORT/ hta "
+                                     r"makeflow printed \(the run's report: hta report Makeflow\)"):
+        status_url("Makeflow")
+    assert status_url("localhost") == "http://localhost/status"  # (a host with no file of its name here)
     assert status_url("http://h:1/") == "http://h:1/status"
     assert status_url("http://h:1/status") == "http://h:1/status"
 

@@ -264,6 +264,9 @@ class Dropped(StatusError):
 def status_url(url: str) -> str:
     """``HOST:PORT``, ``http://HOST:PORT/`` or ``…/status`` → the ``/status`` URL."""
     url = url.strip()
+    if "://" not in url and ":" not in url and Path(url).exists():  # (a workflow given for the run's URL)
+        raise BadURL(f"{url!r} is a {'folder' if Path(url).is_dir() else 'file'} here, not a URL: give the "
+                     f"http://HOST:PORT/ hta makeflow printed (the run's report: hta report {url})")
     if "://" not in url:
         url = "http://" + url
     scheme = url.split("://", 1)[0].lower()
