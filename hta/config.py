@@ -156,7 +156,8 @@ def build(layers: list[tuple[str, Mapping[str, Any]]], **fixed: Any):
         e = exc.errors()[0]
         field = str(e["loc"][-1]) if e["loc"] else ""
         where = origin.get(field, field)
-        raise UsageError(f"{where}: {e['msg']} (got {e.get('input')!r})") from None
+        msg = str(e["msg"]).removeprefix("Value error, ")  # (pydantic's prefix to a validator's own words)
+        raise UsageError(f"{where}: {msg} (got {e.get('input')!r})") from None
 
 
 def as_keys(options) -> dict[str, Any]:

@@ -55,6 +55,13 @@ def test_bad_config_is_one_line(tmp_path: Path, text, suffix, needle):
     assert line.startswith("hta: error: ") and needle in line, line
 
 
+def test_a_namespace_kubernetes_would_refuse_is_one_line_in_words():
+    with pytest.raises(UsageError) as e:
+        config.build([("the command line", {"namespace": "Bad_NS"})])
+    assert str(e.value) == ("--namespace: not a Kubernetes namespace name: lowercase letters, digits and '-', at most "
+                            "63, beginning and ending with a letter or digit (got 'Bad_NS')")
+
+
 def test_environment_errors_name_the_variable():
     with pytest.raises(UsageError, match=r"HTA_MAX_WORKERS \(from the environment\)"):
         config.build([("the environment", config.from_environment({"HTA_MAX_WORKERS": "many"}))])

@@ -264,6 +264,6 @@ def test_a_namespace_kubernetes_would_refuse_is_refused_before_anything_starts(n
 
     from hta.backends import BackendOptions
 
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match="not a Kubernetes namespace name: lowercase letters, digits and '-'"):
         BackendOptions(namespace=namespace)
     assert BackendOptions(namespace="batch-2").namespace == "batch-2"

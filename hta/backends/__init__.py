@@ -9,10 +9,11 @@ backend is one entry in :data:`BACKENDS`; nothing else names backends.
 from __future__ import annotations
 
 import importlib
+import re
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hta.backends.base import WorkerBackend
 
@@ -30,8 +31,8 @@ class BackendOptions(BaseModel):
     provision_jitter_s: float = Field(0.0, ge=0)
     # -- Kubernetes
     kubeconfig: str | None = None
-    #: a DNS-1123 label, as Kubernetes names namespaces
-    namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    #: a DNS-1123 label, as Kubernetes names namespaces (:meth:`_namespace`)
+    namespace: str = "default"
     image: str = "localhost/hta-worker:latest"
     #: the address workers use to reach the master (default: this host's routable address)
     master_host: str | None = None
@@ -39,6 +40,14 @@ class BackendOptions(BaseModel):
     #: end the run when no worker pod could start (unschedulable, image not pulled, worker
     #: not reaching the master) for this long (None: $HTA_K8S_START_TIMEOUT_S, else 300 s)
     start_timeout_s: float | None = Field(None, gt=0)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", v):
+            raise ValueError("not a Kubernetes namespace name: lowercase letters, digits and '-', at most 63, "
+                             "beginning and ending with a letter or digit")
+        return v
 
 
 class RunContext(BaseModel):
