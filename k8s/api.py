@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Callable
@@ -98,8 +99,6 @@ def describe(exc: client.exceptions.ApiException) -> str:
 def unreachable(exc: BaseException) -> str:
     """One line for a connection error: where, and why in a few words (urllib3's own message
     holds the pool, the URL and the exception's repr)."""
-    import re
-
     pool = getattr(exc, "pool", None)
     where = f" at {pool.host}:{pool.port}" if pool is not None and getattr(pool, "host", None) else ""
     text = str(getattr(exc, "reason", None) or exc)
