@@ -78,6 +78,9 @@ class Provisioner:
         )
 
     def add_node(self) -> None:
+        if len(self.our_nodes()) >= self.cfg.max_nodes:  # never more than max_nodes, whatever raced
+            log.info("no node added: %d already", self.cfg.max_nodes)
+            return
         with self.lock:
             self.seq += 1
             name = f"kwok-node-{int(time.time())}-{self.seq}"
@@ -109,6 +112,11 @@ class Provisioner:
         return cpu, mem
 
     def step(self) -> None:
+        # nodes on their way, counted before the nodes are listed: one that lands after the
+        # listing is then counted once, as coming (read after it, it was in neither, and a
+        # loaded machine bought 7 nodes with at most 5)
+        with self.lock:
+            coming = self.provisioning
         pods = self.api.list_pod_for_all_namespaces().items
         nodes = self.our_nodes()
         unschedulable = []
@@ -155,8 +163,8 @@ class Provisioner:
                     room = [float(self.cfg.node_cores), float(self.cfg.node_memory)]
                 room[0] -= c
                 room[1] -= m
+            new = max(0, min(need - coming, self.cfg.max_nodes - len(nodes) - coming))
             with self.lock:
-                new = max(0, min(need - self.provisioning, self.cfg.max_nodes - len(nodes) - self.provisioning))
                 self.provisioning += new
             if new:
                 # the delay runs from the request of the newest pod needing a node (the
