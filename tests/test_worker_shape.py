@@ -251,6 +251,23 @@ def test_idle_pods_too_small_for_what_waits_are_drained_to_make_room():
     assert make_policy("hta-time:worker_shape=node").decide(o).drain == []
 
 
+def test_idle_pods_a_waiting_task_fits_are_not_yet_served_not_too_small():
+    # the replay on a loaded machine: 1-core tasks wait, two thirds connected a check ago
+    # and the master has not given them one yet; draining them bought them again at once
+    pods = [WorkerInfo(id=f"p{i}", capacity=THIRD.advertised(), connected_at=0.0, idle_since=50.0)
+            for i in range(2)]
+    small = TaskGroup(category="a", count=190, request=Resources(cores=1, memory_mb=1000, disk_mb=10))
+    o = obs([small], {"a": cat("a", 1, 1000)}, pods).model_copy(update={"max_workers": 5})
+    assert make_policy("hta").decide(o).drain == []
+    # beside a task they cannot hold, the same pods are too small for it
+    big = TaskGroup(category="b", count=2, request=Resources(cores=2, memory_mb=2000, disk_mb=100))
+    o2 = o.model_copy(update={"waiting": [big], "categories": {"b": cat("b", 2, 2000)}, "max_workers": 1})
+    assert sorted(make_policy("hta").decide(o2).drain) == ["p0", "p1"]
+    # a pod that has not told its cores yet is not known to be small
+    silent = [p.model_copy(update={"capacity": Resources()}) for p in pods]
+    assert make_policy("hta").decide(o2.model_copy(update={"workers": silent})).drain == []
+
+
 def test_a_task_retried_on_a_whole_worker_waits_for_a_node_sized_one():
     w = world(max_nodes=2, start_nodes=0)
     w.whole_worker.add("a")  # as if it had gone over its allocation once

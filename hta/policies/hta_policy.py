@@ -220,12 +220,18 @@ class HTAPolicy:
     def _too_small(self, obs: Observation) -> list[str]:
         """Learned shapes only: pods smaller than a node idle for a whole check while tasks
         wait — none of those tasks fits them (else the master would have given them one),
-        and they hold a share of the cap a larger worker needs."""
+        and they hold a share of the cap a larger worker needs. A pod that a waiting task's
+        declared request fits is only not served yet: a loaded master had not dispatched to
+        pods that had just connected when the check (0.1 s in the replay's k = 50) was over,
+        and draining them for it bought them again a moment later, on new nodes."""
         if self.worker_shape != "learned" or not obs.waiting:
             return []
         node = obs.worker_shape
-        return sorted(w.id for w in obs.workers if w.idle and w.capacity.cores < node.cores - 1e-9
-                      and w.idle_since is not None and obs.time - w.idle_since >= self.check_s)
+        declared = {g.request for g in obs.waiting if not g.whole_worker}
+        # (a pod that has not told its cores yet, 0, is not known to be small)
+        return sorted(w.id for w in obs.workers if w.idle and 0 < w.capacity.cores < node.cores - 1e-9
+                      and w.idle_since is not None and obs.time - w.idle_since >= self.check_s
+                      and not any(r.fits_in(w.capacity) for r in declared))
 
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
