@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+from typing import Mapping
 
 import pytest
 
@@ -255,6 +256,55 @@ def test_a_task_a_kept_table_shows_running_that_went_back_to_the_queue_counts_on
         assert [(g.category, g.count, g.request.cores) for g in obs.waiting] == [("align", 1, 1.0)]  # as it asked
     else:  # a fresh table is read after the counts: it is taken as it is
         assert [t.task_id for t in obs.running] == [7, 8, 9] and obs.waiting == []
+
+
+@pytest.mark.parametrize("segments", [True, False])
+def test_a_kept_table_loses_what_was_dispatched_since_to_the_workers_and_the_counts(segments):
+    # the table (read a while ago) has tasks 1-10 of align waiting; since, worker a took 1
+    # and 2, and 3 more were dispatched and done between two reads: the counts say 5 wait.
+    # Seen on a loaded master: a kept table showed 168 waiting and 0 running while 60 ran
+    from workqueue_bridge.observation import SegmentMap
+    from workqueue_bridge.status import CategoryStatus, LiveSnapshot, MasterSnapshot, QueueStatus, TaskStatus, \
+        WorkerStatus
+
+    tasks = [TaskStatus(task_id=i, state="waiting", category="align", cores=1, memory_mb=500) for i in range(1, 11)]
+    seen: list[Mapping] = []
+
+    def upcoming(group_of, running):
+        seen.append((dict(group_of.items()), isinstance(group_of, SegmentMap), set(running)))
+        return []
+
+    def snap(at: float, waiting: int, runs: list[int]) -> MasterSnapshot:
+        workers = [WorkerStatus(address="a:1", cores=4, memory_mb=8000, disk_mb=1000, cores_in_use=len(runs),
+                                tasks_running=len(runs), task_ids=runs)]
+        queue = QueueStatus(tasks_waiting=waiting, tasks_running=len(runs),
+                            categories=[CategoryStatus(name="align", waiting=waiting, running=len(runs))])
+        if not segments:
+            return MasterSnapshot(taken_at=at, queue=queue, tasks=tasks, workers=workers, table_kept=True)
+        return LiveSnapshot.model_construct(taken_at=at, queue=queue, tasks=[], workers=workers, table_kept=True,
+                                            waiting_segments=[(1, 10, "align", Resources(cores=1, memory_mb=500))],
+                                            running_tasks=[])
+
+    builder = ObservationBuilder(epoch=0.0, worker_shape=SHAPE, min_workers=0, max_workers=3)
+
+    def observe(s):
+        return builder.build(s, categories={}, worker_ids={"a:1": "pod-a"}, pending=[], latency=LatencyStats(),
+                             upcoming=upcoming)
+
+    obs = observe(snap(100.0, 5, [1, 2]))
+    assert [(t.task_id, t.category, t.worker, t.started_at, t.allocation.cores) for t in obs.running] == \
+        [(1, "align", "pod-a", 100.0, 1.0), (2, "align", "pod-a", 100.0, 1.0)]  # from the read that saw them
+    assert [(g.category, g.count) for g in obs.waiting] == [("align", 5)]
+    group_of, as_ranges, running = seen[-1]
+    assert 1 not in group_of and 2 not in group_of and group_of[10] == obs.waiting[0].id and running == {1, 2}
+    assert as_ranges == segments  # (ranges stay ranges: the lookahead reads them by run)
+    later = observe(snap(104.0, 5, [1, 2]))
+    assert [t.started_at for t in later.running] == [100.0, 100.0]  # still the first read that saw them
+    # every waiting task dispatched: the group goes, and so do its tasks' entries
+    empty = observe(snap(108.0, 0, [2, 9]))
+    assert [t.task_id for t in empty.running] == [2, 9] and empty.waiting == []
+    assert empty.running[0].started_at == 100.0 and empty.running[1].started_at == 108.0
+    assert seen[-1][0] == {}
 
 
 def test_a_read_budget_outside_zero_to_one_is_refused():
