@@ -62,6 +62,7 @@ class Provisioner:
         self.rng = random.Random()
         self.provisioning = 0
         self.lock = threading.Lock()
+        self.adding = threading.Lock()  # (apart from ``lock``: a step is not held up by API calls)
         self.seq = 0
         self.empty_since: dict[str, float] = {}
         self.stop = threading.Event()
@@ -78,13 +79,14 @@ class Provisioner:
         )
 
     def add_node(self) -> None:
-        if len(self.our_nodes()) >= self.cfg.max_nodes:  # never more than max_nodes, whatever raced
-            log.info("no node added: %d already", self.cfg.max_nodes)
-            return
-        with self.lock:
-            self.seq += 1
-            name = f"kwok-node-{int(time.time())}-{self.seq}"
-        self.api.create_node(self.node_body(name))
+        with self.adding:  # one at a time: nodes due at the same moment must not both see room
+            if len(self.our_nodes()) >= self.cfg.max_nodes:  # never more than max_nodes, whatever raced
+                log.info("no node added: %d already", self.cfg.max_nodes)
+                return
+            with self.lock:
+                self.seq += 1
+                name = f"kwok-node-{int(time.time())}-{self.seq}"
+            self.api.create_node(self.node_body(name))
         log.info("added node %s", name)
 
     def _provision_later(self, delay: float) -> None:

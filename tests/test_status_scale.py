@@ -307,6 +307,27 @@ def test_a_kept_table_loses_what_was_dispatched_since_to_the_workers_and_the_cou
     assert seen[-1][0] == {}
 
 
+def test_a_kept_table_brought_up_to_date_names_each_group_once_and_each_task_once():
+    # groups g0 (align), g1 (blast), g2 (align, 2 cores); since the read, g0's one task
+    # runs, listed by two workers in passing, and a new category, merge, waits
+    from workqueue_bridge.status import CategoryStatus, MasterSnapshot, QueueStatus, TaskStatus, WorkerStatus
+
+    tasks = [TaskStatus(task_id=1, state="waiting", category="align", cores=1),
+             TaskStatus(task_id=2, state="waiting", category="blast", cores=1),
+             TaskStatus(task_id=3, state="waiting", category="align", cores=2)]
+    workers = [WorkerStatus(address=f"{a}:1", cores=4, memory_mb=8000, disk_mb=1000, tasks_running=1, task_ids=[1])
+               for a in "ab"]
+    queue = QueueStatus(tasks_waiting=4, categories=[
+        CategoryStatus(name="align", waiting=1, running=1), CategoryStatus(name="blast", waiting=1),
+        CategoryStatus(name="merge", waiting=2)])
+    snap = MasterSnapshot(taken_at=10.0, queue=queue, tasks=tasks, workers=workers, table_kept=True)
+    obs = ObservationBuilder(epoch=0.0, worker_shape=SHAPE, min_workers=0, max_workers=3).build(
+        snap, categories={}, worker_ids={}, pending=[], latency=LatencyStats())
+    assert [t.task_id for t in obs.running] == [1]
+    assert [(g.id, g.category, g.count) for g in obs.waiting] == [("g1", "blast", 1), ("g2", "align", 1),
+                                                                   ("g3", "merge", 2)]
+
+
 def test_a_read_budget_outside_zero_to_one_is_refused():
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="read_budget"):

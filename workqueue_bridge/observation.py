@@ -215,7 +215,7 @@ def with_unread_waiting(groups: list[TaskGroup], counts: list[CategoryStatus],
     group at the back (Work Queue serves first come, first served), asking what its newest
     group asked, else ``requests[category]`` (what a task of it in the table asked), else
     what the category declares at most, else a whole worker. Tasks dispatched since were
-    taken out before (``ObservationBuilder._moved_since``). Applied only to a kept
+    taken out before, as far as the workers and counts tell (``ObservationBuilder._moved_since``). Applied only to a kept
     table (``MasterSnapshot.table_kept``): a fresh one is read after the counts, and a task
     dispatched in between would come back as one still waiting."""
     held: dict[str, int] = {}
@@ -227,10 +227,15 @@ def with_unread_waiting(groups: list[TaskGroup], counts: list[CategoryStatus],
     if not extra:
         return groups
     out = list(groups)
+    taken = {g.id for g in groups}
     for c, n in extra:
         request = newest.get(c.name) or (requests or {}).get(c.name) or declared_request(
             c.max_cores, c.max_memory_mb, c.max_disk_mb)
-        out.append(TaskGroup(category=c.name, count=n, request=request, id=f"g{len(out)}"))
+        gid = len(out)
+        while f"g{gid}" in taken:  # (groups emptied since the table was read are gone: no id twice)
+            gid += 1
+        taken.add(f"g{gid}")
+        out.append(TaskGroup(category=c.name, count=n, request=request, id=f"g{gid}"))
     return out
 
 
@@ -306,7 +311,9 @@ class ObservationBuilder:
         running = self._running(snap, {w.address: w for w in live}, worker_ids)
         workers = self._workers(live, worker_ids, cpu_utilization or {}, now)
         waiting, group_of = snapshot_waiting(snap)
-        if snap.table_kept:  # an older table than the counts: what moved since is in them and the workers' read
+        if not snap.table_kept:
+            self._dispatched_seen = {}
+        else:  # an older table than the counts: what moved since is in them and the workers' read
             running, waiting, group_of = self._moved_since(snap, live, worker_ids, running, waiting, group_of, now)
             asked = {t.category: task_request(t) for t in snapshot_running(snap)}
             waiting = with_unread_waiting(waiting, snap.queue.categories, {
@@ -346,8 +353,9 @@ class ObservationBuilder:
             for tid in w.task_ids:
                 gid = group_of.get(tid) if tid not in known else None
                 g = by_id.get(gid) if gid is not None else None
-                if g is None:
+                if g is None or moved.get(g.id, 0) >= g.count:
                     continue
+                known.add(tid)  # (once, however many workers list it)
                 first_seen[tid] = self._dispatched_seen.get(tid, now)
                 whole = g.whole_worker
                 alloc = Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb) if whole else g.request
@@ -363,7 +371,7 @@ class ObservationBuilder:
         excess = {c: n - counts[c] for c, n in held.items() if c in counts and n > counts[c]}
         for g in waiting:  # (a category the counts do not list is left as the table has it)
             cut = min(left[g.id], excess.get(g.category, 0))
-            if cut:
+            if cut > 0:
                 left[g.id] -= cut
                 excess[g.category] -= cut
         if not moved and not any(left[g.id] < g.count for g in waiting):
@@ -371,7 +379,7 @@ class ObservationBuilder:
         emptied = {g.id for g in waiting if left[g.id] == 0}
         kept = [g if left[g.id] == g.count else g.model_copy(update={"count": left[g.id]})
                 for g in waiting if left[g.id] > 0]
-        ran = {t.task_id for t in out} - known
+        ran = {t.task_id for t in out[len(running):]}
         return out, kept, _without(group_of, ran, emptied)
 
     def _running(self, snap: MasterSnapshot, by_addr: Mapping[str, WorkerStatus],
