@@ -254,11 +254,15 @@ def test_idle_pods_too_small_for_what_waits_are_drained_to_make_room():
 def test_idle_pods_a_waiting_task_fits_are_not_yet_served_not_too_small():
     # the replay on a loaded machine: 1-core tasks wait, two thirds connected a check ago
     # and the master has not given them one yet; draining them bought them again at once
-    pods = [WorkerInfo(id=f"p{i}", capacity=THIRD.advertised(), connected_at=0.0, idle_since=50.0)
-            for i in range(2)]
+    pods = [WorkerInfo(id=f"p{i}", capacity=THIRD.advertised(), connected_at=94.0, idle_since=94.0)
+            for i in range(2)]  # (idle for 6 s: a check, 5 s, and less than a latency, 10 s)
     small = TaskGroup(category="a", count=190, request=Resources(cores=1, memory_mb=1000, disk_mb=10))
     o = obs([small], {"a": cat("a", 1, 1000)}, pods).model_copy(update={"max_workers": 5})
     assert make_policy("hta").decide(o).drain == []
+    # unserved for a whole preparation latency (10 s here) all the same: the master will not
+    # give them what waits, and their share of the cap goes to a node
+    stuck = [p.model_copy(update={"idle_since": 85.0}) for p in pods]
+    assert sorted(make_policy("hta").decide(o.model_copy(update={"workers": stuck})).drain) == ["p0", "p1"]
     # beside a task they cannot hold, the same pods are too small for it
     big = TaskGroup(category="b", count=2, request=Resources(cores=2, memory_mb=2000, disk_mb=100))
     o2 = o.model_copy(update={"waiting": [big], "categories": {"b": cat("b", 2, 2000)}, "max_workers": 1})

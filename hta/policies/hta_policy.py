@@ -217,13 +217,15 @@ class HTAPolicy:
             k = min(k, max(1, self.probe_split))
         return k
 
-    def _too_small(self, obs: Observation) -> list[str]:
+    def _too_small(self, obs: Observation, latency: float) -> list[str]:
         """Learned shapes only: pods smaller than a node idle for a whole check while tasks
         wait — none of those tasks fits them (else the master would have given them one),
         and they hold a share of the cap a larger worker needs. A pod that a waiting task's
         declared request fits is only not served yet: a loaded master had not dispatched to
         pods that had just connected when the check (0.1 s in the replay's k = 50) was over,
-        and draining them for it bought them again a moment later, on new nodes."""
+        and draining them for it bought them again a moment later, on new nodes. Unless it
+        stays unserved for a whole preparation latency: then the master will not give it
+        what waits, whatever the requests say, and its share of the cap goes to a node."""
         if self.worker_shape != "learned" or not obs.waiting:
             return []
         node = obs.worker_shape
@@ -231,13 +233,13 @@ class HTAPolicy:
         # (a pod that has not told its cores yet, 0, is not known to be small)
         return sorted(w.id for w in obs.workers if w.idle and 0 < w.capacity.cores < node.cores - 1e-9
                       and w.idle_since is not None and obs.time - w.idle_since >= self.check_s
-                      and not any(r.fits_in(w.capacity) for r in declared))
+                      and (obs.time - w.idle_since >= latency or not any(r.fits_in(w.capacity) for r in declared)))
 
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
         sized = _as_advertised(obs)  # (the cap still counts what pods ask of their nodes: obs)
         est = self.estimator.estimate(sized, latency)
-        too_small = self._too_small(obs)
+        too_small = self._too_small(obs, latency)
         shape, split = obs.worker_shape, self._split(obs, est.left_waiting, too_small)
         if split > 1:  # size the purchase in workers of 1/split of a node, as their workers advertise them
             shape = obs.worker_shape.split(split)
