@@ -203,46 +203,61 @@ def _without(group_of: Mapping[int, str], ids: set[int], groups: set[str]) -> Ma
     return {t: g for t, g in group_of.items() if t not in ids and g not in groups}
 
 
-def with_unread_waiting(groups: list[TaskGroup], counts: list[CategoryStatus],
-                        requests: Mapping[str, Resources] | None = None) -> list[TaskGroup]:
-    """The waiting groups of a read of the master's task table, plus the tasks its counts say
-    wait beyond it. A large table is read within a budget (``MasterStatusClient.read_budget``:
-    at 100k tasks, a read every 15-100 s) while ``/queue_status``'s counts are read every
-    time, so tasks submitted since the table was read (a whole new stage, at a barrier) or
-    put back in the queue (a lost worker's) are in the counts only: without them a decision
-    would see nothing waiting, and nothing upcoming either, since the lookahead cannot place
-    their parents. Each category with more waiting than its groups hold gets the rest as a
-    group at the back (Work Queue serves first come, first served), asking what its newest
-    group asked, else ``requests[category]`` (what a task of it in the table asked), else
-    what the category declares at most, else a whole worker. Tasks dispatched since were
-    taken out before, as far as the workers and counts tell (``ObservationBuilder._moved_since``). Applied only to a kept
-    table (``MasterSnapshot.table_kept``): a fresh one is read after the counts, and a task
-    dispatched in between would come back as one still waiting."""
+def at_the_counts(groups: list[TaskGroup], counts: list[CategoryStatus],
+                  requests: Mapping[str, Resources] | None = None) -> tuple[list[TaskGroup], set[str]]:
+    """The waiting groups of a kept read of the master's task table, brought to the counts
+    of a newer ``/queue_status``; and the ids of the groups that went. A large table is read
+    within a budget (``MasterStatusClient.read_budget``: at 100k tasks, a read every
+    15-100 s) while the counts are read every time.
+
+    - A category with more waiting than its groups hold gets the rest as a group at the
+      back (Work Queue serves first come, first served): tasks submitted since the table
+      was read (a whole new stage, at a barrier) or put back in the queue (a lost
+      worker's). Without them a decision would see nothing waiting, and nothing upcoming
+      either, since the lookahead cannot place their parents. The group asks what the
+      category's newest group asked, else ``requests[category]`` (what a task of it in
+      the table asked), else what the category declares at most, else a whole worker.
+    - A category with fewer loses the rest from the front: tasks dispatched since (those a
+      worker runs now were taken out before: ``ObservationBuilder._dispatched_since``).
+      A category the counts do not list is left as the table has it.
+    - A group left with nothing (``count`` 0 given, or cut to it) goes.
+
+    Applied only to a kept table (``MasterSnapshot.table_kept``): a fresh one is read
+    after the counts, and a task dispatched in between would come back as one still
+    waiting."""
     held: dict[str, int] = {}
     newest: dict[str, Resources] = {}
     for g in groups:
         held[g.category] = held.get(g.category, 0) + g.count
         newest[g.category] = g.request
-    extra = [(c, c.waiting - held.get(c.name, 0)) for c in counts if c.waiting > held.get(c.name, 0)]
-    if not extra:
-        return groups
-    out = list(groups)
-    taken = {g.id for g in groups}
-    for c, n in extra:
+    waiting = {c.name: c.waiting for c in counts}
+    excess = {c: n - waiting[c] for c, n in held.items() if c in waiting and n > waiting[c]}
+    out: list[TaskGroup] = []
+    for g in groups:
+        cut = min(g.count, excess.get(g.category, 0))
+        if cut > 0:
+            excess[g.category] -= cut
+        if g.count > cut:
+            out.append(g if not cut else g.model_copy(update={"count": g.count - cut}))
+    taken = {g.id for g in groups}  # (the gone ones' too: no id twice)
+    for c in counts:
+        n = c.waiting - held.get(c.name, 0)
+        if n <= 0:
+            continue
         request = newest.get(c.name) or (requests or {}).get(c.name) or declared_request(
             c.max_cores, c.max_memory_mb, c.max_disk_mb)
         gid = len(out)
-        while f"g{gid}" in taken:  # (groups emptied since the table was read are gone: no id twice)
+        while f"g{gid}" in taken:
             gid += 1
         taken.add(f"g{gid}")
         out.append(TaskGroup(category=c.name, count=n, request=request, id=f"g{gid}"))
-    return out
+    return out, taken - {g.id for g in out} - {None}
 
 
 def _still_running(t: TaskStatus, w: WorkerStatus | None) -> bool:
     """Does the current read of the workers leave a task of a kept table running? Not where
     its worker is gone or runs nothing now, or lists its tasks without this one: it ended,
-    or went back to the queue (where the counts have it: :func:`with_unread_waiting`)."""
+    or went back to the queue (where the counts have it: :func:`at_the_counts`)."""
     if w is None or w.tasks_running == 0:
         return False
     return not w.task_ids or t.task_id in w.task_ids
@@ -314,10 +329,12 @@ class ObservationBuilder:
         if not snap.table_kept:
             self._dispatched_seen = {}
         else:  # an older table than the counts: what moved since is in them and the workers' read
-            running, waiting, group_of = self._moved_since(snap, live, worker_ids, running, waiting, group_of, now)
+            running, waiting, ran = self._dispatched_since(live, worker_ids, running, waiting, group_of, now)
             asked = {t.category: task_request(t) for t in snapshot_running(snap)}
-            waiting = with_unread_waiting(waiting, snap.queue.categories, {
+            waiting, gone_groups = at_the_counts(waiting, snap.queue.categories, {
                 c: allocation_request(r, categories.get(c), auto=self.auto_allocation) for c, r in asked.items()})
+            if ran or gone_groups:  # (the lookahead then finds no ref for their rules until the next read)
+                group_of = _without(group_of, ran, gone_groups)
         ups: list[UpcomingTasks] = []
         if upcoming is not None:
             running_ids = {t.task_id for t in running}  # (a kept table's, brought up to this read)
@@ -330,20 +347,16 @@ class ObservationBuilder:
             auto_allocation=self.auto_allocation,
         )
 
-    def _moved_since(self, snap: MasterSnapshot, live: list[WorkerStatus], worker_ids: Mapping[str, str],
-                     running: list[RunningTask], waiting: list[TaskGroup], group_of: Mapping[int, str],
-                     now: float) -> tuple[list[RunningTask], list[TaskGroup], Mapping[int, str]]:
-        """A kept table's waiting tasks brought up to this read. A task a worker runs now
-        that the table has waiting was dispatched since: it runs (from the first read that
-        saw it, its start being unknown), out of its group. Beyond those, a category's
-        groups hold no more than the counts say wait: the rest were dispatched and done
-        between two reads, and go from the front (first come, first served). A group left
-        empty goes, with its tasks' entries in ``group_of`` (the lookahead then finds no
-        ref for their rules and foresees nothing after them until the table is read again,
-        where an empty group kept would have held back what waits for it for ever). Seen
-        on the replay's BLAST: a /task_status read took 8-12 s on a loaded master, the
-        table was kept for 36 s, and observations showed 168 tasks waiting and 0 running
-        while 60 ran and 61 finished."""
+    def _dispatched_since(self, live: list[WorkerStatus], worker_ids: Mapping[str, str], running: list[RunningTask],
+                          waiting: list[TaskGroup], group_of: Mapping[int, str],
+                          now: float) -> tuple[list[RunningTask], list[TaskGroup], set[int]]:
+        """The running tasks and waiting groups of a kept table, with the tasks a worker
+        runs now that the table has waiting: dispatched since, they run (from the first read
+        that saw each, their start being unknown), out of their groups (a count may reach
+        0: :func:`at_the_counts` drops such a group); and those tasks' ids. Seen on the
+        replay's BLAST: a /task_status read took 8-12 s on a loaded master, the table was
+        kept for 36 s, and observations showed 168 tasks waiting and 0 running while 60 ran
+        and 61 finished."""
         known = {t.task_id for t in running}
         by_id = {g.id: g for g in waiting}
         moved: dict[str, int] = {}
@@ -363,24 +376,9 @@ class ObservationBuilder:
                                        worker=worker_ids.get(w.address, w.address), whole_worker=whole))
                 moved[g.id] = moved.get(g.id, 0) + 1
         self._dispatched_seen = first_seen
-        counts = {c.name: c.waiting for c in snap.queue.categories}
-        left = {g.id: g.count - moved.get(g.id, 0) for g in waiting}
-        held: dict[str, int] = {}
-        for g in waiting:
-            held[g.category] = held.get(g.category, 0) + left[g.id]
-        excess = {c: n - counts[c] for c, n in held.items() if c in counts and n > counts[c]}
-        for g in waiting:  # (a category the counts do not list is left as the table has it)
-            cut = min(left[g.id], excess.get(g.category, 0))
-            if cut > 0:
-                left[g.id] -= cut
-                excess[g.category] -= cut
-        if not moved and not any(left[g.id] < g.count for g in waiting):
-            return out, waiting, group_of
-        emptied = {g.id for g in waiting if left[g.id] == 0}
-        kept = [g if left[g.id] == g.count else g.model_copy(update={"count": left[g.id]})
-                for g in waiting if left[g.id] > 0]
-        ran = {t.task_id for t in out[len(running):]}
-        return out, kept, _without(group_of, ran, emptied)
+        if moved:
+            waiting = [g.model_copy(update={"count": g.count - moved[g.id]}) if g.id in moved else g for g in waiting]
+        return out, waiting, set(first_seen)
 
     def _running(self, snap: MasterSnapshot, by_addr: Mapping[str, WorkerStatus],
                  worker_ids: Mapping[str, str]) -> list[RunningTask]:

@@ -268,8 +268,8 @@ class MasterStatusClient:
     observations in between — decisions included: HTA
     decides every 5 s — keep the table of the last read, while ``/queue_status``'s counts
     and ``/worker_status`` are read at every snapshot (and bring a kept table up to date:
-    ``ObservationBuilder._moved_since``). A table is never older than 50
-    reads' time (1/``read_budget``); small queues read in a few ms, so theirs is read at
+    ``ObservationBuilder._dispatched_since``, :func:`~workqueue_bridge.observation.at_the_counts`).
+    A table is never older than 50 reads' time (1/``read_budget``); small queues read in a few ms, so theirs is read at
     every change as before (``read_budget=0``: always). Reading fresh for every decision
     instead cost 65 ms of CPU per second at 100k tasks, over the 20 ms goal.
     ``full_tasks``: a snapshot's ``tasks`` lists the waiting tasks too (see
