@@ -39,8 +39,9 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
         ("workers", f"{s.workers_requested} requested, {s.workers_connected} connected, "
                     f"{s.workers_drained} drained, peak {s.peak_workers}"),
         ("scale actions", f"{s.scale_up_actions} up, {s.scale_down_actions} down"),
-        ("waste", f"{_s(s.waste_core_s, 'core·s')} ({_s(s.idle_waste_core_s, '')} on idle workers, "
-                  f"{_s(s.teardown_waste_core_s, '')} after the end)"),
+        # the two parts overlap (idle workers after the end are both): "of it", not a sum
+        ("waste", f"{_s(s.waste_core_s, 'core·s')} ({_s(s.idle_waste_core_s, '')} of it on idle workers, "
+                  f"{_s(s.teardown_waste_core_s, '')} of it after the end)"),
         ("shortage", _s(s.shortage_core_s, "core·s")),
         ("node time paid", f"{_s(s.node_s, 'node·s')} ({_s(s.teardown_node_s, '')} after the end)"),
         ("utilisation", util),

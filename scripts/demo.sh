@@ -11,6 +11,7 @@ cd workflows/blast
 /usr/bin/env makeflow -c Makeflow >/dev/null 2>&1 || true
 rc=0
 ../../.venv/bin/hta makeflow --max-workers 4 --worker-cores 1 --provision-delay 4 Makeflow "$@" || rc=$?
+echo "(the demo ran in workflows/blast/: the scaling log above is under workflows/blast/)"
 echo
-../../.venv/bin/hta report Makeflow --plot ../../report/demo
+../../.venv/bin/hta report Makeflow --plot "$root/report/demo"
 exit "$rc"

@@ -84,6 +84,9 @@ def test_the_summary_pays_a_local_half_node_worker_half_a_node_and_says_node_s()
     assert s.node_s == 50  # two half nodes for 50 s
     rows = dict(summary_rows(s))
     assert rows["node time paid"] == "50.0 node·s (0.0 after the end)"
+    # the waste's parts overlap (an idle worker after the end is both): each is "of it"
+    assert rows["waste"] == (f"{s.waste_core_s:,.1f} core·s ({s.idle_waste_core_s:,.1f} of it on idle workers, "
+                             f"{s.teardown_waste_core_s:,.1f} of it after the end)")
     assert rows["preparation latency"].endswith("(1 worker)"), rows["preparation latency"]
     assert rows["tasks"] == "1 done, 0 failed, 0 re-run"
     # a resumed workflow: makeflow counts what an earlier run completed as done again
