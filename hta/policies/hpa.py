@@ -23,6 +23,14 @@ metrics/utilization.go, and ``normalizeDesiredReplicas`` /
   per 15 s, down to the highest recommendation of the last 300 s;
 - minReplicas 1; the ReplicaSet deletes pending pods first, then the newest,
   whether or not they run tasks (that is the rival's flaw HTA avoids).
+
+Where the model differs, it differs in the rival's favour: its first sync is the run's
+first decision, where the real controller's comes one resync period after the HPA is
+created (``enqueueHPA`` adds the key with ``AddRateLimited``, and the HPA's rate limiter,
+``FixedItemIntervalRateLimiter`` in rate_limiters.go, always waits the 15 s interval), so
+the model may scale up to 15 s sooner; and in the simulator each worker's CPU busy is
+read at the sync itself, where metrics-server serves a rate over its last scrape window
+(in production the policy reads the metrics API, as the controller does).
 """
 
 from __future__ import annotations
