@@ -22,6 +22,10 @@ from hta.node.css.plan import classify, ctbra, equal_allocation
 from conftest import HTA, wait
 
 GIB = 2**30
+#: every futex counter, each a real workload run for seconds: perf (the one ``auto`` picks
+#: first) in the fast tier, bpftrace and the /proc sampler in the full suite only
+BACKENDS_FAST_TIER_FIRST = ["perf", pytest.param("bpftrace", marks=pytest.mark.slow),
+                            pytest.param("proc", marks=pytest.mark.slow)]
 
 
 def layout(root: Path, files: dict[str, str]) -> Path:
@@ -145,7 +149,7 @@ def runs_under(pid: int, name: str) -> bool:
     return False
 
 
-@pytest.mark.parametrize("backend", ["perf", "bpftrace", "proc"])
+@pytest.mark.parametrize("backend", BACKENDS_FAST_TIER_FIRST)
 def test_css_classifies_real_workloads_and_pins(backend, tmp_path):
     if backend not in BACKS:
         pytest.skip(f"{backend} backend not available here (needs root / tracefs / bpftrace)")
@@ -181,7 +185,7 @@ def test_css_classifies_real_workloads_and_pins(backend, tmp_path):
 PARKED = "import threading, time\nfor _ in range(50): threading.Thread(target=threading.Event().wait, daemon=True).start()\ntime.sleep(60)"
 
 
-@pytest.mark.parametrize("backend", ["perf", "bpftrace", "proc"])
+@pytest.mark.parametrize("backend", BACKENDS_FAST_TIER_FIRST)
 def test_css_threads_parked_in_futex_are_not_futex_activity(backend):
     """50 threads asleep in futex for good make no futex calls: CPU class with every backend
     (the proc sampler once counted each sample that found a thread in futex: 5,000 in 5 s)."""
