@@ -29,15 +29,23 @@ def drains_seen_by_master(tape: Path) -> list[dict]:
     """Every ``drained`` event of a run recorded with ``--record``, with what the master said
     about that worker in the snapshot the drain was decided and carried out on: the worker's
     ``ip:port`` (from the backend's ``worker_ids`` answer of that step), its
-    ``tasks_running`` and the running tasks the master placed on it."""
-    snap, ids, out = None, {}, []
+    ``tasks_running`` and ``task_ids`` from ``/worker_status``, the running tasks the task
+    table placed on it, and ``ran_again``: those of them that any later snapshot shows
+    waiting again or running on another worker.
+
+    ``/worker_status`` is read last in a snapshot, so it says whether the worker was idle.
+    The task table is read before it, or kept from an earlier read within the read budget:
+    a task it still shows on the worker may have ended since, and only ``ran_again`` tells
+    a task taken from a busy worker from one that had finished."""
+    snaps, ids, out = [], {}, []
     for entry in records(tape):
         call, value = entry["call"], entry["value"]
         if call == "snapshot":
-            snap = value
+            snaps.append(value)
         elif call == "worker_ids":
             ids = value
         elif call == "drain":
+            snap = snaps[-1]
             address_of = {wid: addr for addr, wid in ids.items()}
             workers = {w["address"]: w for w in snap["workers"]}
             for e in value:
@@ -45,11 +53,15 @@ def drains_seen_by_master(tape: Path) -> list[dict]:
                     continue
                 addr = address_of.get(e["worker"])
                 w = workers.get(addr)
-                out.append({"t": e["t"], "worker": e["worker"], "address": addr,
+                out.append({"t": e["t"], "worker": e["worker"], "address": addr, "after": len(snaps),
                             "tasks_running": None if w is None else w["tasks_running"],
                             "task_ids": None if w is None else w["task_ids"],
                             "tasks_on_it": [t["task_id"] for t in snap["tasks"]
                                             if t["worker"] == addr and t["state"] == "running"]})
+    for d in out:
+        d["ran_again"] = sorted({t["task_id"] for later in snaps[d.pop("after"):] for t in later["tasks"]
+                                 if t["task_id"] in d["tasks_on_it"]
+                                 and (t["state"] == "waiting" or t["state"] == "running" and t["worker"] != d["address"])})
     return out
 
 
@@ -90,7 +102,7 @@ def test_blast_completes_with_correct_outputs_and_scales_up_then_down(blast_copy
         (x["t"], x["worker"]) for x in recs if x["kind"] == "worker" and x["event"] == "drained")
     for d in drained:
         assert d["address"] is not None and d["tasks_running"] is not None, f"drained an unknown worker: {d}"
-        assert d["tasks_running"] == 0 and not d["task_ids"] and not d["tasks_on_it"], \
+        assert d["tasks_running"] == 0 and not d["task_ids"] and not d["ran_again"], \
             f"worker drained while the master had tasks on it: {d}"
     assert not wait_gone(str(blast_copy))
 
