@@ -9,7 +9,9 @@ cd "$root"
 # from the workflow's folder, as makeflow runs it; a clean slate so makeflow runs every rule again
 cd workflows/blast
 /usr/bin/env makeflow -c Makeflow >/dev/null 2>&1 || true
-runs() { ls Makeflow.hta/runs 2>/dev/null | wc -l; }
+# the runs logged so far (none in a fresh clone: no Makeflow.hta/ yet, and `ls` failing in a
+# pipe would end the script under pipefail)
+runs() { if [ -d Makeflow.hta/runs ]; then ls Makeflow.hta/runs | wc -l; else echo 0; fi; }
 before=$(runs)
 rc=0
 ../../.venv/bin/hta makeflow --max-workers 4 --worker-cores 1 --provision-delay 4 Makeflow "$@" || rc=$?

@@ -4,12 +4,13 @@ non-zero exit code and no traceback (issue 14 §4)."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import HTA, run_hta, wait
+from conftest import HTA, ROOT, run_hta, wait
 from hta.policies.base import make_policy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.run import Simulation
@@ -216,3 +217,24 @@ def test_report_on_a_workflow_never_run_says_so(tmp_path: Path):
     # Makeflow.scaling.jsonl, so "run hta makeflow first" alone misled its user
     one_error_line(r, "no HTA run of it as a workflow (Makeflow.scaling.jsonl is not there; "
                       "a run with --log FILE writes FILE only)", f"run hta makeflow {wf} first")
+
+
+def test_the_demo_in_a_fresh_clone_runs_hta_and_passes_on_its_exit_code(tmp_path: Path):
+    # a fresh clone has no workflows/blast/Makeflow.hta/ (it is ignored by git): the demo
+    # counted its runs with an `ls` that failed there and, under pipefail, ended silently
+    # with exit 2 before hta ran. A bad option shows hta ran: its own one-line error.
+    # scripts/setup.sh is replaced by a fake that does nothing (the real one would point the
+    # shared venv's work_queue link at this copy); the venv is the project's own
+    root = tmp_path / "clone"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "demo.sh", root / "scripts" / "demo.sh")
+    (root / "scripts" / "setup.sh").write_text("#!/bin/sh\n# fake setup: the test's venv is the project's\n")
+    (root / "scripts" / "setup.sh").chmod(0o755)
+    (root / ".venv").symlink_to(ROOT / ".venv")
+    shutil.copytree(ROOT / "workflows" / "blast", root / "workflows" / "blast",
+                    ignore=shutil.ignore_patterns("Makeflow.hta", "*.makeflowlog", "__pycache__"))
+    r = subprocess.run(["bash", str(root / "scripts" / "demo.sh"), "--nope"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2
+    assert "hta makeflow has no option --nope" in r.stderr
+    assert "scaling report" not in r.stdout.lower() and not (root / "report").exists()
