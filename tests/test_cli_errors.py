@@ -102,6 +102,19 @@ def test_simulate_refuses_an_hpa_or_keda_setting_kubernetes_would(spec, needle):
     one_error_line(r, needle)
 
 
+@pytest.mark.parametrize("spec", ["hta@nan", "hta@inf", "factory@inf"])
+def test_a_time_scale_that_is_not_a_finite_positive_number_is_refused(spec):
+    # (nan and inf were taken, `scale <= 0` being false for nan: the controller then waited nan
+    # seconds between decisions, and never decided again)
+    from hta.policies.time_scale import TimeScaled
+
+    r = run_hta("config", "--policy", spec)
+    assert r.returncode == 2
+    one_error_line(r, f"policy {spec!r}: the time scale after @ must be a finite positive number, e.g. hta@10")
+    with pytest.raises(ValueError, match="time scale must be a finite positive number"):
+        TimeScaled(make_policy("hta"), float(spec.partition("@")[2]))
+
+
 def test_css_on_a_process_that_does_not_exist():
     r = run_hta("css", "--pid", "999999999", "--duration", "1")
     assert r.returncode == 2

@@ -237,8 +237,8 @@ def make_policy(spec: str) -> Policy:
             scale = float(k)
         except ValueError:
             scale = 0.0
-        if scale <= 0:
-            raise ValueError(f"policy {spec!r}: the time scale after @ must be a positive number, e.g. hta@10")
+        if not (scale > 0 and math.isfinite(scale)):  # (nan and inf passed `<= 0`: no decision ever came again)
+            raise ValueError(f"policy {spec!r}: the time scale after @ must be a finite positive number, e.g. hta@10")
         return TimeScaled(make_policy(base), scale)
     if _is_plugin(spec):
         module_attr, _, settings = spec.partition(":")

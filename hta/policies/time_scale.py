@@ -14,6 +14,7 @@ time, unchanged.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from hta.model import LatencyStats, Observation, ScaleDecision
 from hta.policies.base import Policy
@@ -45,15 +46,15 @@ def time_scale_of(policy_name: str) -> float:
     """The compression a run's policy ran at (``"hta@10"`` → 10; 1 when not compressed)."""
     _, at, k = policy_name.rpartition("@")
     try:
-        return float(k) if at and float(k) > 0 else 1.0
+        return float(k) if at and float(k) > 0 and math.isfinite(float(k)) else 1.0
     except ValueError:
         return 1.0
 
 
 class TimeScaled:
     def __init__(self, policy: Policy, k: float):
-        if k <= 0:
-            raise ValueError(f"time scale must be positive, not {k:g}")
+        if not (k > 0 and math.isfinite(k)):  # nan or inf: every next_decision_s would be nan or 0
+            raise ValueError(f"time scale must be a finite positive number, not {k:g}")
         self.policy = policy
         self.k = k
         #: the run record names the scale, so a report can put the run in the experiment's time
