@@ -115,6 +115,31 @@ def test_a_time_scale_that_is_not_a_finite_positive_number_is_refused(spec):
         TimeScaled(make_policy("hta"), float(spec.partition("@")[2]))
 
 
+@pytest.mark.parametrize("spec, needle", [
+    # float() reads nan and inf, which were set as they came: a nan idle timeout kept every worker
+    # (a policy's validate() names the range; without one, any nan or inf is refused)
+    ("factory:idle_timeout_s=nan", "idle_timeout_s must be a number of seconds, 0 or more, not nan"),
+    ("observe:every_s=nan", "every_s='nan' is not a finite number: give a number, e.g. every_s=5"),
+    ("max-then-drain:check_s=inf", "check_s='inf' is not a finite number"),
+    # counts below their floor were taken (drain_after 0 or less drained as 1 does)
+    ("hta:drain_after=-3", "drain_after must be a whole number ≥ 1"),
+    ("hta:drain_after=0", "drain_after must be a whole number ≥ 1"),
+    ("factory:tasks_per_worker=-1", "tasks_per_worker must be a number ≥ 1, not -1 (leave it out for the worker's cores)"),
+    ("factory:workers_per_cycle=-2", "workers_per_cycle must be a whole number ≥ 0 (0: no limit), not -2"),
+    ("factory:idle_timeout_s=-60", "idle_timeout_s must be a number of seconds, 0 or more, not -60"),
+])
+def test_a_policy_setting_that_means_nothing_is_refused(spec, needle):
+    r = run_hta("config", "--policy", spec)
+    assert r.returncode == 2
+    one_error_line(r, f"policy {spec!r}: {needle}")
+
+
+def test_policy_settings_at_their_floor_are_taken():
+    assert make_policy("hta:drain_after=1").drain_after == 1
+    f = make_policy("factory:tasks_per_worker=1,workers_per_cycle=0,idle_timeout_s=0,worker_wakeup_s=0")
+    assert (f.tasks_per_worker, f.workers_per_cycle, f.idle_timeout_s) == (1.0, 0, 0.0)
+
+
 def test_css_on_a_process_that_does_not_exist():
     r = run_hta("css", "--pid", "999999999", "--duration", "1")
     assert r.returncode == 2

@@ -161,7 +161,8 @@ def _configure(policy: Policy, spec: str, settings: str) -> Policy:
     """Apply ``key=value,...`` to a policy's own settings (its dataclass fields), e.g.
     ``factory:tasks_per_worker=2,idle_timeout_s=60``. A key may also name a field of one
     of its dataclass-valued fields (HTA's estimator options: ``hta:busy_runtimes=3``).
-    An unknown key or a bad value is a one-line ValueError listing what the policy has."""
+    An unknown key or a bad value is a one-line ValueError listing what the policy has; nan
+    and inf are bad values (``float()`` reads them, no setting means them)."""
     import dataclasses
 
     def settable(obj: object) -> dict[str, object]:
@@ -178,6 +179,8 @@ def _configure(policy: Policy, spec: str, settings: str) -> Policy:
         return out
 
     holders = settable(policy)
+    #: the first nan or inf setting, refused after ``validate()`` (whose message names the range, if it has one)
+    nonfinite: str | None = None
     for item in filter(None, settings.split(",")):
         key, eq, text = item.partition("=")
         key = key.strip()
@@ -202,6 +205,9 @@ def _configure(policy: Policy, spec: str, settings: str) -> Policy:
             kind = {"int": "an int (a whole number)", "float": "a float (a number)", "bool": "a bool (true or false)"}.get(
                 type(current).__name__, f"a {type(current).__name__}")
             raise ValueError(f"policy {spec!r}: {key}={text!r} is not {kind}") from None
+        if isinstance(value, float) and not math.isfinite(value) and nonfinite is None:
+            example = current if isinstance(current, float) and math.isfinite(current) else 1
+            nonfinite = f"{key}={text!r} is not a finite number: give a number, e.g. {key}={example:g}"
         setattr(holder, key, value)
     if "name" in {f.name for f in dataclasses.fields(policy)}:
         policy.name = spec  # the run record names the settings
@@ -210,6 +216,8 @@ def _configure(policy: Policy, spec: str, settings: str) -> Policy:
             policy.validate()
         except ValueError as exc:
             raise ValueError(f"policy {spec!r}: {exc}") from None
+    if nonfinite is not None:  # (a nan timeout never expires; a nan interval never comes)
+        raise ValueError(f"policy {spec!r}: {nonfinite}")
     return policy
 
 

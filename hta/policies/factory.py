@@ -81,6 +81,19 @@ class FactoryPolicy:
     #: what the last answer asked to be called for
     _asked: str = field(default="cycle", repr=False)
 
+    def validate(self) -> None:
+        """Settings work_queue_factory could not mean, refused in one line (after
+        ``factory:key=value``): a count below its floor, a negative time."""
+        if self.tasks_per_worker is not None and not self.tasks_per_worker >= 1:
+            raise ValueError(f"tasks_per_worker must be a number ≥ 1, not {self.tasks_per_worker:g} "
+                             f"(leave it out for the worker's cores)")
+        if self.workers_per_cycle < 0:
+            raise ValueError(f"workers_per_cycle must be a whole number ≥ 0 (0: no limit), not {self.workers_per_cycle}")
+        for key in ("idle_timeout_s", "worker_wakeup_s"):
+            value = getattr(self, key)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{key} must be a number of seconds, 0 or more, not {value:g}")
+
     def target(self, obs: Observation) -> int:
         """Workers needed: the tasks per worker, or the resources the tasks ask, clamped."""
         shape = obs.worker_shape

@@ -159,6 +159,9 @@ class HTAPolicy:
                              "never-measured task)")
         if self.worker_shape not in ("node", "learned"):
             raise ValueError(f"worker_shape must be node or learned, not {self.worker_shape!r}")
+        if self.drain_after < 1:  # (0 or less drained as 1 does, silently)
+            raise ValueError(f"drain_after must be a whole number ≥ 1 (how many idle checks in a row find a worker "
+                             f"unneeded before it is drained), not {self.drain_after}")
         if self.probe_split < 1:
             raise ValueError(f"probe_split must be a whole number ≥ 1, not {self.probe_split}")
         if self.latency_statistic not in ("last", "median"):
