@@ -89,6 +89,24 @@ def test_errors_are_one_line(plugin_dir, spec, says):
     assert says in str(err.value) and "\n" not in str(err.value)
 
 
+def test_empty_settings_are_no_settings(plugin_dir):
+    # (a policy that is not a dataclass, with nothing after its second colon, raised TypeError:
+    # a traceback from dataclasses.fields)
+    p = make_policy("mypkg.mymod:Plain:")
+    assert type(p).__name__ == "Plain" and p.name == "plain"
+    assert make_policy("mypkg.mymod:Plain:,").name == "plain"
+    assert make_policy("mypkg.mymod:make_policy:").workers == 2
+    assert make_policy("factory:").name == "factory"
+    env = {**os.environ, "PYTHONPATH": f"{plugin_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    hta = [sys.executable, "-m", "hta.cli", "config", "--policy"]
+    out = subprocess.run([*hta, "mypkg.mymod:Plain:"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0 and "policy: 'mypkg.mymod:Plain:'" in out.stdout, out.stderr
+    out = subprocess.run([*hta, "mypkg.mymod:Plain:n=5"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        "hta: error: policy 'mypkg.mymod:Plain:n=5': plain has no settings: settings after the colon set the "
+        "fields of a dataclass policy (its number, string and bool fields)"], out.stderr
+
+
 def test_entry_point_group(plugin_dir, monkeypatch):
     eps = {"fixed": EntryPoint(name="fixed", value="mypkg.mymod:make_policy", group="hta.policies"),
            "bad": EntryPoint(name="bad", value="mypkg.mymod:not_a_policy", group="hta.policies")}

@@ -178,10 +178,13 @@ def _configure(policy: Policy, spec: str, settings: str) -> Policy:
         out.update({name: obj for name in own if _scalar(getattr(obj, name))})
         return out
 
+    items = [item for item in settings.split(",") if item.strip()]
+    if not items:  # ("mymod:make:", "factory:"): no settings, the policy as it was made
+        return policy
     holders = settable(policy)
     #: the first nan or inf setting, refused after ``validate()`` (whose message names the range, if it has one)
     nonfinite: str | None = None
-    for item in filter(None, settings.split(",")):
+    for item in items:
         key, eq, text = item.partition("=")
         key = key.strip()
         if not eq or key not in holders:
@@ -209,7 +212,7 @@ def _configure(policy: Policy, spec: str, settings: str) -> Policy:
             example = current if isinstance(current, float) and math.isfinite(current) else 1
             nonfinite = f"{key}={text!r} is not a finite number: give a number, e.g. {key}={example:g}"
         setattr(holder, key, value)
-    if "name" in {f.name for f in dataclasses.fields(policy)}:
+    if "name" in {f.name for f in dataclasses.fields(policy)}:  # (a dataclass: a setting was found in it)
         policy.name = spec  # the run record names the settings
     if callable(getattr(policy, "validate", None)):
         try:
