@@ -199,6 +199,34 @@ def test_simulate_into_a_folder_that_cannot_be_made(tmp_path: Path):
     one_error_line(r, "cannot write the scaling logs", "choose another --out")
 
 
+def test_simulate_on_a_workflow_file_it_cannot_read_names_the_file(tmp_path: Path, monkeypatch, capsys):
+    # (unreadable, it said "cannot write the scaling logs in None (Permission denied): choose another
+    # --out"; not UTF-8, the codec's words without the file)
+    from hta.cli import main
+
+    latin1 = tmp_path / "latin1.json"
+    latin1.write_bytes('{"name": "café"}'.encode("latin-1"))
+    assert main(["simulate", "--workflow", str(latin1), "--seeds", "1", "--policies", "hta"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"hta: error: {latin1}: not JSON (byte 0xe9 at offset 13 is not UTF-8 text): "
+                    f"give a WfCommons JSON instance"), line
+
+    locked = tmp_path / "locked.json"
+    locked.write_text("{}")
+    read_text = Path.read_text
+
+    def denied(self: Path, *args, **kwargs) -> str:  # (the tests run as root, whom chmod 000 does not stop)
+        if self == locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    assert main(["simulate", "--workflow", str(locked), "--seeds", "1", "--policies", "hta"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"hta: error: cannot read workflow file {str(locked)!r} (Permission denied): make it "
+                    f"readable or give another WfCommons JSON instance"), line
+
+
 def test_simulate_refuses_a_policy_named_twice():
     # its runs were merged into one row, as if they were more seeds
     r = run_hta("simulate", "--workload", "io-bound", "--seeds", "1", "--policies", "hta,factory,hta")

@@ -183,7 +183,13 @@ def load_workload(spec: str, seed: int = 0) -> Workload:
     if not p.is_file():
         raise WorkloadError(f"workload {spec!r} is neither a file nor one of {', '.join(GENERATORS)}")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8"))  # (JSON is UTF-8, whatever the locale)
+    except OSError as exc:  # (unreadable: it was taken for the --out error of hta simulate)
+        raise WorkloadError(f"cannot read workflow file {spec!r} ({exc.strerror or exc}): "
+                            f"make it readable or give another WfCommons JSON instance") from None
+    except UnicodeDecodeError as exc:  # (a ValueError: it printed the codec's words, not the file)
+        raise WorkloadError(f"{p}: not JSON (byte 0x{exc.object[exc.start]:02x} at offset {exc.start} is not "
+                            f"UTF-8 text): give a WfCommons JSON instance") from None
     except json.JSONDecodeError as exc:
         raise WorkloadError(f"{p}: not JSON ({exc.msg} at line {exc.lineno})") from None
     return parse_wfformat(data, p.stem)
