@@ -9,9 +9,9 @@ import time
 import aiohttp
 import pytest
 
-from hta.backends.local import LocalBackend
+from hta.backends.local import MAX_START_FAILURES, LocalBackend
 from hta.model import Resources
-from workqueue_bridge.status import MasterStatusClient
+from workqueue_bridge.status import MasterSnapshot, MasterStatusClient, QueueStatus
 
 from conftest import Master, cctools_processes
 
@@ -71,3 +71,75 @@ async def test_workers_connect_are_identified_and_only_idle_ones_drain(tmp_path)
     assert [e.event for e in stopped] == ["stopped"]
     # the command line as listed (a process of another run may turn zombie meanwhile)
     assert not [p for p in cctools_processes() if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+
+
+def nothing_connected() -> MasterSnapshot:
+    return MasterSnapshot(taken_at=time.time(), queue=QueueStatus(), tasks=[], workers=[])
+
+
+async def launched(backend: LocalBackend, ids: list[str]) -> None:
+    """Wait until the launches of ``ids`` are over (started, or failed to)."""
+    await asyncio.wait_for(asyncio.gather(*(backend._workers[i].launcher for i in ids)), timeout=60)
+
+
+async def test_a_worker_that_cannot_be_launched_fails_and_is_pending_no_more(tmp_path, monkeypatch):
+    """A launch that raises is a start failure, as a worker that exits before connecting is
+    (it stayed provisioning for good: pending against --max-workers, never reported as
+    failed, never backed off from)."""
+    backend = LocalBackend(tmp_path / "run")
+    await backend.start("127.0.0.1", 9)
+    workers = backend.run_dir / "workers"
+    workers.rmdir()
+    workers.write_text("")  # a file where the workdirs go: none can be made
+    ids = await backend.request(1, SHAPE, 0.0)
+    await launched(backend, ids)
+    assert backend.pending() == []
+    events = await backend.refresh(nothing_connected(), 1.0)
+    assert [(e.worker, e.event) for e in events] == [(ids[0], "requested"), (ids[0], "failed")]
+    assert events[1].reason.startswith("could not be launched: NotADirectoryError"), events[0].reason
+    assert backend.start_failures == 1 and backend.backoff_s() == 1.0 and backend.fatal is None
+
+    workers.unlink()
+    workers.mkdir()
+
+    async def no_fork(*args, **kwargs):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", no_fork)
+    ids = await backend.request(MAX_START_FAILURES - 1, SHAPE, 1.0)  # (each backs off 1 s)
+    await launched(backend, ids)
+    assert backend.pending() == []
+    events = await backend.refresh(nothing_connected(), 3.0)
+    assert [e.event for e in events] == ["requested", "failed"] * len(ids)
+    assert backend.fatal == (f"workers cannot start: {MAX_START_FAILURES} in a row did not start; the last "
+                             f"({ids[-1]}) could not be launched: BlockingIOError: [Errno 11] Resource temporarily "
+                             f"unavailable; fix that and run again")
+    assert not list(workers.iterdir())  # the workdirs made before the fork failed are gone
+    assert await backend.stop_all(4.0) == []
+
+
+async def test_stop_cancelled_while_it_waits_for_the_launch_stays_cancelled(tmp_path, monkeypatch):
+    """``_stop`` cancels a launch and waits for it; a cancellation of ``_stop`` itself, meanwhile,
+    is not swallowed as if it were the launch's (it went on stopping, as if never cancelled)."""
+    backend = LocalBackend(tmp_path / "run")
+    await backend.start("127.0.0.1", 9)
+    cancelled, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_to_cancel(w, delay, requested_at):
+        try:
+            await asyncio.Event().wait()  # provisioning, for ever
+        except asyncio.CancelledError:
+            cancelled.set()
+            await release.wait()  # its own clean-up takes a while
+            raise
+
+    monkeypatch.setattr(backend, "_launch", slow_to_cancel)
+    (wid,) = await backend.request(1, SHAPE, 0.0)
+    stopping = asyncio.create_task(backend._stop(backend._workers[wid]))
+    await asyncio.wait_for(cancelled.wait(), timeout=10)  # _stop now waits for the launch
+    stopping.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(stopping, timeout=10)
+    assert backend._workers[wid].state == "stopping"  # not carried on to "gone"
+    await backend.stop_all(1.0)

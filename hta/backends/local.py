@@ -244,7 +244,21 @@ class LocalBackend:
         return ids
 
     async def _launch(self, w: LocalWorker, delay: float, requested_at: float) -> None:
+        """After the provisioning delay, start the worker's process. A launch that raises (its
+        workdir or log file cannot be made, the fork fails) is a start failure, as a worker that
+        exits before connecting is: left to itself it stayed provisioning for good, pending
+        against --max-workers, never reported and never backed off from."""
         await asyncio.sleep(delay)
+        try:
+            await self._spawn(w)
+        except Exception as exc:  # noqa: BLE001 — whatever stopped it, it is reported, not left pending
+            self._start_failed(w, requested_at + delay, cause=f"{type(exc).__name__}: {exc}")
+            return
+        w.started_at = requested_at + delay
+        w.state = "starting"
+
+    async def _spawn(self, w: LocalWorker) -> None:
+        """``hta worker`` in its own workdir, its output in its log."""
         w.workdir = self.run_dir / "workers" / w.id
         w.workdir.mkdir(parents=True, exist_ok=True)
         out = open(w.log_path, "wb")
@@ -263,8 +277,6 @@ class LocalBackend:
             )
         finally:
             out.close()
-        w.started_at = requested_at + delay
-        w.state = "starting"
 
     # -- observation ---------------------------------------------------------
     def _address_of(self, w: LocalWorker) -> str | None:
@@ -340,20 +352,29 @@ class LocalBackend:
                                 "elsewhere", w.id, n)
         return self._flush()
 
-    def _start_failed(self, w: LocalWorker, now: float) -> None:
+    def _start_failed(self, w: LocalWorker, now: float, cause: str | None = None) -> None:
+        """``w`` never connected: its process exited first (its log says why), or, with
+        ``cause``, it could not be launched at all. Either is ``failed``, counts towards the
+        back-off, and after :data:`MAX_START_FAILURES` in a row ends the run (``fatal``)."""
         w.state = "gone"
         self.start_failures += 1
-        words = last_words(w.log_path)
-        why = f"exited before connecting ({exit_description(w.proc.returncode)})" + (f": {words}" if words else "")
+        if cause is None:
+            words = last_words(w.log_path)
+            why = f"exited before connecting ({exit_description(w.proc.returncode)})" + (f": {words}" if words else "")
+            fatal = (f"{self.start_failures} in a row exited before connecting to the master; the last ({w.id}) "
+                     f"said: {words or exit_description(w.proc.returncode)} (log: {w.log_path})")
+        else:
+            words = cause
+            why = f"could not be launched: {cause}"
+            fatal = f"{self.start_failures} in a row did not start; the last ({w.id}) could not be launched: {cause}"
         w.events.append(WorkerRecord(t=now, worker=w.id, event="failed", cores=w.shape.cores, reason=why))
         if w.workdir is not None:
             shutil.rmtree(w.workdir, ignore_errors=True)
         if self.start_failures >= MAX_START_FAILURES and self.fatal is None:
-            self.fatal = (f"workers cannot start: {self.start_failures} in a row exited before connecting to the "
-                          f"master; the last ({w.id}) said: {words or exit_description(w.proc.returncode)} "
-                          f"(log: {w.log_path}){self._hint(words)}")
+            self.fatal = f"workers cannot start: {fatal}{self._hint(words)}"
         elif self.start_failures == 1 or self.start_failures == MAX_START_FAILURES - 1:
-            log.warning("worker %s %s; next launches back off (log: %s)", w.id, why, w.log_path)
+            log.warning("worker %s %s; next launches back off%s", w.id, why,
+                        f" (log: {w.log_path})" if cause is None else "")
 
     def _hint(self, words: str) -> str:
         low = words.lower()
@@ -472,7 +493,10 @@ class LocalBackend:
             w.launcher.cancel()
             try:
                 await w.launcher
-            except (asyncio.CancelledError, Exception):
+            except asyncio.CancelledError:
+                if asyncio.current_task().cancelling():  # _stop itself was cancelled, not only the launch
+                    raise
+            except Exception:  # noqa: BLE001 — the launch's own failure: it is stopped either way
                 pass
         if w.proc is not None:
             try:  # a stopped (SIGSTOP) worker's tasks ignore SIGTERM and outlive the process group
