@@ -30,6 +30,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -724,15 +725,29 @@ def run_makeflow(options: MakeflowOptions, verbosity: str = "normal", mode: str 
                               record=options.record, stall_timeout_s=options.stall_timeout_s))
 
 
+#: where makeflow's parser (makeflow_viz shares it) says a workflow is wrong: "… line: 3 column: 1"
+_PARSE_ERROR = re.compile(r"(.*?)\.? line: (\d+)(?: column: (\d+))?")
+
+
 def check_not_empty(args: MakeflowArgs) -> None:
-    """Refuse a workflow without a rule (makeflow would exit 0 having done nothing). A
-    workflow makeflow_viz cannot read is left to makeflow, whose error is clearer."""
+    """Refuse a workflow without a rule (makeflow would exit 0 having done nothing), or one
+    makeflow's parser refuses at a line (makeflow would refuse it too, after hta had started
+    a run and written its log). Any other failure of makeflow_viz is left to makeflow."""
     from workqueue_bridge.dag import viz_json
 
     assert args.workflow_path is not None
     try:
         data = viz_json(args.workflow_path, args.format_options(), args.cwd, timeout_s=60)
-    except (OSError, ValueError, subprocess.SubprocessError):
+    except ValueError as exc:
+        said = str(exc).split(": ", 1)[-1]
+        m = _PARSE_ERROR.search(said)
+        if m:
+            where = f"line {m.group(2)}" + (f", column {m.group(3)}" if m.group(3) else "")
+            rule = " (a rule is `OUTPUTS: INPUTS` followed by a tab-indented command)" if "keyword" in said else ""
+            raise UsageError(f"workflow {args.dagfile} does not parse at {where}: {m.group(1)}: fix that "
+                             f"line{rule}") from None
+        return
+    except (OSError, subprocess.SubprocessError):
         return
     if not data.get("rules"):
         raise UsageError(f"workflow {args.dagfile} has no rules: nothing to run (a rule is `OUTPUTS: INPUTS` "

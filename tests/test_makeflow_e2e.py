@@ -196,15 +196,24 @@ def test_reserved_makeflow_argument_is_refused(tmp_path: Path):
     assert r.returncode == 2 and "makeflow option -T cannot be used under HTA" in r.stderr
 
 
-def test_makeflow_syntax_error_surfaces_makeflows_message(tmp_path: Path):
+@pytest.mark.parametrize("text, said", [
+    ("out.txt: in.txt\n\tcat in.txt > out.txt\nthis is : not : valid\n",
+     "does not parse at line 4, column 2: Rule does not have a command: fix that line"),
+    ("out.txt:\n\techo hi > out.txt\nbroken line\n",
+     "does not parse at line 3, column 1: Unrecognized keyword: broken: fix that line (a rule is"),
+])
+def test_a_workflow_makeflows_parser_refuses_is_bad_input_refused_before_a_run(tmp_path: Path, text, said):
+    # makeflow's parser's words, where it stopped, in one line, exit 2: no run started, so
+    # no run folder or scaling log is left (makeflow itself would have refused it after hta
+    # had started the run: exit 1 and an empty summary)
     wf = tmp_path / "bad"
     wf.mkdir()
-    (wf / "Makeflow").write_text("out.txt: in.txt\n\tcat in.txt > out.txt\nthis is : not : valid\n")
+    (wf / "Makeflow").write_text(text)
     r = run_hta("makeflow", str(wf / "Makeflow"), timeout=120)
-    assert r.returncode != 0
-    err = r.stderr.strip().splitlines()[-1]
-    # makeflow's words, not the SIGTERM its fatal() ends it with
-    assert err.startswith("hta: error: makeflow stopped before its master started: ") and "SIGTERM" not in err, err
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"hta: error: workflow {wf / 'Makeflow'} {said}")
+    assert r.stderr.strip().count("\n") == 0 and not r.stdout
+    assert sorted(p.name for p in wf.iterdir()) == ["Makeflow"]
     assert not wait_gone(str(wf))
 
 
