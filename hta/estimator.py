@@ -112,6 +112,10 @@ class EstimatorOptions:
     #: category with a task running longer than ``OUTRUN_MARGIN`` × its longest measured
     #: runtime (see :class:`_DrainPlay`); off: the usual slot order, busy workers first
     release_to_idle_first: bool = True
+    #: the queue is played newest first, as the master dispatches (:mod:`workqueue_bridge.dispatch`);
+    #: off: oldest first, what the estimator took the master's order to be until the real one
+    #: was measured (the thirty-second session)
+    newest_first: bool = True
 
     @property
     def unmeasured_rounds(self) -> float:
@@ -495,7 +499,8 @@ class _DrainPlay:
         self.slots: list[_Slot] = []
         self.connected = 0  # slots[:connected] are the workers connected now
         self.queue: list[_Group] = []
-        self.head = 0  # queue[:head] is all dispatched: fill() starts after it
+        #: indices of the groups with tasks left, oldest first (fill() reads it newest first)
+        self.live: list[int] = []
         self.releases: list[tuple[float, int]] = []
         #: (cores, seconds) measured tasks still hold past the horizon (see Estimate.inflight)
         self.inflight: list[tuple[float, float]] = []
@@ -537,6 +542,7 @@ class _DrainPlay:
         task_done = self._schedule_running_tasks(index, self._barrier_times())
         self._add_pending_workers()
         self.queue = [self._group(g.id, g.category, g.count, g.request) for g in self.obs.waiting]
+        self.live = [gi for gi, g in enumerate(self.queue) if g.count > 0]
         self._index_upcoming()
         self._release_ready(task_done)
         for i in range(self.connected):
@@ -699,22 +705,23 @@ class _DrainPlay:
     # -- dispatching ---------------------------------------------------------
 
     def fill(self, i: int, t: float) -> None:
-        """Work Queue's rule on slot ``i`` at ``t``: waiting groups in queue order
-        each start as many tasks as fit (:meth:`_fit`), until the slot has no
-        core left."""
-        slot, queue = self.slots[i], self.queue
-        while self.head < len(queue) and queue[self.head].count == 0:
-            self.head += 1
-        for gi in range(self.head, len(queue)):
+        """Work Queue's rule on slot ``i`` at ``t``: waiting groups newest first (the
+        master's order, :mod:`workqueue_bridge.dispatch`: the queue is oldest first, a
+        released group joins its end) each start as many tasks as fit (:meth:`_fit`),
+        until the slot has no core left."""
+        slot, queue, live = self.slots[i], self.queue, self.live
+        emptied = False
+        for gi in (reversed(live) if self.options.newest_first else live):
             g = queue[gi]
-            if g.count == 0:
-                continue
-            k = self._fit(g, slot)
+            k = self._fit(g, slot) if g.count else 0
             if k <= 0:
                 continue
             self._start(i, gi, k, t)
+            emptied |= g.count == 0
             if slot.free.cores <= EPS:
                 break
+        if emptied:
+            self.live = [gi for gi in live if queue[gi].count > 0]
 
     def _fit(self, g: _Group, slot: _Slot) -> int:
         """How many tasks of ``g`` (which has some left) ``slot`` can start now: :func:`fit_count`.
@@ -839,13 +846,16 @@ class _DrainPlay:
         self.fill(ev.slot, ev.at)
 
     def _on_task_released(self, ev: TaskReleased) -> None:
-        """An upcoming group joins the end of the queue; every slot with room tries it, in
+        """An upcoming group joins the end of the queue (the newest: the master dispatches it
+        first); every slot with room tries it, in
         slot order (whole-worker tasks released within a latency: in
         :meth:`_whole_release_order`)."""
         up = self.upcoming[ev.upcoming_index]
         self.releases.append((ev.at, up.count))
         self.queue.append(self._group(up.id, up.category, up.count, up.request))
         self.queue[-1].after_unmeasured = self._up_after_unmeasured[ev.upcoming_index]
+        if up.count > 0:
+            self.live.append(len(self.queue) - 1)
         slots = self.slots
         order: Iterable[int] = range(len(slots))
         if up.whole_worker and ev.at <= self.now + self.latency_s and self.options.release_to_idle_first:

@@ -162,7 +162,9 @@ class CategoryModel(BaseModel):
 class TaskGroup(BaseModel):
     """``count`` waiting tasks of one category, each asking ``request``.
 
-    Groups are kept in the master's dispatch order (FIFO). A request of zero
+    Groups are kept in task-id order: the master's submission order, oldest first. The
+    master dispatches the newest first, and the estimator plays them so
+    (:mod:`workqueue_bridge.dispatch`). A request of zero
     cores, memory and disk means "a whole worker" (Work Queue's answer for a
     task that declares nothing).
     """

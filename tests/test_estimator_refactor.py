@@ -210,9 +210,9 @@ def test_same_estimate_as_before_on_random_observations(chunk: int) -> None:
         obs, horizon = random_observation(seed)
         for opts in (OPTIONS[seed % 8], OPTIONS[(seed * 5 + 3) % 8]):
             # the rules added since (unmeasured_floor, overdue_past_longest,
-            # release_to_idle_first) are off: the rest must be the old estimator's
+            # release_to_idle_first, newest_first) are off: the rest must be the old estimator's
             new = QueueDrainEstimator(EstimatorOptions(**opts, unmeasured_floor=False, overdue_past_longest=False,
-                                                       release_to_idle_first=False)).estimate(obs, horizon)
+                                                       release_to_idle_first=False, newest_first=False)).estimate(obs, horizon)
             old = before.QueueDrainEstimator(before.EstimatorOptions(**opts)).estimate(obs, horizon)
             assert same_estimate(new, old, obs, opts), (seed, opts)
 
@@ -266,6 +266,6 @@ def test_same_estimate_as_before_at_bench_scale() -> None:
         obs = big.model_copy(update={"waiting": waiting, "upcoming": upcoming})
         for opts in OPTIONS:
             new = QueueDrainEstimator(EstimatorOptions(**opts, overdue_past_longest=False,
-                                                       release_to_idle_first=False)).estimate(obs, 157.0)
+                                                       release_to_idle_first=False, newest_first=False)).estimate(obs, 157.0)
             old = before.QueueDrainEstimator(before.EstimatorOptions(**opts)).estimate(obs, 157.0)
             assert same_estimate(new, old, obs, opts), (n, opts)

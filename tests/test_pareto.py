@@ -304,9 +304,9 @@ def test_a_missed_goal_says_whether_max_then_drain_misses_it_too_and_how_much_ro
     assert "misses it too: 1.21 ×" in slow
     assert "meets it: 1.05 ×" in pareto.why_missed(0, bound, P("max-then-drain", 1050, 0, 0), 0, 1)
     assert "leaves 4.7% of room" in pareto.why_missed(1, bound, P("max-then-drain", 1000, 0, 0), 41862, 43922)
-    order = pareto.why_missed(0, bound, P("max-then-drain", 1210, 0, 0), 0, 1, fifo_s=1130)
-    assert "first-come-first-served order alone, on the bound's own capacity, takes 1.13 ×" in order
-    both = pareto.why_missed(0, bound, P("max-then-drain", 1210, 0, 0), 0, 1, fifo_s=1130, cp_s=1040)
+    order = pareto.why_missed(0, bound, P("max-then-drain", 1210, 0, 0), 0, 1, wq_s=1130)
+    assert "newest-first order alone, on the bound's own capacity, takes 1.13 ×" in order
+    both = pareto.why_missed(0, bound, P("max-then-drain", 1210, 0, 0), 0, 1, wq_s=1130, cp_s=1040)
     assert "takes 1.13 ×, the critical path first 1.04 ×" in both
 
 

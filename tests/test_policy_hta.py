@@ -159,12 +159,25 @@ def test_a_task_running_far_past_the_horizon_counts_as_a_missing_core_not_as_bac
     assert HTAPolicy().decide(o).add == 0
 
 
+def test_the_queue_is_played_newest_first_as_the_master_dispatches():
+    # one idle 2-core worker; the waiting groups in submission order (task ids): the master
+    # dispatches the newest first (workqueue_bridge/dispatch.py), so b's two tasks take the
+    # worker and a's two wait at the horizon; played oldest first, a's would take it
+    o = obs(workers=[worker("w1")], waiting=[TaskGroup(category="a", count=2, request=ONE, id="g0"),
+                                             TaskGroup(category="b", count=2, request=ONE, id="g1")],
+            categories={"a": cat("a", 100.0), "b": cat("b", 100.0)})
+    left = QueueDrainEstimator().estimate(o, 10.0).left_waiting
+    assert [(g.category, g.count) for g in left] == [("a", 2)]
+    before = QueueDrainEstimator(EstimatorOptions(newest_first=False)).estimate(o, 10.0).left_waiting
+    assert [(g.category, g.count) for g in before] == [("b", 2)]
+
+
 def test_never_measured_tasks_do_not_lift_the_cap_on_measured_ones():
     # 40 measured tasks of 100 s and 1 never-measured one, on an idle 2-core worker: the
-    # measured ones are capped as if alone (19: the 2 cores take two of them first), the
-    # never-measured one gets its own worker, or one per u of them
-    o = obs(workers=[worker("w1")], waiting=[TaskGroup(category="a", count=40, request=ONE),
-                                              TaskGroup(category="new", count=1)],
+    # measured ones are capped as if alone (19: the 2 cores take two of them first, the
+    # newest), the never-measured one gets its own worker, or one per u of them
+    o = obs(workers=[worker("w1")], waiting=[TaskGroup(category="new", count=1),
+                                              TaskGroup(category="a", count=40, request=ONE)],
             categories={"a": cat("a", 100.0)}, max_workers=50)
     alone = obs(workers=[worker("w1")], waiting=[TaskGroup(category="a", count=40, request=ONE)],
                 categories={"a": cat("a", 100.0)}, max_workers=50)

@@ -22,7 +22,7 @@ from hta.sim.workload import SimTask, Workload, WorkloadError, load_workload, pa
 from hta.sim.run import Simulation
 from hta.sim.world import ClusterModel
 
-from conftest import ROOT
+from conftest import ROOT, wait
 
 NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)
 
@@ -133,19 +133,63 @@ def test_a_whole_worker_task_uses_and_wants_only_its_measured_cores():
     assert s.shortage_core_s == 2 * 100 + 1 * 100
 
 
-def test_fifo_dispatch_to_first_worker_with_room():
+def test_tasks_ready_together_are_dispatched_in_the_files_order_to_the_first_worker_with_room():
     tasks = [SimTask("seed", "a", runtime_s=1)] + [SimTask(f"t{i}", "a", runtime_s=100 + i, parents=["seed"])
                                                    for i in range(7)]
     w = world(tasks, Scripted(), start_nodes=2, auto_allocation=True)
     s = w.run()
     assert s.exit_code == 0
-    # after "seed" is measured (1 core), the seven tasks are dispatched in FIFO order, each to
+    # after "seed" is measured (1 core), the seven tasks are dispatched in the file's order, each to
     # the first worker with room: n1 takes t0,t1,t2, n2 takes t3,t4,t5; t6 waits for the first
     # core freed (t0's, on n1, at 101)
     assert [(task, node, start) for task, node, start, _ in schedule(w)] == [
         ("seed", "n1", 0), ("t0", "n1", 1), ("t1", "n1", 1), ("t2", "n1", 1),
         ("t3", "n2", 1), ("t4", "n2", 1), ("t5", "n2", 1), ("t6", "n1", 101)]
     assert s.runtime_s == pytest.approx(101 + 106)
+
+
+#: a chain b1 → b2 → b3 written around six independent rules: which the master runs
+#: first tells its order apart (oldest first: b1, a1…a6, b2, b3)
+ORDER_DAG = [("b1", [])] + [(f"a{i}", []) for i in range(1, 7)] + [("b2", ["b1"]), ("b3", ["b2"])]
+
+
+def real_dispatch_order(folder: Path) -> list[str]:
+    """The order the real makeflow -T wq and its master start ORDER_DAG's rules on one
+    1-core worker: each rule writes when it started."""
+    lines = ["CATEGORY=one", "CORES=1", "MEMORY=100", ""]
+    for name, parents in ORDER_DAG:
+        lines += [f"{name}: {' '.join(parents)}".rstrip(), f"\tdate +%s%N > {name}; sleep 0.2", ""]
+    (folder / "Makeflow").write_text("\n".join(lines))
+    makeflow = subprocess.Popen(["makeflow", "-T", "wq", "-Z", "port", "Makeflow"], cwd=folder,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        port = wait(lambda: (folder / "port").exists() and (folder / "port").read_text().strip(), timeout=30)
+        assert port, "makeflow wrote no port file"
+        worker = subprocess.Popen(["work_queue_worker", "--cores", "1", "--memory", "1000", "--single-shot",
+                                   "localhost", port], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert makeflow.wait(timeout=60) == 0
+    finally:
+        for proc in (makeflow, worker):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    started = {name: int((folder / name).read_text()) for name, _ in ORDER_DAG}
+    return sorted(started, key=started.get)
+
+
+def test_the_master_runs_the_newest_task_first_as_the_simulated_one_does(tmp_path: Path):
+    # CCTools' master puts each task it is given at the head of its ready list and
+    # makeflow submits rules ready together last-in-the-file first: b1 (the file's first
+    # ready rule) runs first, b2 as soon as b1 has ended (before the older a1…a6), then b3
+    real = real_dispatch_order(tmp_path)
+    assert real == ["b1", "b2", "b3"] + [f"a{i}" for i in range(1, 7)]
+    tasks = [SimTask(name, "one", runtime_s=1, cores=1, memory_mb=100, parents=parents) for name, parents in ORDER_DAG]
+    sim = Simulation(Workload("order", tasks, declared=True), Scripted(),
+                     ClusterModel(max_nodes=1, start_nodes=1, node_cores=1, latency_sd_s=0.0), seed=0)
+    sim.world.runs = Ledger(sim.world)
+    assert sim.run().exit_code == 0
+    assert [task for task, *_ in schedule(sim)] == real
 
 
 @pytest.mark.parametrize("auto", [True, False])
@@ -444,7 +488,8 @@ def test_estimator_agrees_with_algorithm1_on_small_inputs():
 
     from hta.estimator import EstimatorOptions, QueueDrainEstimator
 
-    est = QueueDrainEstimator(EstimatorOptions(lookahead=False, tail_aware=False))
+    # Algorithm 1 plays the queue oldest first, the thesis's reading of the master
+    est = QueueDrainEstimator(EstimatorOptions(lookahead=False, tail_aware=False, newest_first=False))
     for seed in range(60):
         obs = scenario(n_waiting=1 + seed % 30, n_workers=1 + seed % 8, seed=seed)
         a_add, a_unused = algorithm1(obs, 157.0)

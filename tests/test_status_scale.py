@@ -14,7 +14,7 @@ from typing import Mapping
 
 import pytest
 
-from hta.model import LatencyStats, Resources
+from hta.model import LatencyStats, Resources, TaskGroup
 from workqueue_bridge.observation import ObservationBuilder
 from workqueue_bridge.status import (
     MasterSnapshot,
@@ -331,6 +331,23 @@ def test_a_kept_table_brought_up_to_date_names_each_group_once_and_each_task_onc
     assert [t.task_id for t in obs.running] == [1]
     assert [(g.id, g.category, g.count) for g in obs.waiting] == [("g1", "blast", 1), ("g2", "align", 1),
                                                                    ("g3", "merge", 2)]
+
+
+def test_a_kept_table_loses_the_newest_tasks_the_master_dispatched_since():
+    # align waits in g0 (older, 1 core) and g2 (newer, 2 cores), blast in g1; since the read
+    # two align tasks were dispatched and have ended: the master dispatches the newest first
+    # (workqueue_bridge/dispatch.py), so they were g2's, not g0's
+    from workqueue_bridge.observation import at_the_counts
+    from workqueue_bridge.status import CategoryStatus
+
+    one, two = Resources(cores=1), Resources(cores=2)
+    groups = [TaskGroup(category="align", count=3, request=one, id="g0"),
+              TaskGroup(category="blast", count=1, request=one, id="g1"),
+              TaskGroup(category="align", count=3, request=two, id="g2")]
+    out, gone = at_the_counts(groups, [CategoryStatus(name="align", waiting=4), CategoryStatus(name="blast", waiting=1)])
+    assert [(g.id, g.count) for g in out] == [("g0", 3), ("g1", 1), ("g2", 1)] and gone == set()
+    out, gone = at_the_counts(groups, [CategoryStatus(name="align", waiting=2)])
+    assert [(g.id, g.count) for g in out] == [("g0", 2), ("g1", 1)] and gone == {"g2"}
 
 
 def test_a_read_budget_outside_zero_to_one_is_refused():

@@ -10,9 +10,17 @@ rule they model cannot drift apart:
   its category's measured peak once the master has measured the category
   (``auto`` allocation, makeflow ``--allocation=throughput``), otherwise a
   whole worker. ``Resources()`` stands for "a whole worker".
-- **Where it goes** (:func:`fit_count`, :func:`first_fit`): waiting tasks are
-  dispatched first-in first-out, each to the first worker (in connection
-  order) with room; a whole-worker task needs a worker that runs nothing.
+- **Where it goes** (:func:`fit_count`, :func:`first_fit`): each waiting task, in
+  the master's order, to the first worker (in connection order) with room; a
+  whole-worker task needs a worker that runs nothing.
+- **The master's order**: newest first. CCTools' master inserts each task it is
+  given at the head of its ready list (``list_push_priority``: before the first
+  task of no higher priority, and makeflow sets none) and dispatches from the head;
+  makeflow submits the rules that became ready together last-in-the-file first. So a
+  task a completion released runs before every older waiting one, and one batch runs
+  in the file's order (``tests/test_sim_rules.py``, on the real master). The simulator
+  and the estimator play that order: the waiting groups are read in task-id order, the
+  master's submission order, and played from the newest.
 
 The thesis's Algorithm 1 in ``bench/algorithm1.py`` is deliberately *not*
 built on this module: it is the literal transcription the estimator is

@@ -211,13 +211,14 @@ def at_the_counts(groups: list[TaskGroup], counts: list[CategoryStatus],
     15-100 s) while the counts are read every time.
 
     - A category with more waiting than its groups hold gets the rest as a group at the
-      back (Work Queue serves first come, first served): tasks submitted since the table
+      back (the newest, which the master dispatches first): tasks submitted since the table
       was read (a whole new stage, at a barrier) or put back in the queue (a lost
       worker's). Without them a decision would see nothing waiting, and nothing upcoming
       either, since the lookahead cannot place their parents. The group asks what the
       category's newest group asked, else ``requests[category]`` (what a task of it in
       the table asked), else what the category declares at most, else a whole worker.
-    - A category with fewer loses the rest from the front: tasks dispatched since (those a
+    - A category with fewer loses the rest from the back, its newest tasks: tasks dispatched
+      since, newest first as the master dispatches (those a
       worker runs now were taken out before: ``ObservationBuilder._dispatched_since``).
       A category the counts do not list is left as the table has it.
     - A group left with nothing (``count`` 0 given, or cut to it) goes.
@@ -233,12 +234,13 @@ def at_the_counts(groups: list[TaskGroup], counts: list[CategoryStatus],
     waiting = {c.name: c.waiting for c in counts}
     excess = {c: n - waiting[c] for c, n in held.items() if c in waiting and n > waiting[c]}
     out: list[TaskGroup] = []
-    for g in groups:
+    for g in reversed(groups):  # the newest first: the master dispatched them first
         cut = min(g.count, excess.get(g.category, 0))
         if cut > 0:
             excess[g.category] -= cut
         if g.count > cut:
             out.append(g if not cut else g.model_copy(update={"count": g.count - cut}))
+    out.reverse()
     taken = {g.id for g in groups}  # (the gone ones' too: no id twice)
     for c in counts:
         n = c.waiting - held.get(c.name, 0)

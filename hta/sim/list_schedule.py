@@ -1,14 +1,18 @@
 """List schedules of a workload on one pool of cores (optionally fewer until a time).
 
 References, not policies: how much of a run's distance from the runtime bound
-(:mod:`hta.sim.oracle`) the master's dispatch order alone accounts for. Work Queue, as
-Makeflow drives it, hands out waiting tasks first come, first served: Makeflow's submit
+(:mod:`hta.sim.oracle`) the master's dispatch order alone accounts for. Makeflow's submit
 (``batch_job_wq_submit`` in CCTools' ``batch_job/src/batch_job_work_queue.c``) gives a
 task its command, files, environment, category and resources, never a priority
-(``work_queue_task_specify_priority``), and no autoscaling policy changes that order. So:
+(``work_queue_task_specify_priority``), so the master's own order decides, and no
+autoscaling policy changes it. So:
 
-- ``fifo``: each ready task in the order it became ready (ties: the workflow's order),
-  as the simulated master and a real one dispatch;
+- ``newest-first``: Work Queue's order under Makeflow, as the simulated master and a real
+  one dispatch (:mod:`workqueue_bridge.dispatch`, measured in ``tests/test_sim_rules.py``):
+  the task that became ready last first, and the tasks ready at once in the workflow's order;
+- ``fifo``: first come, first served, each ready task in the order it became ready
+  (ties: the workflow's order), what the simulator took the master's order to be until
+  the real one was measured;
 - ``critical-path``: the ready task with the longest tail first (its runtime plus its
   longest chain of descendants), the classic list-scheduling priority.
 
@@ -31,10 +35,10 @@ from hta.sim.oracle import _durations
 from hta.sim.workload import Workload, topological_order
 from hta.sim.world import ClusterModel
 
-Order = Literal["fifo", "critical-path"]
+Order = Literal["newest-first", "fifo", "critical-path"]
 
 
-def list_schedule_s(w: Workload, cores: float, order: Order = "fifo", cluster: ClusterModel | None = None, *,
+def list_schedule_s(w: Workload, cores: float, order: Order = "newest-first", cluster: ClusterModel | None = None, *,
                     start_cores: float | None = None, more_at_s: float = 0.0) -> float:
     """When the last task ends, every task started as soon as its parents have ended and
     it is first (by ``order``) among the ready tasks that fit the free cores. The pool has
@@ -56,6 +60,8 @@ def list_schedule_s(w: Workload, cores: float, order: Order = "fifo", cluster: C
         tail[t.id] = dur[t.id] + max((tail[c] for c in children.get(t.id, ())), default=0.0)
 
     def key(tid: str, ready_at: float) -> tuple[float, int]:
+        if order == "newest-first":
+            return -ready_at, pos[tid]
         return (ready_at, pos[tid]) if order == "fifo" else (-tail[tid], pos[tid])
 
     ready = [(*key(t.id, 0.0), t.id) for t in tasks if parents_left[t.id] == 0]

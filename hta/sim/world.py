@@ -15,7 +15,8 @@ Rules, as in the real systems:
   it (one being prepared included), else to a new node; a node leaves with its last
   worker (or ``empty_node_ttl_s`` later); past the cap a worker waits for room;
 - Work Queue (the rule in :mod:`workqueue_bridge.dispatch`, shared with the
-  estimator): waiting tasks are dispatched in FIFO order, each to the first
+  estimator): waiting tasks are dispatched newest first (the master puts every task it
+  is given, a new one or one sent back, at the head of its ready list), each to the first
   worker (in connection order) with room; a task that declares its
   resources (``Workload.declared``) gets them; one that declares nothing runs
   on a whole worker while its category is unmeasured, then at its measured
@@ -35,7 +36,10 @@ Rules, as in the real systems:
   ScaledJob: :class:`~hta.policies.base.WorkerLifetime`): each accepts at most
   ``max_tasks`` tasks and leaves once the last has ended, or leaves after
   ``idle_timeout_s`` without a task; never while it runs one;
-- Makeflow: a task is released when all its parents completed.
+- Makeflow: a task is released when all its parents completed; the rules released at
+  once are submitted last-in-the-file first (makeflow walks its rules newest-parsed
+  first), so the master, newest first, runs them in the file's order; a task's Work
+  Queue id is its submission's number, as the master numbers them.
 
 Every change of state succeeds the :attr:`World.changed` event, so whoever
 watches the world (the controller's driver) can look at once.
@@ -70,8 +74,8 @@ class _Room(NamedTuple):
 
 
 class WaitQueue:
-    """The master's waiting tasks in dispatch order, kept as runs of alike tasks (same
-    ``kind``: category, retried-on-a-whole-worker, what it declares). Alike tasks are
+    """The master's waiting tasks in dispatch order (each new one at the head), kept as runs
+    of alike tasks (same ``kind``: category, retried-on-a-whole-worker, what it declares). Alike tasks are
     given the same allocation, so when one does not fit anywhere none of its run does:
     a dispatch skips the rest of the run at once instead of trying 100k tasks one by one."""
 
@@ -88,13 +92,6 @@ class WaitQueue:
     def __iter__(self) -> Iterator[str]:
         for _, tids in self.runs:
             yield from tids
-
-    def append(self, tid: str, kind: tuple) -> None:
-        if self.runs and self.runs[-1][0] == kind:
-            self.runs[-1][1].append(tid)
-        else:
-            self.runs.append([kind, deque([tid])])
-        self._len += 1
 
     def appendleft(self, tid: str, kind: tuple) -> None:
         if self.runs and self.runs[0][0] == kind:
@@ -346,8 +343,10 @@ class World:
             self.parents_left[t.id] = len(t.parents)
             for p in t.parents:
                 self.children[p].append(t.id)
-        #: Work Queue task id of each task (its position in the workflow, from 1)
-        self.task_id = {t.id: i + 1 for i, t in enumerate(workload.tasks)}
+        #: makeflow's node id of each rule (its position in the workflow, from 0)
+        self.rule = {t.id: i for i, t in enumerate(workload.tasks)}
+        #: Work Queue task id of each submitted task (the master numbers submissions from 1)
+        self.task_id: dict[str, int] = {}
         self.check_acyclic()
         self.waiting = WaitQueue()
         self.waiting_ids = WaitingIds()
@@ -415,9 +414,7 @@ class World:
 
     def start(self) -> None:
         """Release the tasks that have no parents (makeflow's first submissions)."""
-        for t in self.workload.tasks:
-            if not t.parents:
-                self._release(t.id)
+        self._release_all([t.id for t in self.workload.tasks if not t.parents])
         self._dispatch()
 
     # -- Makeflow's view ---------------------------------------------------------------
@@ -426,9 +423,9 @@ class World:
         return dict(self.states)
 
     def _set_state(self, tid: str, state: NodeState) -> None:
-        n = self.task_id[tid]
-        self.states[n - 1] = (state, n)
-        self.state_log.append((n - 1, state, n))
+        rule, n = self.rule[tid], self.task_id[tid]
+        self.states[rule] = (state, n)
+        self.state_log.append((rule, state, n))
 
     # -- cluster --------------------------------------------------------------------------
     def add_empty_nodes(self, n: int) -> None:
@@ -595,11 +592,11 @@ class World:
         self.retired_addresses.add(node.address)
         now = self.env.now
         lost = 0
-        for tid in reversed(list(node.running)):  # back to the queue in their start order
+        for tid in reversed(list(node.running)):  # back to the queue's head in their start order
             r = self.runs.pop(tid)
             self.lost_work += (now - r.start) * r.alloc.cores
             lost += 1
-            self._wait(tid, front=True)
+            self._wait(tid)
         node.running.clear()
         self.order.remove(node.id)
         self._changed()
@@ -623,18 +620,24 @@ class World:
         t = self.tasks[tid]
         return t.category, tid in self.whole_worker, (t.cores, t.memory_mb) if self.workload.declared else None
 
-    def _wait(self, tid: str, front: bool = False) -> None:
+    def _wait(self, tid: str) -> None:
+        """Into the master's ready list, at its head: the master dispatches newest first
+        (a task sent back by a lost worker or retried on a whole worker too)."""
         kind = self.kind(tid)
-        if front:
-            self.waiting.appendleft(tid, kind)
-        else:
-            self.waiting.append(tid, kind)
+        self.waiting.appendleft(tid, kind)
         self.waiting_ids.add(self.task_id[tid], kind)
         cat = kind[0]
         self.waiting_by_category[cat] = self.waiting_by_category.get(cat, 0) + 1
 
+    def _release_all(self, tids: list[str]) -> None:
+        """Makeflow submits the rules that became ready together (``tids``, in the workflow's
+        order) last in the file first: its node list is built newest-parsed first."""
+        for tid in reversed(tids):
+            self._release(tid)
+
     def _release(self, tid: str) -> None:
         self.released.add(tid)
+        self.task_id[tid] = len(self.task_id) + 1
         self._set_state(tid, NodeState.RUNNING)
         self._wait(tid)
         self._changed()
@@ -726,16 +729,18 @@ class World:
             self.retries += 1
             self.lost_work += (now - r.start) * r.alloc.cores
             self.whole_worker.add(tid)
-            self._wait(tid, front=True)
+            self._wait(tid)
             self._dispatch()
             return
         self._summarize(r.task, r.start, now, quota_of(r.node, r.alloc))
         self.done.add(tid)
         self._set_state(tid, NodeState.COMPLETE)
+        ready = []
         for c in self.children[tid]:
             self.parents_left[c] -= 1
             if self.parents_left[c] == 0:
-                self._release(c)
+                ready.append(c)
+        self._release_all(ready)
         if len(self.done) == len(self.tasks):
             self.finished_at = now
             self.finished.succeed()
