@@ -530,6 +530,20 @@ def _setup_logging(level: int) -> None:
     logging.basicConfig(level=level, handlers=[handler])
 
 
+def _close_option(parser: argparse.ArgumentParser, command: str, given: str) -> str | None:
+    """The option of ``hta COMMAND`` that ``given`` (an option it does not have) looks like a
+    typing slip of (``--max-wrkers``: ``--max-workers``), or None: then it is likely
+    makeflow's own."""
+    import difflib
+
+    if not given.startswith("--"):
+        return None
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    ours = [o for action in sub._actions for o in action.option_strings if o.startswith("--")]
+    match = difflib.get_close_matches(given.split("=")[0], ours, n=1, cutoff=0.85)
+    return match[0] if match else None
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     """The command line, with makeflow's own options (after ``--`` for ``hta makeflow``) kept
     apart; an option HTA does not know is named with where it belongs."""
@@ -542,6 +556,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if unknown:
         if args.command in ("makeflow", "config"):
             first = unknown[0]
+            close = _close_option(parser, args.command, first)
+            if close:
+                parser.exit(EXIT_USAGE, f"hta: error: hta {args.command} has no option {first.split('=')[0]}: did you "
+                                        f"mean {close}? (see: hta {args.command} --help)\n")
             if first.startswith("-"):
                 parser.exit(EXIT_USAGE, f"hta: error: hta {args.command} has no option {first}: makeflow's own "
                                         f"options go after --, e.g. hta {args.command} WORKFLOW -- {' '.join(unknown)} "

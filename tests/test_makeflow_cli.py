@@ -97,6 +97,9 @@ def test_jx_workflow_gets_lookahead(tmp_path: Path):
 
 @pytest.mark.parametrize("argv,needle", [
     (["W", "--policy", "static", "-j", "3"], "hta makeflow has no option -j"),
+    (["--max-wrkers", "3", "W"], "hta makeflow has no option --max-wrkers: did you mean --max-workers?"),
+    (["W", "--polcy=static"], "hta makeflow has no option --polcy: did you mean --policy?"),
+    (["W", "--retry-count=2"], "has no option --retry-count=2: makeflow's own options go after --"),
     (["W", "--", "-Tlocal"], "makeflow option -Tlocal cannot be used under HTA"),
     (["empty"], "has no rules"),
     (["W", "--", "--password", "W"], "makeflow option --password cannot be used under HTA"),
