@@ -114,7 +114,7 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
                    help="preparation latency assumed until one is measured (default: provision delay + 2s)")
     p.add_argument("--log", type=Path, default=None, metavar="FILE",
                    help="scaling log (default: WORKFLOW.hta/runs/run-NNN.scaling.jsonl, one per run, "
-                        "with WORKFLOW.scaling.jsonl linking the latest)")
+                        "with WORKFLOW.scaling.jsonl linking the latest that ran the workflow)")
     p.add_argument("--record", type=Path, default=None, metavar="FILE",
                    help="write every answer the controller reads (master, backend, monitor) to FILE, "
                         "to replay the run's decisions later (hta.replay)")

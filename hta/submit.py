@@ -81,6 +81,8 @@ class SubmitResult:
     error: str | None = None
     #: trouble that did not change the result (e.g. a scaling log that could not be written)
     warnings: list[str] = field(default_factory=list)
+    #: makeflow ran no master: it had nothing left to do (or did what --clean asks)
+    did_nothing: bool = False
 
 
 #: default for ``--worker-stall-timeout``: a worker silent this long is dropped by the master
@@ -192,6 +194,17 @@ def paths_for(workflow: Path) -> tuple[Path, Path]:
     return wf.parent / f"{wf.name}.hta", wf.parent / f"{wf.name}.scaling.jsonl"
 
 
+def point_latest_at(latest: Path, log: Path) -> None:
+    """Make ``latest`` a link to ``log`` (atomically: a reader sees one run or the other)."""
+    try:
+        tmp = latest.with_name(latest.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(os.path.relpath(log, latest.parent))
+        tmp.replace(latest)
+    except OSError:
+        pass  # the numbered log is what matters; the link is a convenience
+
+
 def new_run_log(run_dir: Path, latest: Path) -> Path:
     """A fresh, numbered scaling log for this run (a second run never overwrites the first's),
     with ``latest`` pointing at it. Called under the run's lock."""
@@ -205,13 +218,7 @@ def new_run_log(run_dir: Path, latest: Path) -> Path:
                          f"folder you can write to, or give --log FILE") from None
     numbers = [int(p.name[4:7]) for p in runs.glob("run-[0-9][0-9][0-9]*.scaling.jsonl") if p.name[4:7].isdigit()]
     path = runs / f"run-{max(numbers, default=0) + 1:03d}.scaling.jsonl"
-    try:
-        tmp = latest.with_name(latest.name + ".tmp")
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(os.path.relpath(path, latest.parent))
-        tmp.replace(latest)
-    except OSError:
-        pass  # the numbered log is what matters; the link is a convenience
+    point_latest_at(latest, path)
     return path
 
 
@@ -260,11 +267,17 @@ async def submit(
                 raise UsageError(str(exc)) from None
             if busy:
                 await _port_or_refuse(port, stop)
-            return await _submit(args, run_dir, scaling_log_path or new_run_log(run_dir, default_log), policy=policy,
-                                 backend=backend, config=config, lookahead=lookahead,
-                                 port=port, epoch=epoch or time.time(), record=record,
-                                 stall_timeout_s=stall_timeout_s, stop=stop, signalled=signalled,
-                                 view=view or ViewOptions(status=False, verbosity="quiet"))
+            before = default_log.resolve() if default_log.is_symlink() and default_log.exists() else None
+            result = await _submit(args, run_dir, scaling_log_path or new_run_log(run_dir, default_log),
+                                   policy=policy, backend=backend, config=config, lookahead=lookahead,
+                                   port=port, epoch=epoch or time.time(), record=record,
+                                   stall_timeout_s=stall_timeout_s, stop=stop, signalled=signalled,
+                                   view=view or ViewOptions(status=False, verbosity="quiet"))
+            if result.did_nothing and scaling_log_path is None and before is not None:
+                # a run that ran nothing is not the run `hta report WORKFLOW` should show: the
+                # link goes back to the last one that did (this one's log is kept, numbered)
+                point_latest_at(default_log, before)
+            return result
         finally:
             lock.release()
     except _Stopped:  # before anything started: the caller's handler says so (128 + N)
@@ -284,6 +297,7 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
                   epoch: float, record: Path | None, stall_timeout_s: float | None, stop: asyncio.Event,
                   signalled: list[int], view: ViewOptions) -> SubmitResult:
     writer = open_scaling_log(log_path)
+    did_nothing = False
     mf = MakeflowRun(args, run_dir, port=port, stall_timeout_s=stall_timeout_s)
     workflow = mf.workflow
     writer.write(RunRecord(
@@ -363,6 +377,7 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
                 error = f"makeflow failed ({mf.ended}): {said}"
     except _NoMaster:
         exit_code = 0
+        did_nothing = True
         said = [line.strip() for line in mf.output_tail(5) if line.strip()]
         if said:  # what makeflow did instead ("nothing left to do.", or what --clean removed)
             log.warning("makeflow: %s", said[-1])
@@ -411,7 +426,7 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
     writer.close()
     warnings = [writer.trouble] if writer.trouble else []
     return SubmitResult(exit_code, summarize(writer.records, str(log_path)), log_path, mf.output_tail(), error,
-                        warnings)
+                        warnings, did_nothing)
 
 
 @dataclass

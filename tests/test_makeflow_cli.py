@@ -4,6 +4,7 @@ makeflow, real workers, small workflows of each kind a user brought."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -59,15 +60,19 @@ def test_a_workflow_named_in_argv_needs_no_workflow_argument(tmp_path: Path):
 def test_makeflow_ending_without_a_master_is_a_success(tmp_path: Path):
     (tmp_path / "W").write_text(TWO_RULES)
     ok(run_hta("makeflow", "-q", "W", cwd=tmp_path, timeout=120))
+    ok(run_hta("makeflow", "-q", "W", cwd=tmp_path, timeout=120))  # nothing left to do
     r = run_hta("makeflow", "-q", "W", "--", "--clean", cwd=tmp_path, timeout=120)
     ok(r)
     assert not (tmp_path / "out2.txt").exists()
-    assert end_of(tmp_path / "W.scaling.jsonl")["exit_code"] == 0
-    # each run keeps its own scaling log; the workflow's points at the latest
+    # each run keeps its own scaling log; the workflow's points at the latest that ran the
+    # workflow, the one `hta report W` shows: not a run where makeflow had nothing to do
     runs = sorted(p.name for p in (tmp_path / "W.hta/runs").iterdir())
-    assert runs == ["run-001.scaling.jsonl", "run-002.scaling.jsonl"]
-    assert (tmp_path / "W.scaling.jsonl").resolve() == (tmp_path / "W.hta/runs/run-002.scaling.jsonl")
-    assert end_of(tmp_path / "W.hta/runs/run-001.scaling.jsonl")["tasks_done"] == 2
+    assert runs == ["run-001.scaling.jsonl", "run-002.scaling.jsonl", "run-003.scaling.jsonl"]
+    assert all(end_of(tmp_path / "W.hta/runs" / run)["exit_code"] == 0 for run in runs)
+    assert (tmp_path / "W.scaling.jsonl").resolve() == (tmp_path / "W.hta/runs/run-001.scaling.jsonl")
+    assert end_of(tmp_path / "W.scaling.jsonl")["tasks_done"] == 2
+    report = run_hta("report", "W", cwd=tmp_path)
+    assert report.returncode == 0 and re.search(r"tasks done/failed/re-run +│ 2/0/0 ", report.stdout), report.stdout
 
 
 def test_shared_fs_runs_without_the_monitor_and_still_learns_runtimes(tmp_path: Path):
