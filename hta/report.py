@@ -58,7 +58,7 @@ def load_runs(paths: list[Path]) -> tuple[list[LoadedRun], list[str]]:
         latest = Path(f"{p}.scaling.jsonl")
         if Path(p).is_file() and latest.exists():  # a workflow: its latest run
             p = latest.resolve()
-        elif Path(p).is_file() and not _looks_like_a_log(Path(p)):
+        elif Path(p).is_file() and not _looks_like_a_log(Path(p)) and not str(p).endswith(".jsonl"):
             errors.append(f"{p}: no scaling log, and no HTA run of it as a workflow ({latest.name} is not there; "
                           f"a run with --log FILE writes FILE only): give a scaling log, or run hta makeflow {p} first")
             continue

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Annotated, IO, Literal, Union
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from hta.model import CategoryModel, Resources
 
@@ -197,6 +197,24 @@ class LogError(ValueError):
     """A scaling log that cannot be read, with the file and line at fault."""
 
 
+def _kind(data: object) -> str:
+    kind = data.get("kind") if isinstance(data, dict) else None
+    return f"'{kind}' " if isinstance(kind, str) else ""
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first thing wrong with a record, in a few words ("started_at: field required"),
+    and how many more: a pydantic dump names the union's every member."""
+    errors = exc.errors()
+    if not errors:
+        return "not a record"
+    first = errors[0]
+    loc = [str(x) for x in first.get("loc", ())]
+    where = ".".join(loc[1:] if len(loc) > 1 else loc)  # (loc[0] is the union member's tag)
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where + ': ' if where else ''}{first.get('msg', 'invalid').lower()}{more}"
+
+
 def read_records(path: Path | str) -> tuple[list[BaseModel], list[str]]:
     """Read a scaling log; returns its records and the problems met.
 
@@ -224,7 +242,7 @@ def read_records(path: Path | str) -> tuple[list[BaseModel], list[str]]:
         try:
             data = json.loads(line)
         except json.JSONDecodeError as exc:
-            if n == last:
+            if n == last and records:  # (a first line that is not JSON is not a scaling log)
                 problems.append(f"{p}:{n}: truncated last line ignored ({exc.msg})")
                 break
             raise LogError(f"{p}:{n}: not JSON ({exc.msg}); is this an HTA scaling log?") from None
@@ -232,7 +250,7 @@ def read_records(path: Path | str) -> tuple[list[BaseModel], list[str]]:
             raise LogError(f"{p}:1: not an HTA scaling log (first record must be kind 'run')")
         try:
             records.append(RECORD.validate_python(data))
-        except Exception as exc:  # pydantic.ValidationError, with the first cause
-            first = str(exc).splitlines()[0:3]
-            raise LogError(f"{p}:{n}: bad record: {' '.join(first)}") from None
+        except ValidationError as exc:
+            raise LogError(f"{p}:{n}: bad {_kind(data)}record: {_first_problem(exc)}; is this an HTA scaling "
+                           f"log?") from None
     return records, problems

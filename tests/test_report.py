@@ -92,8 +92,11 @@ def test_bad_inputs_name_file_and_line_and_the_rest_is_reported(tmp_path):
     other = write(tmp_path / "other.jsonl", [{"hello": "world"}])
     broken = tmp_path / "broken.jsonl"
     broken.write_text(json.dumps(RUN) + "\nnot json\n" + json.dumps(obs(1, 1, 1, 1, 1)) + "\n")
+    garbage = tmp_path / "garbage.jsonl"  # one line, not JSON: not a log whose last line was cut
+    garbage.write_text("garbage\n")
+    short = write(tmp_path / "short.jsonl", [{"kind": "run", "t": 0}])
     r = run_hta("report", "--format", "json", str(tmp_path / "missing.jsonl"), str(empty), str(other),
-                str(broken), str(good))
+                str(broken), str(garbage), str(short), str(good))
     assert r.returncode == 1
     data = json.loads(r.stdout)
     assert [x["source"] for x in data["runs"]] == [str(good)]
@@ -102,6 +105,10 @@ def test_bad_inputs_name_file_and_line_and_the_rest_is_reported(tmp_path):
     assert f"{empty}: empty log" in err
     assert f"{other}:1: not an HTA scaling log" in err
     assert f"{broken}:2: not JSON" in err
+    assert f"{garbage}:1: not JSON" in err
+    # the record's first problem in a few words, not pydantic's dump of every union member
+    assert f"{short}:1: bad 'run' record: started_at: field required (and 4 more); is this an HTA scaling log?" in err
+    assert "validation error" not in err and "tagged-union" not in err
 
 
 def test_tables_and_plots(tmp_path):
