@@ -199,6 +199,21 @@ def test_simulate_into_a_folder_that_cannot_be_made(tmp_path: Path):
     one_error_line(r, "cannot write the scaling logs", "choose another --out")
 
 
+@pytest.mark.parametrize("text, said", [
+    ('[1]', "not a WfFormat instance: no 'workflow' object"),  # (a list: AttributeError, a traceback)
+    ('{"workflow": {"tasks": 7}}', "not a WfFormat instance (TypeError: 'int' object is not iterable)"),
+    ('{"workflow": {"specification": {"tasks": [{"x": 1}]}}}', "not a WfFormat instance (KeyError: 'id')"),
+])
+def test_simulate_on_json_that_is_not_wfformat_names_the_file_in_one_line(tmp_path: Path, capsys, text, said):
+    from hta.cli import main
+
+    wf = tmp_path / "other.json"
+    wf.write_text(text)
+    assert main(["simulate", "--workflow", str(wf), "--seeds", "1", "--policies", "hta"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"hta: error: {wf}: {said}"), line
+
+
 def test_simulate_on_a_workflow_file_it_cannot_read_names_the_file(tmp_path: Path, monkeypatch, capsys):
     # (unreadable, it said "cannot write the scaling logs in None (Permission denied): choose another
     # --out"; not UTF-8, the codec's words without the file)

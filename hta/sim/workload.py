@@ -140,7 +140,7 @@ def find_cycle(w: Workload, stuck: set[str]) -> list[str]:
 
 
 def parse_wfformat(data: dict, name: str | None = None) -> Workload:
-    wf = data.get("workflow")
+    wf = data.get("workflow") if isinstance(data, dict) else None
     if not isinstance(wf, dict):
         raise WorkloadError("not a WfFormat instance: no 'workflow' object")
     if "specification" in wf:  # WfFormat 1.5
@@ -192,4 +192,10 @@ def load_workload(spec: str, seed: int = 0) -> Workload:
                             f"UTF-8 text): give a WfCommons JSON instance") from None
     except json.JSONDecodeError as exc:
         raise WorkloadError(f"{p}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    return parse_wfformat(data, p.stem)
+    try:
+        return parse_wfformat(data, p.stem)
+    except WorkloadError as exc:
+        raise WorkloadError(f"{p}: {exc}") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a shape WfFormat does not have
+        raise WorkloadError(f"{p}: not a WfFormat instance ({type(exc).__name__}: {exc}): give a WfCommons "
+                            f"JSON instance") from None
