@@ -157,7 +157,9 @@ def build(layers: list[tuple[str, Mapping[str, Any]]], **fixed: Any):
         field = str(e["loc"][-1]) if e["loc"] else ""
         where = origin.get(field, field)
         msg = str(e["msg"]).removeprefix("Value error, ")  # (pydantic's prefix to a validator's own words)
-        raise UsageError(f"{where}: {msg} (got {e.get('input')!r})") from None
+        got = e.get("input")
+        shown = "" if isinstance(got, str) and got and got in msg else f" (got {got!r})"  # (said already)
+        raise UsageError(f"{where}: {msg}{shown}") from None
 
 
 def as_keys(options) -> dict[str, Any]:

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hta.backends import BackendOptions, RunContext, make_backend
 from hta.backends.base import WorkerBackend
@@ -635,6 +635,14 @@ class MakeflowOptions(BaseModel):
     status_port: int = Field(0, ge=0, le=65535)
     #: the address it listens on (0.0.0.0 to be reached from other hosts, e.g. in a pod)
     status_host: str = "127.0.0.1"
+
+    @field_validator("policy")
+    @classmethod
+    def _a_policy(cls, spec: str) -> str:
+        """A spec that names no policy is refused here, so the error line says where it came from
+        (``--policy``, ``HTA_POLICY``, a config file's key)."""
+        make_policy(spec)  # (ValueError: the choices, or what is wrong with the settings)
+        return spec
 
     def invocation(self) -> MakeflowArgs:
         """makeflow's command line (options and workflow) as makeflow will read it."""

@@ -65,6 +65,11 @@ def test_a_namespace_kubernetes_would_refuse_is_one_line_in_words():
 def test_environment_errors_name_the_variable():
     with pytest.raises(UsageError, match=r"HTA_MAX_WORKERS \(from the environment\)"):
         config.build([("the environment", config.from_environment({"HTA_MAX_WORKERS": "many"}))])
+    # a policy too (it was refused later, where no one knew it came from HTA_POLICY), quoted once
+    with pytest.raises(UsageError) as e:
+        config.build([("the environment", config.from_environment({"HTA_POLICY": "zzz"}))])
+    assert str(e.value).startswith("HTA_POLICY (from the environment): unknown policy 'zzz': choose one of hta, ")
+    assert "(got " not in str(e.value)
 
 
 def test_a_misspelled_variable_is_named_and_other_hta_variables_are_not():

@@ -103,7 +103,7 @@ def test_empty_settings_are_no_settings(plugin_dir):
     assert out.returncode == 0 and "policy: 'mypkg.mymod:Plain:'" in out.stdout, out.stderr
     out = subprocess.run([*hta, "mypkg.mymod:Plain:n=5"], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
-        "hta: error: policy 'mypkg.mymod:Plain:n=5': plain has no settings: settings after the colon set the "
+        "hta: error: --policy: policy 'mypkg.mymod:Plain:n=5': plain has no settings: settings after the colon set the "
         "fields of a dataclass policy (its number, string and bool fields)"], out.stderr
 
 
