@@ -38,7 +38,10 @@ want="$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   say "pip install -e .[test]"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e ".[test]"
+  # (setuptools warns about editable installs at length on every install: shown only if it fails)
+  out="$(mktemp)"
+  .venv/bin/python -m pip install -q -e ".[test]" >"$out" 2>&1 || { cat "$out" >&2; rm -f "$out"; exit 1; }
+  rm -f "$out"
   echo "$want" > "$stamp"
 fi
 
