@@ -181,6 +181,7 @@ def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png"
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -211,6 +212,7 @@ def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png"
             if d.drain or d.remove:
                 ax.plot(d.t, top * 1.03, marker="v", color="tab:orange", ms=6)
         ax.set_ylabel("cores")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # (cores: no 2.5 on a small run's axis)
         s = r.summary
         ax.set_title(f"{r.label} — runtime {s.runtime_s:,.0f} s, waste {s.waste_core_s:,.0f}, "
                      f"shortage {s.shortage_core_s:,.0f} core·s", fontsize=9)
@@ -220,8 +222,7 @@ def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png"
         fig, ax = plt.subplots(figsize=(9, 4.2))
         draw(ax, r)
         ax.set_xlabel("time since submission (s)")
-        ax.plot([], [], marker="^", ls="", color="tab:blue", label="scale up")
-        ax.plot([], [], marker="v", ls="", color="tab:orange", label="scale down")
+        scale_markers(ax)
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize=8, frameon=False)
         fig.tight_layout()
         written += _save(fig, out_dir / f"run{i + 1}-{r.summary.policy}", formats)
@@ -236,11 +237,19 @@ def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png"
         for ax, r in zip(axes[:, 0], runs):
             draw(ax, r)
             ax.set_xlabel("time since submission (s)", fontsize=8)
-        axes[-1, 0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=5, fontsize=7, frameon=False)
+        scale_markers(axes[-1, 0])
+        axes[-1, 0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize=7, frameon=False)
         fig.tight_layout()
         written += _save(fig, out_dir / "comparison", formats)
         plt.close(fig)
     return written
+
+
+def scale_markers(ax) -> None:
+    """The legend's entries for the decision markers drawn above the lines (a marker per
+    decision has no label of its own)."""
+    ax.plot([], [], marker="^", ls="", color="tab:blue", label="scale up")
+    ax.plot([], [], marker="v", ls="", color="tab:orange", label="scale down")
 
 
 def overlay(real: LoadedRun, sim: LoadedRun, out_dir: Path, plt, formats: tuple[str, ...] = ("png",)) -> list[Path]:
