@@ -2,8 +2,9 @@
 
 Given an :class:`~hta.model.Observation` and the preparation latency L, play
 the next L seconds forward: running tasks finish at their category's measured
-runtime, freed resources take waiting tasks first-in first-out (Work Queue's
-rule: the first worker with room), pending workers arrive one L after they
+runtime, freed resources take waiting tasks newest first (the master's order,
+:mod:`workqueue_bridge.dispatch`: what a completion releases before older tasks;
+each to the first worker with room), pending workers arrive one L after they
 were asked for, and — with lookahead — tasks the DAG releases join the queue
 when their parents finish (for a barrier, when the slowest parent is likely
 to finish: resources come back at the mean, a stage ends with its
@@ -499,8 +500,19 @@ class _DrainPlay:
         self.slots: list[_Slot] = []
         self.connected = 0  # slots[:connected] are the workers connected now
         self.queue: list[_Group] = []
-        #: indices of the groups with tasks left, oldest first (fill() reads it newest first)
+        #: indices of the queue's groups, oldest first as the master would have been given them
+        #: (fill() reads it newest first); a group that has emptied stays until the end it
+        #: drains from reaches it, or until more than half of them are empty (:meth:`_prune`)
         self.live: list[int] = []
+        self._head = 0  # oldest first (newest_first off): live[:_head] has all emptied
+        self._dead = 0  # emptied groups still in live[_head:]
+        #: releases scheduled, by time, not handled yet: a slot freed at such a time waits for
+        #: them, since the master gives what a completion releases before older tasks
+        self._releases_due: dict[float, int] = {}
+        #: the releases of the time now handled, as their groups' indices (one batch: makeflow
+        #: submits it last-in-the-file first, so the first in the file is the newest)
+        self._batch_at = -INF
+        self._batch: list[int] = []
         self.releases: list[tuple[float, int]] = []
         #: (cores, seconds) measured tasks still hold past the horizon (see Estimate.inflight)
         self.inflight: list[tuple[float, float]] = []
@@ -545,13 +557,21 @@ class _DrainPlay:
         self.live = [gi for gi, g in enumerate(self.queue) if g.count > 0]
         self._index_upcoming()
         self._release_ready(task_done)
-        for i in range(self.connected):
-            self.fill(i, self.now)
+        if not self._waits_for_release(self.now):
+            for i in range(self.connected):
+                self.fill(i, self.now)
         self._play()
 
     def _push(self, event: Event) -> None:
         heapq.heappush(self._events, (event.at, self._seq, event))
         self._seq += 1
+        if isinstance(event, TaskReleased):
+            self._releases_due[event.at] = self._releases_due.get(event.at, 0) + 1
+
+    def _waits_for_release(self, at: float) -> bool:
+        """Whether what frees up at ``at`` waits for groups released at ``at`` (newest first:
+        they come before every older waiting task; their handler fills every slot with room)."""
+        return self.options.newest_first and self._releases_due.get(at, 0) > 0
 
     def _group(self, gid: str | None, category: str, count: int, request: Resources) -> _Group:
         return _Group(gid, category, count, request, self._key(request), self.runtimes.get(category),
@@ -710,18 +730,39 @@ class _DrainPlay:
         released group joins its end) each start as many tasks as fit (:meth:`_fit`),
         until the slot has no core left."""
         slot, queue, live = self.slots[i], self.queue, self.live
-        emptied = False
-        for gi in (reversed(live) if self.options.newest_first else live):
+        emptied = 0
+        order: Iterable[int] = reversed(live)
+        if not self.options.newest_first:  # (from the head on: what lies before it has emptied)
+            order = map(live.__getitem__, range(self._head, len(live)))
+        for gi in order:
             g = queue[gi]
             k = self._fit(g, slot) if g.count else 0
             if k <= 0:
                 continue
             self._start(i, gi, k, t)
-            emptied |= g.count == 0
+            emptied += g.count == 0
             if slot.free.cores <= EPS:
                 break
         if emptied:
-            self.live = [gi for gi in live if queue[gi].count > 0]
+            self._prune(emptied)
+
+    def _prune(self, emptied: int) -> None:
+        """``emptied`` more groups have no task left: drop those at the end the queue drains
+        from (amortised O(1) a fill, as most groups empty there), and the rest once they are
+        more than half of what is left (a scan now and then, not at every fill)."""
+        queue, live = self.queue, self.live
+        self._dead += emptied
+        if self.options.newest_first:
+            while live and not queue[live[-1]].count:
+                live.pop()
+                self._dead -= 1
+        else:
+            while self._head < len(live) and not queue[live[self._head]].count:
+                self._head += 1
+                self._dead -= 1
+        if self._dead > 16 and 2 * self._dead > len(live) - self._head:
+            self.live = [gi for gi in live[self._head:] if queue[gi].count]
+            self._head = self._dead = 0
 
     def _fit(self, g: _Group, slot: _Slot) -> int:
         """How many tasks of ``g`` (which has some left) ``slot`` can start now: :func:`fit_count`.
@@ -836,7 +877,8 @@ class _DrainPlay:
         if group is not None:
             self.queue[group].inflight -= 1
             self._progress(group, at)
-        self.fill(i, at)
+        if not self._waits_for_release(at):
+            self.fill(i, at)
 
     def _on_worker_arrives(self, ev: WorkerArrives) -> None:
         """A pending worker connects, all of it free, and takes waiting tasks."""
@@ -851,11 +893,12 @@ class _DrainPlay:
         slot order (whole-worker tasks released within a latency: in
         :meth:`_whole_release_order`)."""
         up = self.upcoming[ev.upcoming_index]
+        self._releases_due[ev.at] -= 1
         self.releases.append((ev.at, up.count))
         self.queue.append(self._group(up.id, up.category, up.count, up.request))
         self.queue[-1].after_unmeasured = self._up_after_unmeasured[ev.upcoming_index]
         if up.count > 0:
-            self.live.append(len(self.queue) - 1)
+            self._join(len(self.queue) - 1, ev.at)
         slots = self.slots
         order: Iterable[int] = range(len(slots))
         if up.whole_worker and ev.at <= self.now + self.latency_s and self.options.release_to_idle_first:
@@ -863,6 +906,26 @@ class _DrainPlay:
         for j in order:
             if slots[j].free.cores > EPS:
                 self.fill(j, ev.at)
+
+    def _join(self, gi: int, at: float) -> None:
+        """Group ``gi``, released at ``at``, joins the queue as the master would get it: after
+        everything older; among groups released at the same time (one batch of makeflow's,
+        submitted last-in-the-file first), before those the file lists first (newest first, the
+        first in the file is dispatched first). Oldest first: appended, as before."""
+        live = self.live
+        if not self.options.newest_first:
+            live.append(gi)
+            return
+        if at != self._batch_at:
+            self._batch_at, self._batch = at, []
+        # the batch's groups sit together at the end, the first in the file last: this one goes
+        # before the one that joined last (and is still there)
+        anchor = next((b for b in reversed(self._batch) if b in live), None)
+        if anchor is None:
+            live.append(gi)
+        else:
+            live.insert(live.index(anchor), gi)
+        self._batch.append(gi)
 
     def _whole_release_order(self, up: UpcomingTasks) -> list[int]:
         """Busy workers the play trusts, idle ones, busy ones running a doubtful task

@@ -172,6 +172,47 @@ def test_the_queue_is_played_newest_first_as_the_master_dispatches():
     assert [(g.category, g.count) for g in before] == [("b", 2)]
 
 
+def _order_case(upcoming, ends=(110.0,)):
+    """One worker, full: task 1 (category a, ends at 110: it releases ``upcoming``), a long
+    task (far past the horizon) and, for each further time in ``ends``, a task of category x
+    ending then, a core each; w waits since before the play. Horizon: to t = 130."""
+    running = [RunningTask(task_id=1, category="a", allocation=ONE, started_at=90.0, worker="w1"),
+               RunningTask(task_id=2, category="long", allocation=ONE, started_at=100.0, worker="w1")]
+    running += [RunningTask(task_id=3 + i, category="x", allocation=ONE, started_at=end - 20.0, worker="w1")
+                for i, end in enumerate(ends[1:])]
+    busy = len(running)
+    full = Resources(cores=busy, memory_mb=100 * busy, disk_mb=100 * busy)
+    o = obs(workers=[WorkerInfo(id="w1", capacity=full, in_use=Resources(cores=busy, memory_mb=100 * busy,
+                                                                          disk_mb=100 * busy), running=busy)],
+            running=running, waiting=[TaskGroup(category="w", count=1, request=ONE, id="g0")],
+            categories={c: cat(c, r) for c, r in (("a", 20.0), ("long", 1000.0), ("x", 20.0), ("w", 50.0),
+                                                  ("b", 50.0), ("c", 50.0))},
+            upcoming=upcoming)
+    return sorted((g.category, g.count) for g in QueueDrainEstimator().estimate(o, 30.0).left_waiting)
+
+
+def test_what_a_completion_releases_takes_its_core_before_older_waiting_tasks():
+    # the master is given b when task 1 ends, and dispatches it first: the core task 1 frees
+    # at 110 goes to b, not to w (waiting since before); the play filled the core before it
+    # released b
+    b = UpcomingTasks(id="u1", category="b", count=1, request=ONE, after=["task:1"])
+    assert _order_case([b]) == [("w", 1)]
+
+
+def test_groups_released_together_run_in_the_files_order_then_before_older_ones():
+    # b and c (b first in the file) both wait for task 1: makeflow submits c, then b, so the
+    # master runs b on the core freed at 110; at 120 another core frees: c, released at
+    # 110, is newer than w and takes it
+    up = [UpcomingTasks(id="u1", category="b", count=1, request=ONE, after=["task:1"]),
+          UpcomingTasks(id="u2", category="c", count=1, request=ONE, after=["task:1"])]
+    assert _order_case(up) == [("c", 1), ("w", 1)]
+    assert _order_case(up, ends=(110.0, 120.0)) == [("w", 1)]
+    # released together before any core is free (now: they wait for nothing), b and c both
+    # wait; the core freed at 110 goes to b, the first in the file
+    ready = [u.model_copy(update={"after": []}) for u in up]
+    assert _order_case(ready) == [("c", 1), ("w", 1)]
+
+
 def test_never_measured_tasks_do_not_lift_the_cap_on_measured_ones():
     # 40 measured tasks of 100 s and 1 never-measured one, on an idle 2-core worker: the
     # measured ones are capped as if alone (19: the 2 cores take two of them first, the
