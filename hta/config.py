@@ -158,7 +158,7 @@ def build(layers: list[tuple[str, Mapping[str, Any]]], **fixed: Any):
         where = origin.get(field, field)
         msg = str(e["msg"]).removeprefix("Value error, ")  # (pydantic's prefix to a validator's own words)
         got = e.get("input")
-        shown = "" if isinstance(got, str) and got and got in msg else f" (got {got!r})"  # (said already)
+        shown = "" if repr(got) in msg else f" (got {got!r})"  # (quoted in the message already)
         raise UsageError(f"{where}: {msg}{shown}") from None
 
 

@@ -212,7 +212,8 @@ def _first_problem(exc: ValidationError) -> str:
     loc = [str(x) for x in first.get("loc", ())]
     where = ".".join(loc[1:] if len(loc) > 1 else loc)  # (loc[0] is the union member's tag)
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where + ': ' if where else ''}{first.get('msg', 'invalid').lower()}{more}"
+    msg = str(first.get("msg", "invalid"))
+    return f"{where + ': ' if where else ''}{msg[:1].lower()}{msg[1:]}{more}"  # (the user's own words kept)
 
 
 def read_records(path: Path | str) -> tuple[list[BaseModel], list[str]]:

@@ -662,10 +662,7 @@ class MakeflowOptions(BaseModel):
         args = self.invocation()
         if self.backend not in BACKENDS:
             raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
-        try:
-            make_policy(self.policy)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        # (the policy was checked when the options were built: _a_policy)
         if self.log is not None:
             if self.log.is_dir():
                 raise UsageError(f"--log {self.log} is a directory: give a file name, e.g. {self.log}/run.scaling.jsonl")

@@ -96,7 +96,7 @@ async def test_a_worker_that_cannot_be_launched_fails_and_is_pending_no_more(tmp
     assert backend.pending() == []
     events = await backend.refresh(nothing_connected(), 1.0)
     assert [(e.worker, e.event) for e in events] == [(ids[0], "requested"), (ids[0], "failed")]
-    assert events[1].reason.startswith("could not be launched: NotADirectoryError"), events[0].reason
+    assert events[1].reason.startswith("could not be launched: NotADirectoryError"), events[1].reason
     assert backend.start_failures == 1 and backend.backoff_s() == 1.0 and backend.fatal is None
 
     workers.unlink()

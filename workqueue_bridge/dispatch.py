@@ -20,7 +20,9 @@ rule they model cannot drift apart:
   task a completion released runs before every older waiting one, and one batch runs
   in the file's order (``tests/test_sim_rules.py``, on the real master). The simulator
   and the estimator play that order: the waiting groups are read in task-id order, the
-  master's submission order, and played from the newest.
+  master's submission order, and played from the newest. (A task a lost worker sends back
+  keeps its id, so the estimator plays it as old where the master gives it first: rare
+  and short-lived, left as it is.)
 
 The thesis's Algorithm 1 in ``bench/algorithm1.py`` is deliberately *not*
 built on this module: it is the literal transcription the estimator is

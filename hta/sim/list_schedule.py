@@ -16,13 +16,13 @@ autoscaling policy changes it. So:
 - ``critical-path``: the ready task with the longest tail first (its runtime plus its
   longest chain of descendants), the classic list-scheduling priority.
 
-Both start every ready task that fits the free cores, in their order (a task that does
+Each starts every ready task that fits the free cores, in its order (a task that does
 not fit is passed over, as Work Queue passes it over). The cores are one pool: a task
 never waits for room on one node, no category's first tasks take a whole worker, and
-the cores come exactly when the bound lets them. Neither is a bound nor an optimum:
-list schedules are not monotone (critical path first is the slower of the two on about
-3 % of small random DAGs, and a simulated run can beat ``fifo`` here), so read them as
-figures beside a run, not as parts of its time. Each task counts its runtime plus the
+the cores come exactly when the bound lets them. None is a bound nor an optimum:
+list schedules are not monotone (critical path first is slower than first come, first
+served on about 3 % of small random DAGs, and a simulated run can beat the master's own
+order here), so read them as figures beside a run, not as parts of its time. Each task counts its runtime plus the
 cluster's per-task overhead, as the bound does.
 """
 

@@ -196,6 +196,6 @@ def load_workload(spec: str, seed: int = 0) -> Workload:
         return parse_wfformat(data, p.stem)
     except WorkloadError as exc:
         raise WorkloadError(f"{p}: {exc}") from None
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a shape WfFormat does not have
+    except (KeyError, TypeError, AttributeError, ValueError, ArithmeticError, RecursionError) as exc:  # (not WfFormat)
         raise WorkloadError(f"{p}: not a WfFormat instance ({type(exc).__name__}: {exc}): give a WfCommons "
                             f"JSON instance") from None
