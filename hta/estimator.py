@@ -733,14 +733,17 @@ class _DrainPlay:
         emptied = 0
         order: Iterable[int] = reversed(live)
         if not self.options.newest_first:  # (from the head on: what lies before it has emptied)
-            order = map(live.__getitem__, range(self._head, len(live)))
+            order = live if not self._head else map(live.__getitem__, range(self._head, len(live)))
         for gi in order:
             g = queue[gi]
-            k = self._fit(g, slot) if g.count else 0
+            if not g.count:
+                continue
+            k = self._fit(g, slot)
             if k <= 0:
                 continue
             self._start(i, gi, k, t)
-            emptied += g.count == 0
+            if not g.count:
+                emptied += 1
             if slot.free.cores <= EPS:
                 break
         if emptied:
@@ -877,7 +880,7 @@ class _DrainPlay:
         if group is not None:
             self.queue[group].inflight -= 1
             self._progress(group, at)
-        if not self._waits_for_release(at):
+        if not (self._releases_due and self._waits_for_release(at)):
             self.fill(i, at)
 
     def _on_worker_arrives(self, ev: WorkerArrives) -> None:
@@ -893,7 +896,11 @@ class _DrainPlay:
         slot order (whole-worker tasks released within a latency: in
         :meth:`_whole_release_order`)."""
         up = self.upcoming[ev.upcoming_index]
-        self._releases_due[ev.at] -= 1
+        left = self._releases_due[ev.at] - 1
+        if left:
+            self._releases_due[ev.at] = left
+        else:
+            del self._releases_due[ev.at]  # (an empty dict: no slot freed from now on waits)
         self.releases.append((ev.at, up.count))
         self.queue.append(self._group(up.id, up.category, up.count, up.request))
         self.queue[-1].after_unmeasured = self._up_after_unmeasured[ev.upcoming_index]
