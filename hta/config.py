@@ -11,6 +11,7 @@ that names the key, where it came from and what is allowed.
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -79,7 +80,7 @@ def read_file(path: Path) -> dict[str, Any]:
 
             data = yaml.safe_load(text)
     except Exception as exc:  # noqa: BLE001 — yaml and tomllib raise their own kinds
-        where = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        where = _parse_error(exc)
         raise UsageError(f"config file {path} is not valid {'TOML' if path.suffix == '.toml' else 'YAML'} "
                          f"({where})") from None
     if data is None:
@@ -87,6 +88,17 @@ def read_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"config file {path} must hold keys and values (e.g. `max-workers: 8`)")
     return _checked(data, f"config file {path}")
+
+
+def _parse_error(exc: Exception) -> str:
+    """A parser's complaint in one line, with where it was found: tomllib puts "(at line
+    L, column C)" in its message; PyYAML keeps it in ``problem_mark`` (0-based), and its
+    message's first line ("while parsing a block mapping") says neither what nor where."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is not None and problem:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def from_environment(env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -108,8 +120,6 @@ def misspelled_variables(env: Mapping[str, str] | None = None) -> list[str]:
     near misses are named: other ``HTA_*`` variables (a pod's ``HTA_POD_NAME``,
     the test cluster's ``HTA_K8S_CACHE``) are not HTA's options and are none of its
     business."""
-    import difflib
-
     env = os.environ if env is None else env
     known = [f"HTA_{key.upper().replace('-', '_')}" for key in KEYS] + ["HTA_CONFIG", *sorted(OTHER_VARIABLES)]
     out = []
@@ -126,6 +136,9 @@ def _checked(data: Mapping[str, Any], source: str) -> dict[str, Any]:
     for k, v in data.items():
         key = key_of(str(k))
         if key not in KEYS:
+            near = difflib.get_close_matches(key, list(KEYS), n=1, cutoff=0.75)
+            if near:
+                raise UsageError(f"unknown key {k!r} in the {source}: did you mean {near[0]!r}?")
             raise UsageError(f"unknown key {k!r} in the {source}: allowed keys are {', '.join(sorted(KEYS))}")
         out[key] = v
     return out

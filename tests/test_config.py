@@ -41,7 +41,10 @@ def test_toml_and_the_printed_configuration_is_a_valid_config_file(tmp_path: Pat
 
 
 @pytest.mark.parametrize("text,suffix,needle", [
-    ("max_workrs: 3\n", ".yaml", "unknown key 'max_workrs'"),
+    ("max_workrs: 3\n", ".yaml", "unknown key 'max_workrs' in the config file"),
+    ("max_workrs: 3\n", ".yaml", "did you mean 'max-workers'?"),
+    ("colour: blue\n", ".yaml", "allowed keys are backend, "),
+    ("max-workers: 8\n  policy: hta\n", ".yaml", "(mapping values are not allowed here at line 2, column 9)"),
     ("max-workers: -1\n", ".yaml", "max-workers (from config file"),
     ("max-workers = [\n", ".toml", "is not valid TOML"),
     ("- a\n- b\n", ".yaml", "must hold keys and values"),
