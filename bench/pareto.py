@@ -228,18 +228,22 @@ def goals(hta: Point, bound_s: float, mtd: Point) -> list[tuple[str, bool, str]]
 
 
 def why_missed(goal: int, bound_s: float, mtd: Point, at_least: float, allowed: float,
-               wq_s: float | None = None, cp_s: float | None = None) -> str:
+               wq_s: float | None = None, cp_s: float | None = None, kp_s: float | None = None) -> str:
     """What a missed goal line (0: the bound, 1: the saving) leaves room for: whether the
     fastest policy, every node asked for at once, misses the bound too, and what Work
     Queue's dispatch order alone costs (``wq_s``: its list schedule on the bound's own
     capacity over time, :mod:`hta.sim.list_schedule`) beside the order no scaling policy
-    chooses, the critical path first (``cp_s``: how near the bound a schedule comes);
-    how far above the node·s floor the saving goal sits."""
+    chooses, the critical path first (``cp_s``: how near the bound a schedule comes), and
+    the same with each task's runtime read as its category's mean (``kp_s``: the nearest
+    an order known before the tasks run comes); how far above the node·s floor the saving
+    goal sits."""
     if goal == 0:
         order = (f"; Work Queue's newest-first order alone, on the bound's own capacity, takes "
                  f"{wq_s / bound_s:.2f} ×" if wq_s is not None else "")
         if wq_s is not None and cp_s is not None:
             order += f", the critical path first {cp_s / bound_s:.2f} ×"
+            if kp_s is not None:
+                order += f" ({kp_s / bound_s:.2f} × by the categories' mean runtimes)"
         if mtd.runtime_s > BOUND_GOAL * bound_s:
             return (f" (max-then-drain, every node asked for at once, misses it too: {mtd.runtime_s / bound_s:.2f} ×"
                     f"{order})")
@@ -608,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
             ids = {label: settings_of(spec) for label, spec in settings.items()}
             per: dict[str, list[dict]] = {k: [] for k in settings}
             fixed: dict[int, list[dict]] = {k: [] for k in FIXED_SIZES[cap]}
-            bounds, floors, wqs, cps, sizes = [], [], [], [], []
+            bounds, floors, wqs, cps, kps, sizes = [], [], [], [], [], []
             latency = min_latency_s(cluster)
             for seed in range(seeds):
                 wl = workload(name, seed, args.tasks, args.out / "workloads")
@@ -618,7 +622,8 @@ def main(argv: list[str] | None = None) -> int:
                 bounds.append(bound)
                 sizes.append(seed_size(wl))
                 floors.append(node_seconds_floor(wl, cluster))
-                for got, order in ((wqs, "newest-first"), (cps, "critical-path")):  # on the bound's own capacity
+                for got, order in ((wqs, "newest-first"), (cps, "critical-path"),  # on the bound's own capacity
+                                   (kps, "category-path")):
                     got.append(list_schedule_s(wl, cap * cluster.node_cores, order, cluster, more_at_s=latency,
                                                start_cores=cluster.start_nodes * cluster.node_cores))
                 for label, spec in settings.items():
@@ -631,8 +636,8 @@ def main(argv: list[str] | None = None) -> int:
             scales = seed_scales(sizes)  # every seed weighs alike, in the same units on both clusters
             scaled = any(k != SeedScale() for k in scales)
             scaled_any |= scaled
-            bound, floors, wqs, cps = scale_references(scales, bounds, floors, wqs, cps)
-            wq, cp = statistics.fmean(wqs), statistics.fmean(cps)
+            bound, floors, wqs, cps, kps = scale_references(scales, bounds, floors, wqs, cps, kps)
+            wq, cp, kp = statistics.fmean(wqs), statistics.fmean(cps), statistics.fmean(kps)
             per_seed = [r["runtime_s"] / b for r, b in zip(per["hta"], bounds)]
             points = {label: mean_point(label, runs, scales) for label, runs in per.items()}
             htas = [points[k] for k in hta_settings]
@@ -705,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"at least (floor): the goal leaves {1 - at_least / allowed:.1%} "
                           "of room above it)")
                 if not met and not (i == 1 and no_policy_saves):
-                    goal += why_missed(i, bound, mtd, at_least, allowed, wq, cp)
+                    goal += why_missed(i, bound, mtd, at_least, allowed, wq, cp, kp)
                     fastest_miss += i == 0 and mtd.runtime_s > BOUND_GOAL * bound
                 if not met:
                     misses.append(f"{name}/{cname}: {goal}")
@@ -719,8 +724,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"on whole workers), Work Queue's newest-first order takes "
                   f"{wq:,.0f} s = {wq / bound:.2f} × the bound (HTA default "
                   f"{hta.runtime_s / wq:.3f} × it), the "
-                  f"critical path first {cp:,.0f} s = {cp / bound:.2f} × "
-                  f"(hta/sim/list_schedule.py)")
+                  f"critical path first {cp:,.0f} s = {cp / bound:.2f} ×, and {kp:,.0f} s = {kp / bound:.2f} × "
+                  f"with each task's runtime read as its category's mean (the best order known before a "
+                  f"task runs; hta/sim/list_schedule.py)")
             if free:
                 misses.append(f"{name}/{cname}: {len(free)} rival setting(s) not dominated: "
                               + ", ".join(r.label for r in free))
@@ -736,7 +742,8 @@ def main(argv: list[str] | None = None) -> int:
                          + (f" ({len(still)})" if tuned else "") + " | "
                          + f"{points['hta'].runtime_s / bound:.2f}× {'✓' if met[0][1] else '✗'} "
                          + f"({points['hta'].runtime_s / biggest.runtime_s:.2f}×) | "
-                         + f"{points['hta'].runtime_s / wq:.3f}× ({wq / bound:.2f}×) | {cp / bound:.2f}× | "
+                         + f"{points['hta'].runtime_s / wq:.3f}× ({wq / bound:.2f}×) | {cp / bound:.2f}× "
+                         + f"({kp / bound:.2f}×) | "
                          + f"{1 - points['hta'].node_s / points['max-then-drain'].node_s:+.0%} at "
                          + f"{points['hta'].runtime_s / points['max-then-drain'].runtime_s:.3f}× "
                          + f"{'✓' if met[1][1] else '✗'}"
@@ -751,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rivals not dominated" + (" (by no tuned setting either)" if args.sweep else "")
                 + " | hta / bound ≤ 1.10 (hta / max cluster from t=0) "
                 + "| hta / Work Queue's order on the bound's capacity (it / bound) "
-                + "| critical path first on that capacity / bound "
+                + "| critical path first on that capacity / bound (by the categories' mean runtimes) "
                 + "| hta node·s saved vs max-then-drain at ≤ 1.02× its runtime |")
         args.markdown.write_text(f"Each cell: runtime / node·s / waste (core·s, during + after the run), mean of "
                                  f"{seeds} seed(s)" + (SCALED + " (every seed weighs alike)" if scaled_any else "")

@@ -50,6 +50,18 @@ def test_the_cores_that_come_later_come_at_their_time():
     assert list_schedule_s(wl, 4, start_cores=0, more_at_s=5) == 15  # nothing runs before 5
 
 
+def test_the_category_path_reads_each_task_as_its_categorys_mean_runtime():
+    # two cores; category x has a 30 s task and a 10 s one (mean 20), each followed by a
+    # 5 s task; category y's 25 s task comes first in the file. Knowing each task's own
+    # runtime, the 30 s x1 goes first, beside y: x2 at 25, c1 at 30, c2 at 35, done at 40.
+    # Knowing only the means, y (25) and both x (20 + 5) tie, so the file's order: y and
+    # x2 first, x1 when x2 ends at 10, and its child ends at 45
+    wl = Workload("means", [SimTask("y", "y", 25), SimTask("x2", "x", 10), SimTask("x1", "x", 30),
+                            SimTask("c1", "c", 5, parents=["x1"]), SimTask("c2", "c", 5, parents=["x2"])])
+    assert list_schedule_s(wl, 2, "critical-path") == 40
+    assert list_schedule_s(wl, 2, "category-path") == 45
+
+
 @pytest.mark.parametrize("seed", range(200))
 def test_no_list_schedule_beats_the_bound_on_the_bounds_own_capacity(seed):
     from hta.sim.oracle import min_latency_s
@@ -61,5 +73,6 @@ def test_no_list_schedule_beats_the_bound_on_the_bounds_own_capacity(seed):
     later = {"start_cores": cluster.start_nodes * cluster.node_cores, "more_at_s": min_latency_s(cluster)}
     for c, kw in ((whole, {}), (cluster, later)):
         bound = oracle_runtime_s(wl, c)
-        got = {o: list_schedule_s(wl, cores, o, c, **kw) for o in ("newest-first", "fifo", "critical-path")}
+        got = {o: list_schedule_s(wl, cores, o, c, **kw) for o in ("newest-first", "fifo", "critical-path",
+                                                                   "category-path")}
         assert all(v >= bound - 1e-6 for v in got.values()), (got, bound, kw)

@@ -14,7 +14,12 @@ autoscaling policy changes it. So:
   (ties: the workflow's order), what the simulator took the master's order to be until
   the real one was measured;
 - ``critical-path``: the ready task with the longest tail first (its runtime plus its
-  longest chain of descendants), the classic list-scheduling priority.
+  longest chain of descendants), the classic list-scheduling priority;
+- ``category-path``: the same with every task's runtime read as its category's mean, the
+  best priority known before a task runs (a category is all a scheduler tells tasks apart
+  by until then: HTA's learner, Work Queue's categories), ties in the workflow's order.
+  Its distance from ``critical-path`` is what knowing each task's own runtime in
+  advance buys: clairvoyance, not an order any master or policy could choose.
 
 Each starts every ready task that fits the free cores, in its order (a task that does
 not fit is passed over, as Work Queue passes it over). The cores are one pool: a task
@@ -29,13 +34,36 @@ cluster's per-task overhead, as the bound does.
 from __future__ import annotations
 
 import heapq
+from statistics import fmean
 from typing import Literal
 
 from hta.sim.oracle import _durations
 from hta.sim.workload import Workload, topological_order
 from hta.sim.world import ClusterModel
 
-Order = Literal["newest-first", "fifo", "critical-path"]
+Order = Literal["newest-first", "fifo", "critical-path", "category-path"]
+
+
+def tails(w: Workload, cluster: ClusterModel | None = None, by_category: bool = False) -> dict[str, float]:
+    """Each task's tail: its runtime (plus the cluster's per-task overhead) and the longest
+    chain of its descendants'; ``by_category`` reads every runtime as its category's mean
+    (what is known before a task runs)."""
+    tasks = topological_order(w)
+    dur = _durations(w, cluster)
+    if by_category:
+        by_cat: dict[str, list[float]] = {}
+        for t in tasks:
+            by_cat.setdefault(t.category, []).append(dur[t.id])
+        mean = {c: fmean(v) for c, v in by_cat.items()}
+        dur = {t.id: mean[t.category] for t in tasks}
+    children: dict[str, list[str]] = {}
+    for t in tasks:
+        for p in set(t.parents):
+            children.setdefault(p, []).append(t.id)
+    tail: dict[str, float] = {}
+    for t in reversed(tasks):
+        tail[t.id] = dur[t.id] + max((tail[c] for c in children.get(t.id, ())), default=0.0)
+    return tail
 
 
 def list_schedule_s(w: Workload, cores: float, order: Order = "newest-first", cluster: ClusterModel | None = None, *,
@@ -55,9 +83,7 @@ def list_schedule_s(w: Workload, cores: float, order: Order = "newest-first", cl
     for t in tasks:
         for p in set(t.parents):
             children.setdefault(p, []).append(t.id)
-    tail: dict[str, float] = {}
-    for t in reversed(tasks):
-        tail[t.id] = dur[t.id] + max((tail[c] for c in children.get(t.id, ())), default=0.0)
+    tail = tails(w, cluster, by_category=order == "category-path")
 
     def key(tid: str, ready_at: float) -> tuple[float, int]:
         if order == "newest-first":
