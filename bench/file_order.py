@@ -10,15 +10,15 @@ written three ways, the same seeds, and prints its runtime over the lower bound
 - ``as written``: the workflow's own order (what ``bench/pareto.py`` runs);
 - ``by category``: rules sorted by their tail (runtime plus the longest chain of
   descendants, ``hta.sim.list_schedule.tails``) with each runtime read as its category's
-  mean: the best a submission path could know before the tasks run, and more (the
-  means of the whole run);
+  mean: what a submission path could know of a task before it runs (its category),
+  granted more than it could know (the means of the whole run);
 - ``by task``: the same with each task's own runtime, clairvoyance: what no submission
   path knows.
 
 A reference, not a goal: it exits 0 when every run finishes. The cases are the seven
 where HTA's default misses the 1.10 × bound goal (``bench/pareto.py``'s last run).
 
-    .venv/bin/python bench/file_order.py                     # 7 cases × 5 seeds × 3 orders, ~9 min
+    .venv/bin/python bench/file_order.py                     # 7 cases × 5 seeds × 3 orders, ~7 min
     .venv/bin/python bench/file_order.py --seeds 1 --cases cycles:20
 """
 
@@ -44,11 +44,11 @@ MISSED = ("blast-3stage:20", "io-bound:20", "montage:20", "1000genome:20", "soyk
 ORDERS = ("as written", "by category", "by task")
 
 
-def ordered(w: Workload, order: str) -> Workload:
+def ordered(w: Workload, order: str, cluster: ClusterModel | None = None) -> Workload:
     """``w`` with its tasks (the file's rules) sorted longest tail first, ties as written."""
     if order == "as written":
         return w
-    tail = tails(w, by_category=order == "by category")
+    tail = tails(w, cluster, by_category=order == "by category")
     pos = {t.id: i for i, t in enumerate(w.tasks)}
     return Workload(w.name, sorted(w.tasks, key=lambda t: (-tail[t.id], pos[t.id])), w.declared)
 
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the WfCommons instances are written (bench/pareto.py's OUT/workloads serves)")
     ap.add_argument("--tasks", type=int, default=600)
     args = ap.parse_args(argv)
-    if args.seeds < 1:
-        ap.error("--seeds must be at least 1")
+    if args.seeds < 1 or args.tasks < 1:
+        ap.error("--seeds and --tasks must be at least 1")
     started = time.perf_counter()
     print(f"HTA's default, runtime / bound (node·s), mean of {args.seeds} seed(s); goal line of bench/pareto.py: "
           f"≤ {BOUND_GOAL:g} ×")
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             wl = workload(name, seed, args.tasks, args.out / "workloads")
             bound = oracle_runtime_s(wl, cluster)
             for o in ORDERS:
-                r = run_one(name, ordered(wl, o), "hta", cluster, seed, bound)
+                r = run_one(name, ordered(wl, o, cluster), "hta", cluster, seed, bound)
                 unfinished += not r["finished"]
                 got[o].append((r["runtime_s"] / bound, r["node_s"]))
         cells = []

@@ -234,9 +234,9 @@ def why_missed(goal: int, bound_s: float, mtd: Point, at_least: float, allowed: 
     Queue's dispatch order alone costs (``wq_s``: its list schedule on the bound's own
     capacity over time, :mod:`hta.sim.list_schedule`) beside the order no scaling policy
     chooses, the critical path first (``cp_s``: how near the bound a schedule comes), and
-    the same with each task's runtime read as its category's mean (``kp_s``: the nearest
-    an order known before the tasks run comes); how far above the node·s floor the saving
-    goal sits."""
+    the same with each task's runtime read as its category's mean (``kp_s``: the classic
+    priority on what is known of a task before it runs); how far above the node·s floor
+    the saving goal sits."""
     if goal == 0:
         order = (f"; Work Queue's newest-first order alone, on the bound's own capacity, takes "
                  f"{wq_s / bound_s:.2f} ×" if wq_s is not None else "")
@@ -272,9 +272,18 @@ def wfcommons_instance(name: str, seed: int, tasks: int, folder: Path) -> Path:
         sys.exit(f"bench/pareto.py: {name} needs the wfcommons package ({exc}); pip install -e '.[bench]'")
     random.seed(seed)
     numpy.random.seed(seed)
-    recipe = getattr(recipes, WFCOMMONS[name]).from_num_tasks(tasks)
-    folder.mkdir(parents=True, exist_ok=True)
-    WorkflowGenerator(recipe).build_workflow().write_json(path)
+    try:
+        recipe = getattr(recipes, WFCOMMONS[name]).from_num_tasks(tasks)
+        workflow = WorkflowGenerator(recipe).build_workflow()
+    except ValueError as exc:  # (wfcommons: too few tasks for the recipe's base graph)
+        sys.exit(f"{Path(sys.argv[0]).name}: cannot generate {name} at {tasks} tasks ({exc}): "
+                 f"ask for more with --tasks")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        workflow.write_json(path)
+    except OSError as exc:
+        sys.exit(f"{Path(sys.argv[0]).name}: cannot write {exc.filename or path} ({exc.strerror or exc}): "
+                 f"choose another --out")
     return path
 
 
@@ -725,8 +734,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{wq:,.0f} s = {wq / bound:.2f} × the bound (HTA default "
                   f"{hta.runtime_s / wq:.3f} × it), the "
                   f"critical path first {cp:,.0f} s = {cp / bound:.2f} ×, and {kp:,.0f} s = {kp / bound:.2f} × "
-                  f"with each task's runtime read as its category's mean (the best order known before a "
-                  f"task runs; hta/sim/list_schedule.py)")
+                  f"with each task's runtime read as its category's mean (the classic priority on what is "
+                  f"known of a task before it runs; hta/sim/list_schedule.py)")
             if free:
                 misses.append(f"{name}/{cname}: {len(free)} rival setting(s) not dominated: "
                               + ", ".join(r.label for r in free))

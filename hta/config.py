@@ -66,10 +66,13 @@ def key_of(name: str) -> str:
 def read_file(path: Path) -> dict[str, Any]:
     """A config file's keys (YAML, or TOML for ``*.toml``), checked against :data:`KEYS`."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read the config file {path} ({exc.strerror or exc}): give a readable YAML or "
                          f"TOML file to --config") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"config file {path} is not UTF-8 text (byte {exc.start}): give a YAML or TOML file "
+                         f"to --config") from None
     try:
         if path.suffix == ".toml":
             import tomllib
@@ -92,13 +95,19 @@ def read_file(path: Path) -> dict[str, Any]:
 
 def _parse_error(exc: Exception) -> str:
     """A parser's complaint in one line, with where it was found: tomllib puts "(at line
-    L, column C)" in its message; PyYAML keeps it in ``problem_mark`` (0-based), and its
-    message's first line ("while parsing a block mapping") says neither what nor where."""
+    L, column C)" in its message; PyYAML keeps it in ``problem_mark`` (0-based) after its
+    ``context`` ("expected a single document in the stream"), and its message's first
+    line ("while parsing a block mapping") says neither what nor where; a character it
+    cannot read is a ``ReaderError`` with its ``position`` in the text instead."""
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None)
     if mark is not None and problem:
-        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        context = getattr(exc, "context", None)
+        said = f"{context}, {problem}" if context and not context.startswith("while ") else problem
+        return f"{said} at line {mark.line + 1}, column {mark.column + 1}"
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    position = getattr(exc, "position", None)
+    return f"{first} (character {position + 1})" if isinstance(position, int) else first
 
 
 def from_environment(env: Mapping[str, str] | None = None) -> dict[str, Any]:

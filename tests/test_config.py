@@ -45,13 +45,18 @@ def test_toml_and_the_printed_configuration_is_a_valid_config_file(tmp_path: Pat
     ("max_workrs: 3\n", ".yaml", "did you mean 'max-workers'?"),
     ("colour: blue\n", ".yaml", "allowed keys are backend, "),
     ("max-workers: 8\n  policy: hta\n", ".yaml", "(mapping values are not allowed here at line 2, column 9)"),
+    ("a: 1\n---\nb: 2\n", ".yaml", "(expected a single document in the stream, but found another document at "
+                                  "line 2, column 1)"),
+    ("a: \x01\n", ".yaml", "special characters are not allowed (character 4)"),
+    ("\xff\xfe", ".yaml", "is not UTF-8 text (byte 0)"),
+    ("\xff\xfe", ".toml", "is not UTF-8 text (byte 0)"),
     ("max-workers: -1\n", ".yaml", "max-workers (from config file"),
     ("max-workers = [\n", ".toml", "is not valid TOML"),
     ("- a\n- b\n", ".yaml", "must hold keys and values"),
 ])
 def test_bad_config_is_one_line(tmp_path: Path, text, suffix, needle):
     f = tmp_path / f"c{suffix}"
-    f.write_text(text)
+    f.write_bytes(text.encode("latin-1"))  # (bytes as written: \xff is one byte, not UTF-8)
     r = run_hta("config", "--config", str(f), timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     (line,) = r.stderr.strip().splitlines()

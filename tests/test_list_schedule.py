@@ -9,7 +9,7 @@ import pytest
 
 from hta.sim.list_schedule import list_schedule_s
 from hta.sim.oracle import oracle_runtime_s
-from hta.sim.workload import SimTask, Workload
+from hta.sim.workload import SimTask, Workload, topological_order
 from test_bound import random_cluster, random_workload
 
 
@@ -32,6 +32,20 @@ def test_work_queues_order_runs_what_a_completion_released_before_the_older_wait
                             SimTask("c", "c", 10, parents=["a"]), SimTask("d", "d", 10, parents=["c"])])
     assert list_schedule_s(wl, 2) == list_schedule_s(wl, 2, "newest-first") == 30
     assert list_schedule_s(wl, 2, "fifo") == 35  # a, b1; b2 at 10; c at 15; d at 25
+
+
+def test_tasks_ready_at_once_are_taken_in_the_files_order_as_the_master_takes_them():
+    # two cores; a (20 s) and b (10 s) start at 0. When a ends at 20, wide (2 cores, also
+    # after b) and short become ready together; wide comes first in the file, so the master
+    # (makeflow submits them last in the file first, it dispatches the newest) starts it:
+    # wide 20–40, then last (released at 40, the newest) and short beside it, done at 60.
+    # Topological order would put short first (a's child before b's): wide then waits for
+    # short, 30–50, and last ends at 70
+    wl = Workload("file-order", [SimTask("wide", "w", 20, cores=2, parents=["a", "b"]), SimTask("a", "a", 20),
+                                 SimTask("short", "s", 10, parents=["a"]),
+                                 SimTask("last", "l", 20, parents=["a", "wide"]), SimTask("b", "b", 10)])
+    assert list_schedule_s(wl, 2) == 60
+    assert list_schedule_s(Workload("kahn", topological_order(wl)), 2) == 70
 
 
 def test_a_task_that_does_not_fit_is_passed_over_not_waited_for():
