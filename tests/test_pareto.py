@@ -354,21 +354,30 @@ def test_worker_shape_bench_names_each_shape_by_what_differs_from_the_settings_o
     assert ws.shaped("hta:busy_runtimes=3", "learned") == "hta:busy_runtimes=3,probe_split=1"
 
 
-def test_file_order_bench_sorts_the_rules_longest_tail_first_by_what_each_order_knows(capsys):
-    """bench/file_order.py: 'by task' reads each task's own runtime, 'by category' its
-    category's mean (there y and x1 tie at 25, so they keep the file's order), 'as
-    written' leaves the workflow as it is; and one run of it prints a line per case."""
-    from hta.sim.workload import SimTask, Workload
-
+def _file_order():
     sys.path.insert(0, str(ROOT / "bench"))
     fo_spec = importlib.util.spec_from_file_location("file_order", ROOT / "bench" / "file_order.py")
     fo = importlib.util.module_from_spec(fo_spec)
     fo_spec.loader.exec_module(fo)
+    return fo
+
+
+def test_file_order_bench_sorts_the_rules_longest_tail_first_by_what_each_order_knows():
+    """bench/file_order.py: 'by task' reads each task's own runtime, 'by category' its
+    category's mean (there y and x1 tie at 25, so they keep the file's order), 'as
+    written' leaves the workflow as it is."""
+    from hta.sim.workload import SimTask, Workload
+
+    fo = _file_order()
     wl = Workload("w", [SimTask("y", "y", 25), SimTask("x2", "x", 10), SimTask("x1", "x", 30),
                         SimTask("c1", "c", 5, parents=["x1"])])
     assert fo.ordered(wl, "as written") is wl
     assert [t.id for t in fo.ordered(wl, "by task").tasks] == ["x1", "y", "x2", "c1"]  # 35, 25, 10, 5
     assert [t.id for t in fo.ordered(wl, "by category").tasks] == ["y", "x1", "x2", "c1"]  # 25, 20 + 5, 20, 5
-    assert fo.main(["--seeds", "1", "--cases", "io-bound:2"]) == 0
+
+
+@pytest.mark.slow
+def test_file_order_bench_prints_a_line_per_case(capsys):
+    assert _file_order().main(["--seeds", "1", "--cases", "io-bound:2"]) == 0
     out = capsys.readouterr().out
     assert "io-bound/2" in out and out.count(" × (") == 3 and "within 1.1 × the bound: as written " in out
