@@ -321,3 +321,21 @@ def test_the_demo_in_a_fresh_clone_runs_hta_and_passes_on_its_exit_code(tmp_path
     assert r.returncode == 2
     assert "hta makeflow has no option --nope" in r.stderr
     assert "scaling report" not in r.stdout.lower() and not (root / "report").exists()
+
+
+def test_ctrl_c_while_a_simulation_is_being_built_leaves_no_empty_log(tmp_path: Path, monkeypatch):
+    """The log's file exists once its writer opens it, before the simulated world is built
+    (a 400-task one takes a while): a Ctrl-C then left an empty log behind, which `hta
+    report` would read as a run (a fresh-clone CI run caught it once)."""
+    import hta.sim.compare as compare_mod
+    from hta.sim.world import ClusterModel
+
+    class Interrupted:
+        def __init__(self, *args, **kwargs):
+            raise KeyboardInterrupt
+
+    out = tmp_path / "logs"
+    monkeypatch.setattr(compare_mod, "Simulation", Interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        compare_mod.compare("io-bound", ["hta"], 1, ClusterModel(max_nodes=2), out=out)
+    assert not list(out.glob("*.jsonl"))

@@ -98,12 +98,15 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
         run_cluster = cluster.model_copy(update={"horizon_s": min(cluster.horizon_s, CUTOFF_FACTOR * bound)})
         for p in policies:
             path = out / f"{label}-{p}-seed{seed}.jsonl" if out else None
-            sim = Simulation(load_workload(workload, seed), make_policy(p), run_cluster, seed=seed,
-                             log=ScalingLogWriter(path))
+            log: ScalingLogWriter | None = None
             try:
+                log = ScalingLogWriter(path)  # (the file exists from here: a Ctrl-C while the
+                # simulation is still being built, a 400-task world, must not leave it empty)
+                sim = Simulation(load_workload(workload, seed), make_policy(p), run_cluster, seed=seed, log=log)
                 runs.append(sim.run(label))
             except BaseException:  # Ctrl-C: no half-written log is left to be read as a run
-                if path is not None:
+                if log is not None and path is not None:
+                    log.close()
                     path.unlink(missing_ok=True)
                 raise
     return Comparison(label, runs, statistics.fmean(oracle), floors if cluster.empty_node_ttl_s <= 0 else [])
