@@ -483,16 +483,11 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_makeflow(args: argparse.Namespace) -> int:
     import signal
 
-    class Interrupted(BaseException):
-        pass
-
-    def interrupted(signum, _frame):
-        raise Interrupted(signum)
+    from hta.interrupts import Interrupted, raise_on_signals
 
     # first of all: a SIGTERM or Ctrl-C while HTA starts ends it with a line and 128 + N
     # (the run installs its own handlers, which stop makeflow and the workers, and puts these back)
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, interrupted)
+    raise_on_signals()
     try:
         from hta.submit import run_makeflow
         from hta.summary_view import print_summary
@@ -511,7 +506,7 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
             print(f"hta: error: {result.error}", file=sys.stderr)
         return result.exit_code
     except Interrupted as exc:
-        signum = exc.args[0]
+        signum = exc.signum
         print(f"hta: error: interrupted by {signal.Signals(signum).name}; nothing is left running",
               file=sys.stderr)
         return 128 + signum

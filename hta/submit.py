@@ -44,6 +44,7 @@ from hta.backends import BackendOptions, RunContext, make_backend
 from hta.backends.base import WorkerBackend
 from hta.controller import Controller, ControllerConfig
 from hta.errors import UsageError
+from hta.interrupts import quiet_in_loop, take_received
 from hta.model import Resources
 from hta.policies.base import Policy, check_signals, make_policy
 from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter, WorkerRecord
@@ -255,6 +256,10 @@ async def submit(
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in previous:
         loop.add_signal_handler(s, on_signal, s)
+    # one that came before, where Python swallowed what the CLI's handler raised, stops it all the same
+    came = take_received()
+    if came is not None:
+        on_signal(came)
     try:
         workflow = args.workflow_path
         assert workflow is not None
@@ -740,9 +745,11 @@ def run_makeflow(options: MakeflowOptions, verbosity: str = "normal", mode: str 
     port = getattr(backend, "default_port", 0) if options.port is None else options.port
     view = ViewOptions(status=options.status, status_port=options.status_port, status_host=options.status_host,
                        verbosity=verbosity, mode=mode)
-    return asyncio.run(submit(args, policy=policy, backend=backend, config=options.controller_config(), view=view,
-                              scaling_log_path=options.log, lookahead=options.lookahead, port=port, epoch=epoch,
-                              record=options.record, stall_timeout_s=options.stall_timeout_s))
+    with asyncio.Runner() as runner:
+        quiet_in_loop(runner.get_loop())
+        return runner.run(submit(args, policy=policy, backend=backend, config=options.controller_config(),
+                                 view=view, scaling_log_path=options.log, lookahead=options.lookahead, port=port,
+                                 epoch=epoch, record=options.record, stall_timeout_s=options.stall_timeout_s))
 
 
 #: where makeflow's parser (makeflow_viz shares it) says a workflow is wrong: "… line: 3 column: 1"
