@@ -528,6 +528,8 @@ class _DrainPlay:
         # fit_count's answers, by (request, capacity, free cores, memory, disk): see _fit
         self._keys: dict[tuple[float, float, float], int] = {}
         self._fits: dict[tuple[int, int, float, float, float], int] = {}
+        # what a task of a request is given on a capacity (``allocated``), by their keys
+        self._allocations: dict[tuple[int, int], Resources] = {}
         # batch_last_runtime by (category, tasks in the batch): the same few batches recur
         self._last_runtimes: dict[tuple[str, int], float] = {}
         self._events: list[tuple[float, int, Event]] = []
@@ -565,8 +567,11 @@ class _DrainPlay:
     def _push(self, event: Event) -> None:
         heapq.heappush(self._events, (event.at, self._seq, event))
         self._seq += 1
-        if isinstance(event, TaskReleased):
-            self._releases_due[event.at] = self._releases_due.get(event.at, 0) + 1
+
+    def _push_release(self, event: TaskReleased) -> None:
+        """:meth:`_push`, counted among the releases due (see :meth:`_waits_for_release`)."""
+        self._push(event)
+        self._releases_due[event.at] = self._releases_due.get(event.at, 0) + 1
 
     def _waits_for_release(self, at: float) -> bool:
         """Whether what frees up at ``at`` waits for groups released at ``at`` (newest first:
@@ -699,7 +704,7 @@ class _DrainPlay:
                 self._complete(ref, at)
         for k, up in enumerate(self.upcoming):
             if not up.after:
-                self._push(TaskReleased(self.now, k))
+                self._push_release(TaskReleased(self.now, k))
 
     def _complete(self, ref: str, t: float) -> None:
         """``ref`` (a task or a group) completed at ``t``: release what waited only for it."""
@@ -711,7 +716,7 @@ class _DrainPlay:
             before = self._released_at[k]
             self._released_at[k] = t if before == INF else max(before, t)
             if self._missing[k] == 0 and self._released_at[k] <= self.end:
-                self._push(TaskReleased(self._released_at[k], k))
+                self._push_release(TaskReleased(self._released_at[k], k))
 
     def _progress(self, gi: int, t: float) -> None:
         """A batch of group ``gi`` is done: if it was the group's last, the group completes."""
@@ -734,11 +739,17 @@ class _DrainPlay:
         order: Iterable[int] = reversed(live)
         if not self.options.newest_first:  # (from the head on: what lies before it has emptied)
             order = live if not self._head else map(live.__getitem__, range(self._head, len(live)))
+        fits, free = self._fits, slot.free
         for gi in order:
             g = queue[gi]
             if not g.count:
                 continue
-            k = self._fit(g, slot)
+            # (_fit's memo, read here: this loop is the play's hottest)
+            k = fits.get((g.request_key, slot.capacity_key, free.cores, free.memory_mb, free.disk_mb))
+            if k is None:
+                k = self._fit(g, slot)
+            elif k > g.count:
+                k = g.count
             if k <= 0:
                 continue
             self._start(i, gi, k, t)
@@ -785,18 +796,22 @@ class _DrainPlay:
     def _start(self, i: int, gi: int, k: int, t: float) -> None:
         """Start ``k`` tasks of group ``gi`` on slot ``i`` at ``t`` and schedule their end."""
         slot, g = self.slots[i], self.queue[gi]
-        each = allocated(g.request, slot.capacity)
+        each = self._allocations.get((g.request_key, slot.capacity_key))
+        if each is None:
+            each = self._allocations[g.request_key, slot.capacity_key] = allocated(g.request, slot.capacity)
         free = slot.free
         g.count -= k
         free.cores -= k * each.cores
         free.memory_mb -= k * each.memory_mb
         free.disk_mb -= k * each.disk_mb
-        answered = slot.idle_now and self._counts_used(slot)
-        slot.used = True
         if slot.idle_now:
+            answered = self._counts_used(slot)
+            slot.used = True
             slot.used_measured |= not g.after_unmeasured
             if not answered and self._counts_used(slot):
                 self._idle_left -= 1  # its answer is known: the early stop need not wait for it
+        else:
+            slot.used = True
         runtime = g.runtime
         if runtime is None:
             g.started_unmeasured += k
