@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from hta.errors import EXIT_USAGE, UsageError
+from hta.interrupts import Interrupted, hold_signals, raise_on_signals
 
 
 def _positive_int(name: str, minimum: int = 1):
@@ -481,14 +482,12 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_makeflow(args: argparse.Namespace) -> int:
-    import signal
-
-    from hta.interrupts import Interrupted, raise_on_signals
-
-    # first of all: a SIGTERM or Ctrl-C while HTA starts ends it with a line and 128 + N
-    # (the run installs its own handlers, which stop makeflow and the workers, and puts these back)
-    raise_on_signals()
+    """Run the workflow; SIGINT/SIGTERM as :mod:`hta.interrupts` says: before the run has
+    ended, 128 + N and one line; after, the run's own outcome."""
     try:
+        # first of all: a signal while HTA starts ends it with a line and 128 + N (the run
+        # installs its own handlers, which stop makeflow and the workers, and puts these back)
+        raise_on_signals()
         from hta.submit import run_makeflow
         from hta.summary_view import print_summary
 
@@ -496,6 +495,7 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
         from hta.status.panel import verbosity_from_flags
 
         result = run_makeflow(options, verbosity=verbosity_from_flags(args.verbose, args.quiet))
+        hold_signals()  # the run has ended: what is printed next is its outcome
         try:
             print_summary(result.summary, result.scaling_log)
         except BrokenPipeError:  # the reader left (`hta makeflow … | head`): the run's result still stands
@@ -506,10 +506,15 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
             print(f"hta: error: {result.error}", file=sys.stderr)
         return result.exit_code
     except Interrupted as exc:
-        signum = exc.signum
-        print(f"hta: error: interrupted by {signal.Signals(signum).name}; nothing is left running",
-              file=sys.stderr)
-        return 128 + signum
+        hold_signals()
+        return _interrupted(exc.signum)
+
+
+def _interrupted(signum: int) -> int:
+    import signal
+
+    print(f"hta: error: interrupted by {signal.Signals(signum).name}; nothing is left running", file=sys.stderr)
+    return 128 + signum
 
 
 class _LineFormatter(logging.Formatter):
@@ -579,6 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hta: error: interrupted by SIGINT", file=sys.stderr)
         return 130
+    except Interrupted as exc:  # a second signal while hta makeflow said why it stopped
+        return _interrupted(exc.signum)
     except BrokenPipeError:  # the reader left (e.g. `hta report … | head`): stop quietly, as shell tools do
         _stdout_to_devnull()
         return 141

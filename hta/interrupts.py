@@ -1,33 +1,46 @@
-"""SIGINT/SIGTERM while ``hta makeflow`` starts, kept where no handler can lose them.
+"""SIGINT/SIGTERM around an ``hta makeflow`` run, kept where no handler can lose them.
 
-Until the run installs the event loop's own handlers, a signal must end HTA with a line
-and 128 + N, so :func:`raise_on_signals` installs a handler that raises
-:class:`Interrupted`. Python runs a signal's handler wherever the main thread happens to
-be, and some places swallow what it raises: a ``__del__`` or a weakref callback ("Exception
-ignored in …"), or asyncio's ``Handle._run`` around a callback ("Exception in callback
-…"). A signal swallowed there was lost, and the run went on to the workflow's end with
-exit 0 (CI saw it once in about 5,000 runs). So the handler also writes the signal down
-before it raises, and the run, once its own handlers are in place, asks
-:func:`take_received` whether one came (and stops as if it had come just then). Where it was
-swallowed Python would have printed a traceback; :func:`raise_on_signals` and
-:func:`quiet_in_loop` keep those two places quiet about it (and only about it).
+The contract, in three phases:
+
+1. **Starting** (:func:`raise_on_signals`): a signal raises :class:`Interrupted`, which
+   ends HTA with one line and 128 + N.
+2. **Running** (the run's event loop handlers, :func:`hta.submit.submit`): a signal
+   stops makeflow and the workers, and the run ends with 128 + N.
+3. **Ended** (:func:`hold_signals`): the run's outcome is decided; a signal changes
+   nothing, and HTA prints that outcome and exits with it.
+
+Python runs a signal's handler wherever the main thread happens to be, and some places
+swallow what it raises: a ``__del__`` or a weakref callback ("Exception ignored in …"),
+or asyncio's ``Handle._run`` around a callback ("Exception in callback …"). A signal
+swallowed there in phase 1 was lost, and the run went on to the workflow's end with exit
+0 (CI saw it once in about 5,000 runs). So the raising handler also writes the signal
+down, and the run, once its own handlers are in place, asks :func:`take_received` whether
+one came (and stops as if it had come just then). Where it was swallowed Python would
+have printed a traceback; :func:`raise_on_signals` and :func:`quiet_in_loop` keep those
+two places quiet about it (and only about it).
 """
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-#: signals the raising handler took and nobody has acted on yet (first first)
+if TYPE_CHECKING:
+    import asyncio
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+#: signals the raising handler took since :func:`raise_on_signals`, oldest first, until
+#: :func:`take_received` or :func:`hold_signals` forgets them
 _received: list[int] = []
 
 
 class Interrupted(BaseException):
-    """A signal came while HTA was starting (a BaseException, like KeyboardInterrupt:
-    nothing that catches ``Exception`` may keep it from ending HTA)."""
+    """A signal came before the run's own handlers took over, or after they gave the
+    signals back (a BaseException, like KeyboardInterrupt: nothing that catches
+    ``Exception`` may keep it from ending HTA)."""
 
     @property
     def signum(self) -> int:
@@ -39,14 +52,41 @@ def _raise(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
 
-def raise_on_signals(signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM)) -> None:
-    """From now on each of ``signals`` raises :class:`Interrupted` (and is written down); one
+def _hold(_signum: int, _frame: object) -> None:
+    """Phase 3: the outcome is decided; there is nothing left to stop."""
+
+
+def raise_on_signals(signals: Iterable[int] = SIGNALS) -> None:
+    """Phase 1: each of ``signals`` raises :class:`Interrupted` (and is written down); one
     raised where Python can only ignore it ("Exception ignored in …") is not printed."""
     _received.clear()
     if not getattr(sys.unraisablehook, "_hta_quiet", False):
         sys.unraisablehook = _quiet_unraisable(sys.unraisablehook)
     for s in signals:
         signal.signal(s, _raise)
+
+
+def raising(handler: object) -> bool:
+    """Whether ``handler`` is phase 1's (only then is the record this run's to act on)."""
+    return handler is _raise
+
+
+def hold_signals(signals: Iterable[int] = SIGNALS) -> None:
+    """Phase 3: each of ``signals`` is taken and does nothing (a handler, not SIG_IGN,
+    which a child would inherit); what phase 1 wrote down is forgotten."""
+    for s in signals:
+        signal.signal(s, _hold)
+    _received.clear()
+
+
+def take_received() -> int | None:
+    """The first signal the raising handler took since :func:`raise_on_signals`, or None;
+    forgotten once taken (whoever takes it acts on it)."""
+    if not _received:
+        return None
+    first = _received[0]
+    _received.clear()
+    return first
 
 
 def _quiet_unraisable(previous: Any) -> Any:
@@ -59,21 +99,11 @@ def _quiet_unraisable(previous: Any) -> Any:
 
 
 def quiet_in_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """``loop`` says nothing of an :class:`Interrupted` that a callback swallowed (it logged
-    "Exception in callback Task.__step()" and the exception's traceback)."""
+    """``loop`` says nothing of an :class:`Interrupted` that a callback swallowed (it would
+    log "Exception in callback …" and the exception's traceback)."""
 
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if not isinstance(context.get("exception"), Interrupted):
             loop.default_exception_handler(context)
 
     loop.set_exception_handler(handler)
-
-
-def take_received() -> int | None:
-    """The first signal the raising handler took since :func:`raise_on_signals`, or None;
-    forgotten once taken (whoever takes it acts on it)."""
-    if not _received:
-        return None
-    first = _received[0]
-    _received.clear()
-    return first

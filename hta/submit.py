@@ -44,7 +44,7 @@ from hta.backends import BackendOptions, RunContext, make_backend
 from hta.backends.base import WorkerBackend
 from hta.controller import Controller, ControllerConfig
 from hta.errors import UsageError
-from hta.interrupts import quiet_in_loop, take_received
+from hta.interrupts import quiet_in_loop, raising, take_received
 from hta.model import Resources
 from hta.policies.base import Policy, check_signals, make_policy
 from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter, WorkerRecord
@@ -257,7 +257,7 @@ async def submit(
     for s in previous:
         loop.add_signal_handler(s, on_signal, s)
     # one that came before, where Python swallowed what the CLI's handler raised, stops it all the same
-    came = take_received()
+    came = take_received() if any(raising(h) for h in previous.values()) else None
     if came is not None:
         on_signal(came)
     try:
@@ -288,10 +288,16 @@ async def submit(
     except _Stopped:  # before anything started: the caller's handler says so (128 + N)
         stopped_by = signalled[0]
     finally:
-        for s, handler in previous.items():
-            loop.remove_signal_handler(s)
-            if handler is not None:
-                signal.signal(s, handler)
+        # held back while they change hands: between the two, a SIGTERM would meet the
+        # default action (remove_signal_handler's) and end HTA with no line
+        signal.pthread_sigmask(signal.SIG_BLOCK, previous)
+        try:
+            for s, handler in previous.items():
+                loop.remove_signal_handler(s)
+                if handler is not None:
+                    signal.signal(s, handler)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, previous)
     signal.raise_signal(stopped_by)  # the CLI's handler ends the run here with its line
     # a caller whose handler does not raise (asyncio's own, or SIG_IGN): end as that signal would
     raise KeyboardInterrupt if stopped_by == signal.SIGINT else SystemExit(128 + stopped_by)
@@ -404,7 +410,7 @@ async def _submit(args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: 
         learner.add_all(summaries_new)
     mflog.poll()
     last = mflog.latest
-    if exit_code == 0 and not signalled:
+    if exit_code == 0:  # (a signal seen before the run ended made it 128 + N; one while stopping changes nothing)
         # makeflow 8.0 exits 0 even when rules failed for good; a user must not miss that
         failed = mflog.failed_for_good(time.time(), quiet_s=0.0, since=epoch)
         if failed or (last is not None and (last.failed or last.aborted)):

@@ -93,3 +93,15 @@ def test_a_raising_handler_that_is_not_swallowed_ends_the_code_it_interrupts(han
     with pytest.raises(interrupts.Interrupted) as exc:
         signal.raise_signal(signal.SIGTERM)
     assert exc.value.signum == signal.SIGTERM
+
+
+def test_once_held_a_signal_does_nothing_and_what_came_before_is_forgotten(handlers):
+    interrupts.raise_on_signals()
+    with pytest.raises(interrupts.Interrupted):
+        signal.raise_signal(signal.SIGTERM)
+    assert interrupts.raising(signal.getsignal(signal.SIGTERM))
+    interrupts.hold_signals()
+    signal.raise_signal(signal.SIGTERM)  # taken, and nothing more
+    signal.raise_signal(signal.SIGINT)
+    assert interrupts.take_received() is None  # the one acted on above is not there to stop a later run
+    assert not interrupts.raising(signal.getsignal(signal.SIGTERM))
