@@ -804,14 +804,12 @@ class _DrainPlay:
         free.cores -= k * each.cores
         free.memory_mb -= k * each.memory_mb
         free.disk_mb -= k * each.disk_mb
+        answered = slot.idle_now and self._counts_used(slot)
+        slot.used = True
         if slot.idle_now:
-            answered = self._counts_used(slot)
-            slot.used = True
             slot.used_measured |= not g.after_unmeasured
             if not answered and self._counts_used(slot):
                 self._idle_left -= 1  # its answer is known: the early stop need not wait for it
-        else:
-            slot.used = True
         runtime = g.runtime
         if runtime is None:
             g.started_unmeasured += k

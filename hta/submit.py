@@ -44,7 +44,7 @@ from hta.backends import BackendOptions, RunContext, make_backend
 from hta.backends.base import WorkerBackend
 from hta.controller import Controller, ControllerConfig
 from hta.errors import UsageError
-from hta.interrupts import quiet_in_loop, raising, take_received
+from hta.interrupts import SIGNALS, quiet_in_loop, raising, take_received
 from hta.model import Resources
 from hta.policies.base import Policy, check_signals, make_policy
 from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter, WorkerRecord
@@ -253,7 +253,7 @@ async def submit(
         stop.set()
 
     # signals first: whatever comes next, a SIGTERM ends the run the same way
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
     for s in previous:
         loop.add_signal_handler(s, on_signal, s)
     # one that came before, where Python swallowed what the CLI's handler raised, stops it all the same
