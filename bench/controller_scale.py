@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT))
 from hta.backends.local import LocalBackend  # noqa: E402
 from hta.controller import Controller, ControllerConfig  # noqa: E402
 from hta.model import Resources  # noqa: E402
-from hta.policies.base import make_policy  # noqa: E402
+from hta.policies.registry import make_policy  # noqa: E402
 from hta.scaling_log import ScalingLogWriter  # noqa: E402
 from resource_monitor.categories import CategoryLearner  # noqa: E402
 from workqueue_bridge.monitor_summaries import SummaryDirectory  # noqa: E402

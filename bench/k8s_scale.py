@@ -34,7 +34,8 @@ from hta.model import LatencyStats, Observation, Resources, TaskGroup  # noqa: E
 from hta.policies.hta_policy import HTAPolicy  # noqa: E402
 from k8s.api import CallCounter, K8sError, call  # noqa: E402
 from k8s.backend import KubernetesBackend  # noqa: E402
-from workqueue_bridge.status import MasterSnapshot, QueueStatus  # noqa: E402
+from workqueue_bridge.snapshot import MasterSnapshot
+from workqueue_bridge.status_json import QueueStatus  # noqa: E402
 
 PODS, NODES, DECISIONS = 200, 50, 30
 NODE_CORES = 4

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "workflows" / "replay"))
 from generate import expected_outputs, write_makeflow  # noqa: E402
 
 from hta.accounting import CoreSample, integrate  # noqa: E402
-from hta.policies.base import make_policy  # noqa: E402
+from hta.policies.registry import make_policy  # noqa: E402
 from hta.scaling_log import ScalingLogWriter, read_records  # noqa: E402
 from hta.sim.run import Simulation  # noqa: E402
 from hta.sim.workload import load_workload  # noqa: E402

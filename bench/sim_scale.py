@@ -36,7 +36,7 @@ def widths(n: int) -> tuple[int, ...]:
 
 
 def one(n: int, policy: str, seed: int) -> dict:
-    from hta.policies.base import make_policy
+    from hta.policies.registry import make_policy
     from hta.sim.run import Simulation
     from hta.sim.workload import blast_3stage, parse_wfformat
     from hta.sim.world import ClusterModel

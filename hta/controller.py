@@ -42,8 +42,8 @@ from hta.policies.base import Policy
 from hta.scaling_log import CategoriesRecord, DecisionRecord, ObservationRecord, ScalingLogWriter, WorkerRecord
 from resource_monitor.categories import CategoryLearner
 from workqueue_bridge.monitor_summaries import TaskSummary
-from workqueue_bridge.observation import ObservationBuilder, UpcomingSource
-from workqueue_bridge.status import MasterSnapshot
+from hta.observation import ObservationBuilder, UpcomingSource
+from workqueue_bridge.snapshot import MasterSnapshot
 
 log = logging.getLogger("hta.controller")
 

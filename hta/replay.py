@@ -29,7 +29,7 @@ from hta.policies.base import Policy
 from hta.scaling_log import DecisionRecord, ScalingLogWriter, WorkerRecord
 from resource_monitor.categories import CategoryLearner
 from workqueue_bridge.monitor_summaries import TaskSummary
-from workqueue_bridge.status import MasterSnapshot
+from workqueue_bridge.snapshot import MasterSnapshot
 
 
 class ReplayDiverged(AssertionError):

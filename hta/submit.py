@@ -46,22 +46,21 @@ from hta.controller import Controller, ControllerConfig
 from hta.errors import UsageError
 from hta.interrupts import SIGNALS, quiet_in_loop, raising, take_received
 from hta.model import Resources
-from hta.policies.base import Policy, check_signals, make_policy
+from hta.policies.base import Policy, check_signals
+from hta.policies.registry import make_policy
 from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter, WorkerRecord
 from hta.summary import RunSummary, summarize
 from resource_monitor.categories import CategoryLearner
 from resource_monitor.incremental import IncrementalCategoryLearner
-from workqueue_bridge.dag import Lookahead, load_dag
+from workqueue_bridge.dag import Lookahead, Rule, load_dag, read_rules
 from workqueue_bridge.makeflow import (
     PORT_WAIT_S,
     FailedRule,
     MakeflowError,
     MakeflowRun,
-    RuleInfo,
     check_extra_args,
     check_installed,
     port_free,
-    read_rules,
     wait_port_free,
 )
 from workqueue_bridge.log_summaries import LogSummaries
@@ -503,11 +502,11 @@ class _Watch:
         self.learner = learner
         self.epoch = epoch
         self.log = MakeflowLog(mf.log_path)
-        self._rules: dict[int, RuleInfo] | None = None
+        self._rules: dict[int, Rule] | None = None
         self._told: set[int] = set()
         self._learned: set[int] = set()
 
-    async def rules(self) -> dict[int, RuleInfo]:
+    async def rules(self) -> dict[int, Rule]:
         if self._rules is None:
             self._rules = await asyncio.to_thread(read_rules, self.workflow, self.mf.format_options(), self.mf.cwd)
         return self._rules

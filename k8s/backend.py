@@ -38,8 +38,8 @@ from k8s.api import STEP_BUDGET_S, CallCounter, K8sError, acall, call, load_clie
 from k8s.informer import PodInformer, PodState
 from hta.node.worker import worker_command
 from k8s.pods import DEFAULT_IMAGE, RUN_LABEL, worker_pod
-from workqueue_bridge.observation import snapshot_running
-from workqueue_bridge.status import MasterSnapshot
+from workqueue_bridge.task_table import snapshot_running
+from workqueue_bridge.snapshot import MasterSnapshot
 
 log = logging.getLogger("hta.k8s")
 

@@ -6,7 +6,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from hta.model import CategoryModel, Resources
+from resource_monitor.model import CategoryModel
+from workqueue_bridge.resources import Resources
 from workqueue_bridge.monitor_summaries import TaskSummary
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import math
 
-from hta.model import CategoryModel
+from resource_monitor.model import CategoryModel
 from resource_monitor.categories import CategoryLearner
 from workqueue_bridge.monitor_summaries import TaskSummary
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from hta.processes import die_with_parent
+from workqueue_bridge.processes import die_with_parent
 from k8s.watch import list_and_watch
 
 log = logging.getLogger("pod-runner-fake-kubelet")

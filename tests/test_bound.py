@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from hta.policies.base import make_policy
+from hta.policies.registry import make_policy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.oracle import (NodeSecondsFloor, barriers, critical_path_s, least_mean_runtime_s,
                             mean_node_seconds_floor, node_seconds_floor, oracle_runtime_s, phases)

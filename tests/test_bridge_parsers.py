@@ -7,14 +7,10 @@ import pytest
 from hta.model import CategoryModel, Resources
 from workqueue_bridge.makeflow_log import MakeflowLog, NodeState
 from workqueue_bridge.monitor_summaries import SummaryDirectory, parse_summary
-from workqueue_bridge.observation import ObservationBuilder, group_waiting
-from workqueue_bridge.status import (
-    MasterSnapshot,
-    clean_category,
-    parse_queue_status,
-    parse_task_status,
-    parse_worker_status,
-)
+from hta.observation import ObservationBuilder
+from workqueue_bridge.task_table import group_waiting
+from workqueue_bridge.snapshot import MasterSnapshot
+from workqueue_bridge.status_json import clean_category, parse_queue_status, parse_task_status, parse_worker_status
 from hta.model import LatencyStats
 
 from conftest import DATA
@@ -144,7 +140,7 @@ def test_an_observation_says_whether_the_master_allocates_measured_tasks_their_p
 
 
 def test_waiting_groups_keep_fifo_order_and_merge_runs():
-    from workqueue_bridge.status import TaskStatus
+    from workqueue_bridge.status_json import TaskStatus
 
     ts = [TaskStatus(task_id=i, state="waiting", category=c, cores=1)
           for i, c in enumerate(["a", "a", "b", "a", "a"], start=1)]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HTA, ROOT, run_hta, wait
-from hta.policies.base import make_policy
+from hta.policies.registry import make_policy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload, load_workload

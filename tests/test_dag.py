@@ -3,7 +3,7 @@
 import shutil
 
 from hta.model import Resources
-from workqueue_bridge.dag import load_dag, node_states, upcoming_tasks
+from workqueue_bridge.dag import load_dag, node_states, read_rules, upcoming_tasks
 from workqueue_bridge.makeflow_log import MakeflowLog, NodeState
 
 from conftest import DATA
@@ -41,3 +41,15 @@ def test_upcoming_groups_follow_node_states(tmp_path):
     up = upcoming_tasks(dag, states, {job_of[0]: "g0"}, {job_of[1], job_of[2]})
     assert len(up) == 1 and up[0].category == "reduce"
     assert sorted(up[0].after) == sorted(["g0", f"task:{job_of[1]}", f"task:{job_of[2]}"])
+
+
+def test_a_quoted_category_is_read_alike_by_the_lookahead_and_the_rule_reader(tmp_path):
+    """makeflow_viz keeps the quotes of ``CATEGORY="quoted"``; the master does not. The
+    lookahead and the rules named in messages (and in runtimes learned from makeflow's log)
+    read one parse, so both say ``quoted``, as the master's tasks do."""
+    (tmp_path / "Makeflow").write_text('CATEGORY="quoted"\nCORES=1\nMEMORY=300\n\nout.txt:\n\techo hi > out.txt\n')
+    dag = load_dag(tmp_path / "Makeflow")
+    rules = read_rules(tmp_path / "Makeflow")
+    assert [r.category for r in dag.rules] == ["quoted"]
+    assert [r.category for r in rules.values()] == ["quoted"]
+    assert rules[0].limits == {"cores": 1, "memory": 300} and rules[0].outputs == ["out.txt"]

@@ -127,7 +127,8 @@ def test_a_worker_connected_before_the_watch_saw_its_pod_run_still_gets_its_phas
     from hta.model import Resources
     from k8s.backend import KubernetesBackend
     from k8s.informer import PodInformer
-    from workqueue_bridge.status import MasterSnapshot, QueueStatus, WorkerStatus
+    from workqueue_bridge.snapshot import MasterSnapshot
+    from workqueue_bridge.status_json import QueueStatus, WorkerStatus
 
     async def scenario() -> tuple[list, list, dict, list]:
         b = KubernetesBackend(run_id="race", epoch=time.time(), kubeconfig=cluster["kubeconfig"],

@@ -27,7 +27,7 @@ from kubernetes import client, config
 
 from conftest import ROOT, wait
 from hta.model import LatencyStats, Observation, Resources, WorkerInfo
-from hta.policies.base import make_policy
+from hta.policies.registry import make_policy
 from hta.policies.hpa import HPAPolicy
 from testcluster import fake_metrics
 

@@ -171,7 +171,8 @@ def test_a_failing_api_call_gives_up_within_a_step_and_never_blocks_the_loop(ser
 
 
 def _empty_snapshot():
-    from workqueue_bridge.status import MasterSnapshot, QueueStatus
+    from workqueue_bridge.snapshot import MasterSnapshot
+    from workqueue_bridge.status_json import QueueStatus
 
     return MasterSnapshot(taken_at=time.time(), queue=QueueStatus(), tasks=[], workers=[])
 

@@ -11,7 +11,9 @@ import pytest
 
 from hta.backends.local import MAX_START_FAILURES, LocalBackend
 from hta.model import Resources
-from workqueue_bridge.status import MasterSnapshot, MasterStatusClient, QueueStatus
+from workqueue_bridge.snapshot import MasterSnapshot
+from workqueue_bridge.status import MasterStatusClient
+from workqueue_bridge.status_json import QueueStatus
 
 from conftest import Master, cctools_processes
 

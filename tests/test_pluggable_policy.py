@@ -12,7 +12,7 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from hta.policies import base, make_policy
+from hta.policies import make_policy, registry
 
 MODULE = textwrap.dedent('''
     from dataclasses import dataclass
@@ -110,10 +110,10 @@ def test_empty_settings_are_no_settings(plugin_dir):
 def test_entry_point_group(plugin_dir, monkeypatch):
     eps = {"fixed": EntryPoint(name="fixed", value="mypkg.mymod:make_policy", group="hta.policies"),
            "bad": EntryPoint(name="bad", value="mypkg.mymod:not_a_policy", group="hta.policies")}
-    monkeypatch.setattr(base, "_entry_points", lambda: eps)
+    monkeypatch.setattr(registry, "_entry_points", lambda: eps)
     assert make_policy("fixed").name == "fixed"
     assert make_policy("fixed:workers=7").workers == 7
-    assert "fixed" in base.policy_names()
+    assert "fixed" in registry.policy_names()
     with pytest.raises(ValueError, match="returned int, not a Policy"):
         make_policy("bad")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hta.model import (LatencyStats, Observation, PendingWorker, Resources, RunningTask, TaskGroup, UpcomingTasks,
                        WorkerInfo)
-from hta.policies.base import make_policy
+from hta.policies.registry import make_policy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload

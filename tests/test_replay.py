@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_hta
-from hta.policies.base import make_policy
+from hta.policies.registry import make_policy
 from hta.replay import ReplayDiverged, replay
 from hta.scaling_log import read_records
 

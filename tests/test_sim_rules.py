@@ -12,7 +12,7 @@ import pytest
 from hta.model import (LatencyStats, Observation, PendingWorker, Resources, RunningTask, ScaleDecision,
                        TaskGroup, WorkerInfo)
 from hta.policies.factory import FactoryPolicy
-from hta.policies.base import make_policy
+from hta.policies.registry import make_policy
 from hta.policies.hpa import HPAPolicy
 from hta.policies.hta_policy import HTAPolicy
 from hta.policies.keda import KEDAPolicy
@@ -501,7 +501,7 @@ def test_a_seed_gives_the_same_run_in_every_process():
     # KEDA deletes busy workers, whose tasks go back to the queue: their order must not
     # depend on Python's per-process string hashing
     code = ("from hta.sim.run import Simulation; from hta.sim.world import ClusterModel; from hta.sim.workload import load_workload; "
-            "from hta.policies.base import make_policy; "
+            "from hta.policies.registry import make_policy; "
             "r = Simulation(load_workload('blast-3stage', 0), make_policy('keda-3'), ClusterModel(horizon_s=4000), "
             "seed=0).run(); print(r.waste_core_s, r.lost_work_core_s, r.tasks_done)")
     out = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
@@ -512,7 +512,7 @@ def test_a_seed_gives_the_same_run_in_every_process():
 def test_a_time_scaled_policy_decides_in_the_experiments_time():
     """factory@10 in a run compressed 10×: its 300 s idle timeout is 30 s of the run, its 30 s
     cycle 3 s; an uncompressed factory would keep the worker ten times as long."""
-    from hta.policies.base import make_policy
+    from hta.policies.registry import make_policy
 
     idle = WorkerInfo(id="idle", capacity=NODE, running=0, idle_since=0.0)
     fast = make_policy("factory@10")
@@ -556,7 +556,7 @@ def test_without_an_empty_node_a_worker_waits_a_whole_latency_and_tasks_carry_th
 
 
 def test_policy_settings_from_the_spec_and_clear_errors():
-    from hta.policies.base import make_policy
+    from hta.policies.registry import make_policy
 
     f = make_policy("factory:tasks_per_worker=2,idle_timeout_s=60")
     assert (f.tasks_per_worker, f.idle_timeout_s, f.name) == (2.0, 60.0, "factory:tasks_per_worker=2,idle_timeout_s=60")

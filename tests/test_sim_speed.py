@@ -3,8 +3,8 @@
 - :class:`~workqueue_bridge.dag.UpcomingIndex` (the lookahead by bundles of alike
   rules, kept up to date) against :func:`~workqueue_bridge.dag.upcoming_tasks` (the
   rule-by-rule original), on random DAGs and random node states;
-- :func:`~workqueue_bridge.observation.index_segments` (waiting tasks by runs of ids)
-  against :func:`~workqueue_bridge.observation.index_waiting` (task by task);
+- :func:`~workqueue_bridge.task_table.index_segments` (waiting tasks by runs of ids)
+  against :func:`~workqueue_bridge.task_table.index_waiting` (task by task);
 - the world's run-compressed queue against a one-by-one dispatch.
 """
 
@@ -17,8 +17,8 @@ import pytest
 from hta.model import Resources
 from workqueue_bridge.dag import Dag, Rule, UpcomingIndex, upcoming_tasks
 from workqueue_bridge.makeflow_log import NodeState
-from workqueue_bridge.observation import index_segments, index_waiting, waiting_segments
-from workqueue_bridge.status import TaskStatus
+from workqueue_bridge.task_table import index_segments, index_waiting, waiting_segments
+from workqueue_bridge.status_json import TaskStatus
 
 REQS = [Resources(), Resources(cores=1, memory_mb=100), Resources(cores=2)]
 

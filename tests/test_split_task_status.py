@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from workqueue_bridge.observation import split_task_status, waiting_segments
-from workqueue_bridge.status import parse_task_status
+from workqueue_bridge.task_table import split_task_status, waiting_segments
+from workqueue_bridge.status_json import parse_task_status
 
 ODD = [None, 0, 1, 1.0, True, 2, "2", "", "x", -1, 1000, 2000.5, float("nan"), [1], {"a": 1}]
 
@@ -32,7 +32,7 @@ def raw_tasks(seed: int) -> list:
 
 
 def same(a, b) -> bool:
-    """Segment lists equal, NaN-free by construction (_declared maps NaN to None)."""
+    """Segment lists equal, NaN-free by construction (declared() maps NaN to None)."""
     return len(a) == len(b) and all(x == y for x, y in zip(a, b))
 
 

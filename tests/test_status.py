@@ -17,7 +17,7 @@ from rich.console import Console
 
 from hta.accounting import CoreSample, integrate
 from hta.controller import Controller
-from hta.policies.base import make_policy
+from hta.policies.registry import make_policy
 from hta.scaling_log import DecisionRecord, ScalingLogWriter, WorkerRecord
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload

@@ -15,14 +15,10 @@ from typing import Mapping
 import pytest
 
 from hta.model import LatencyStats, Resources, TaskGroup
-from workqueue_bridge.observation import ObservationBuilder
-from workqueue_bridge.status import (
-    MasterSnapshot,
-    MasterStatusClient,
-    TaskStatus,
-    parse_task_status,
-    task_table_mark,
-)
+from hta.observation import ObservationBuilder
+from workqueue_bridge.snapshot import MasterSnapshot
+from workqueue_bridge.status import MasterStatusClient, task_table_mark
+from workqueue_bridge.status_json import TaskStatus, parse_task_status
 
 from conftest import DATA, ROOT
 
@@ -231,7 +227,7 @@ async def test_a_kept_table_still_shows_what_was_submitted_since_by_the_masters_
         assert obs.waiting[1].request == obs.waiting[0].request  # as the category's newest group asked
         assert obs.waiting[2].whole_worker  # a category the table never showed: a whole worker, until read
         # a recording replays it: the flag is in the dump
-        from workqueue_bridge.status import MasterSnapshot
+        from workqueue_bridge.snapshot import MasterSnapshot
         again = MasterSnapshot.model_validate(kept.model_dump(mode="json"))
         assert again.table_kept
     finally:
@@ -243,7 +239,8 @@ async def test_a_kept_table_still_shows_what_was_submitted_since_by_the_masters_
 def test_a_task_a_kept_table_shows_running_that_went_back_to_the_queue_counts_once(kept):
     # the table (read a minute ago) has task 7 running on worker a; since, a lost its task
     # (the master put it back: the counts say 1 waiting) and b finished task 8 and runs 9
-    from workqueue_bridge.status import CategoryStatus, MasterSnapshot, QueueStatus, TaskStatus, WorkerStatus
+    from workqueue_bridge.snapshot import MasterSnapshot
+    from workqueue_bridge.status_json import CategoryStatus, QueueStatus, TaskStatus, WorkerStatus
 
     tasks = [TaskStatus(task_id=7, state="running", category="align", cores=1, memory_mb=500, worker="a:1"),
              TaskStatus(task_id=8, state="running", category="split", cores=1, memory_mb=100, worker="b:1"),
@@ -268,9 +265,9 @@ def test_a_kept_table_loses_what_was_dispatched_since_to_the_workers_and_the_cou
     # the table (read a while ago) has tasks 1-10 of align waiting; since, worker a took 1
     # and 2, and 3 more were dispatched and done between two reads: the counts say 5 wait.
     # Seen on a loaded master: a kept table showed 168 waiting and 0 running while 60 ran
-    from workqueue_bridge.observation import SegmentMap
-    from workqueue_bridge.status import CategoryStatus, LiveSnapshot, MasterSnapshot, QueueStatus, TaskStatus, \
-        WorkerStatus
+    from workqueue_bridge.task_table import SegmentMap
+    from workqueue_bridge.snapshot import LiveSnapshot, MasterSnapshot
+    from workqueue_bridge.status_json import CategoryStatus, QueueStatus, TaskStatus, WorkerStatus
 
     tasks = [TaskStatus(task_id=i, state="waiting", category="align", cores=1, memory_mb=500) for i in range(1, 11)]
     seen: list[Mapping] = []
@@ -315,7 +312,8 @@ def test_a_kept_table_loses_what_was_dispatched_since_to_the_workers_and_the_cou
 def test_a_kept_table_brought_up_to_date_names_each_group_once_and_each_task_once():
     # groups g0 (align), g1 (blast), g2 (align, 2 cores); since the read, g0's one task
     # runs, listed by two workers in passing, and a new category, merge, waits
-    from workqueue_bridge.status import CategoryStatus, MasterSnapshot, QueueStatus, TaskStatus, WorkerStatus
+    from workqueue_bridge.snapshot import MasterSnapshot
+    from workqueue_bridge.status_json import CategoryStatus, QueueStatus, TaskStatus, WorkerStatus
 
     tasks = [TaskStatus(task_id=1, state="waiting", category="align", cores=1),
              TaskStatus(task_id=2, state="waiting", category="blast", cores=1),
@@ -337,8 +335,8 @@ def test_a_kept_table_loses_the_newest_tasks_the_master_dispatched_since():
     # align waits in g0 (older, 1 core) and g2 (newer, 2 cores), blast in g1; since the read
     # two align tasks were dispatched and have ended: the master dispatches the newest first
     # (workqueue_bridge/dispatch.py), so they were g2's, not g0's
-    from workqueue_bridge.observation import at_the_counts
-    from workqueue_bridge.status import CategoryStatus
+    from workqueue_bridge.task_table import at_the_counts
+    from workqueue_bridge.status_json import CategoryStatus
 
     one, two = Resources(cores=1), Resources(cores=2)
     groups = [TaskGroup(category="align", count=3, request=one, id="g0"),

@@ -1,31 +1,56 @@
-"""The workflow DAG, imported ahead of time with ``makeflow_viz -D json``, so
-the policy can see tasks Makeflow has not released yet (DAG lookahead).
+"""The workflow, read once with ``makeflow_viz -D json``: its rules, what each declares and
+what it waits for.
 
-Rules come out in file order, which is Makeflow's node numbering (the
-``node_id`` of the makeflowlog); a rule's parents are the rules that produce
-its inputs. Each rule's declared resources come from its category.
+Rules come out in file order, which is Makeflow's node numbering (the ``node_id`` of the
+makeflowlog); a rule's parents are the rules that produce its inputs. Each rule's declared
+resources come from its category. :func:`parse_dag` is the one reader of makeflow_viz's
+JSON: the DAG lookahead (:class:`Lookahead`, tasks Makeflow has not released yet) and the
+rules named in messages (:func:`read_rules`) both build on it, so a category is spelled the
+same everywhere (``CATEGORY="align"`` is ``align``, as the master reports it).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from hta.model import Resources, UpcomingTasks
 from workqueue_bridge import cctools_json
+from workqueue_bridge.cctools_output import one_line_error
 from workqueue_bridge.makeflow_log import MakeflowLog, NodeEvent, NodeState
-from workqueue_bridge.status import clean_category
+from workqueue_bridge.queue import UpcomingTasks
+from workqueue_bridge.resources import Resources
+from workqueue_bridge.status_json import clean_category
 
 
 @dataclass
 class Rule:
     node_id: int
     category: str
+    #: what its category declares (CORES, MEMORY and DISK in MB; 0: not declared)
     request: Resources
     parents: list[int] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    command: str = ""
+    #: rules that need this one's outputs, directly or not (filled by :func:`read_rules`)
+    dependents: int = 0
+
+    @property
+    def name(self) -> str:
+        shown = " ".join(self.outputs[:3]) + (" …" if len(self.outputs) > 3 else "")
+        return shown or f"#{self.node_id}"
+
+    @property
+    def limits(self) -> dict[str, float] | None:
+        """What its category declares, by makeflow's names (``cores``, ``memory``, ``disk``);
+        None if nothing."""
+        out = {k: v for k, v in (("cores", self.request.cores), ("memory", self.request.memory_mb),
+                                 ("disk", self.request.disk_mb)) if v > 0}
+        return out or None
 
 
 @dataclass
@@ -56,24 +81,56 @@ class Dag:
             self._order = order
         return self._order
 
+    def count_dependents(self) -> None:
+        """Fill each rule's ``dependents``: the rules that need its outputs, directly or not."""
+        children: dict[int, list[int]] = {}
+        for r in self.rules:
+            for p in r.parents:
+                children.setdefault(p, []).append(r.node_id)
+        for r in self.rules:
+            seen: set[int] = set()
+            stack = list(children.get(r.node_id, ()))
+            while stack:
+                c = stack.pop()
+                if c not in seen:
+                    seen.add(c)
+                    stack.extend(children.get(c, ()))
+            r.dependents = len(seen)
+
+
+def _amount(v: Any) -> float:
+    """A declared amount (a number above 0), else 0: not declared."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return 0.0
+    return x if x > 0 and math.isfinite(x) else 0.0
+
+
+def _file_name(f: Any) -> str:
+    return f if isinstance(f, str) else str((f or {}).get("dag_name", ""))
+
 
 def parse_dag(data: dict) -> Dag:
+    """The rules of makeflow_viz's JSON, in file order."""
     cats = {}
     for name, c in (data.get("categories") or {}).items():
-        cats[clean_category(name)] = Resources(cores=float(c.get("cores", 0) or 0),
-                                               memory_mb=float(c.get("memory", 0) or 0),
-                                               disk_mb=float(c.get("disk", 0) or 0))
-    rules_json = data.get("rules") or []
+        c = c if isinstance(c, dict) else {}
+        cats[clean_category(name)] = Resources(cores=_amount(c.get("cores")), memory_mb=_amount(c.get("memory")),
+                                               disk_mb=_amount(c.get("disk")))
+    rules_json = [r if isinstance(r, dict) else {} for r in data.get("rules") or []]
     producer: dict[str, int] = {}
     for i, r in enumerate(rules_json):
-        for out in r.get("outputs", []):
-            producer[out if isinstance(out, str) else out.get("dag_name", "")] = i
+        for out in r.get("outputs") or []:
+            producer[_file_name(out)] = i
     rules = []
     for i, r in enumerate(rules_json):
         cat = clean_category(r.get("category") or data.get("default_category"))
-        ins = [x if isinstance(x, str) else x.get("dag_name", "") for x in r.get("inputs", [])]
+        ins = [_file_name(x) for x in r.get("inputs") or []]
         parents = sorted({producer[x] for x in ins if x in producer and producer[x] != i})
-        rules.append(Rule(i, cat, cats.get(cat, Resources()), parents))
+        rules.append(Rule(i, cat, cats.get(cat, Resources()), parents,
+                          outputs=[_file_name(f) for f in r.get("outputs") or []],
+                          command=str(r.get("command", ""))))
     return Dag(rules)
 
 
@@ -100,8 +157,6 @@ def _run_viz(wf: Path, format_options: Sequence[str], cwd: Path | None, timeout_
     out = subprocess.run(["makeflow_viz", "-D", "json", *format_options, str(wf)], cwd=cwd or wf.parent,
                          capture_output=True, text=True, timeout=timeout_s)
     if out.returncode != 0:
-        from workqueue_bridge.makeflow import one_line_error
-
         said = out.stderr.strip() or out.stdout.strip()
         said = one_line_error(said) or " ".join(said.splitlines()[-2:])
         raise ValueError(f"makeflow_viz could not read {wf.name}: {said}")
@@ -111,6 +166,18 @@ def _run_viz(wf: Path, format_options: Sequence[str], cwd: Path | None, timeout_
 def load_dag(workflow: Path, format_options: Sequence[str] = (), cwd: Path | None = None) -> Dag:
     """The workflow's DAG, from :func:`viz_json`."""
     return parse_dag(viz_json(workflow, format_options, cwd))
+
+
+def read_rules(workflow: Path, format_options: Sequence[str] = (), cwd: Path | None = None,
+               timeout_s: float = 60.0) -> dict[int, Rule]:
+    """Every rule by node id, with its dependents counted; empty if the workflow cannot be
+    read (this is for messages and for runtimes learned from makeflow's log)."""
+    try:
+        dag = parse_dag(viz_json(workflow, format_options, cwd, timeout_s))
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return {}
+    dag.count_dependents()
+    return {r.node_id: r for r in dag.rules}
 
 
 def node_states(events: list[NodeEvent]) -> dict[int, tuple[NodeState, int]]:
@@ -218,7 +285,7 @@ class UpcomingIndex:
     Feed it each change of a rule's (state, job) with :meth:`update`; call it
     with the waiting group of each waiting task and the running task ids. A
     ``waiting_group_of`` with a ``segments`` attribute (ranges of waiting task
-    ids, :class:`~workqueue_bridge.observation.SegmentMap`) is read by range.
+    ids, :class:`~workqueue_bridge.task_table.SegmentMap`) is read by range.
     """
 
     def __init__(self, dag: Dag):

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Protocol, TypeVar
 
-from hta.model import CategoryModel, Resources
+from workqueue_bridge.resources import Resources
 
 EPS = 1e-9
 WHOLE_WORKER = Resources()
@@ -55,12 +55,23 @@ class Amounts(Protocol):
     def disk_mb(self) -> float: ...
 
 
+class Measured(Protocol):
+    """What the master knows of a category once it has measured tasks of it (the resource
+    monitor's :class:`~resource_monitor.model.CategoryModel` is one)."""
+
+    @property
+    def measured(self) -> bool: ...
+
+    @property
+    def peak(self) -> Resources: ...
+
+
 def is_whole_worker(request: Resources) -> bool:
     """A request of nothing means "the whole worker" (Work Queue's rule)."""
     return request.cores <= 0 and request.memory_mb <= 0 and request.disk_mb <= 0
 
 
-def allocation_request(declared: Resources | None, model: CategoryModel | None, *, auto: bool = False,
+def allocation_request(declared: Resources | None, model: Measured | None, *, auto: bool = False,
                        exceeded: bool = False) -> Resources:
     """What the master will allocate a task (``Resources()``: a whole worker)."""
     if exceeded:

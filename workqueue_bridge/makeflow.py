@@ -35,9 +35,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hta.processes import die_with_parent, stop
+from workqueue_bridge.cctools_output import one_line_error
+from workqueue_bridge.dag import Rule
 from workqueue_bridge.makeflow_args import MakeflowArgs, real_makeflow
 from workqueue_bridge.monitor_summaries import TaskSummary, parse_summary
+from workqueue_bridge.processes import die_with_parent, stop
 
 class MakeflowError(RuntimeError):
     """makeflow could not start or failed; the message is one line for the user."""
@@ -97,20 +99,6 @@ def check_extra_args(args: MakeflowArgs) -> None:
     if owned:
         given, why = owned[0]
         raise MakeflowError(f"makeflow option {given} cannot be used under HTA: {why}")
-
-
-_FATAL = re.compile(r"^(?:\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+ )?\S+\[\d+\] fatal: (?:\S+: )?(.*)$")
-
-
-def one_line_error(text: str) -> str | None:
-    """A cctools tool's ``fatal:`` message (the last one, with the lines that continue it) on
-    one line, without its timestamp and process prefix; None if there is none."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for i in range(len(lines) - 1, -1, -1):
-        m = _FATAL.match(lines[i])
-        if m:
-            return " ".join([m.group(1).strip(), *lines[i + 1:i + 3]]).strip()
-    return None
 
 
 def port_free(port: int) -> bool:
@@ -285,7 +273,7 @@ class MakeflowRun:
         """How makeflow ended, in words (``exit code 1``, ``killed by SIGKILL``)."""
         return exit_description(None if self.proc is None else self.proc.returncode)
 
-    def failed_rule(self, node_id: int, job_id: int, attempts: int, rules: "dict[int, RuleInfo]") -> "FailedRule":
+    def failed_rule(self, node_id: int, job_id: int, attempts: int, rules: dict[int, Rule]) -> FailedRule:
         """What makeflow left about rule ``node_id`` that failed for good (its last job ``job_id``)."""
         rule = rules.get(node_id)
         saved = None
@@ -345,70 +333,6 @@ class MakeflowRun:
         return gone
 
 
-@dataclass
-class RuleInfo:
-    """One rule of the workflow, as ``makeflow_viz -D json`` gives it."""
-
-    node_id: int
-    outputs: list[str]
-    command: str
-    category: str
-    #: rules that need this one's outputs, directly or not
-    dependents: int = 0
-    #: what its category declares (CORES, MEMORY in MB, DISK in MB; None: not declared)
-    limits: dict[str, float] | None = None
-
-    @property
-    def name(self) -> str:
-        shown = " ".join(self.outputs[:3]) + (" …" if len(self.outputs) > 3 else "")
-        return shown or f"#{self.node_id}"
-
-
-def read_rules(workflow: Path, format_options: Sequence[str] = (), cwd: Path | None = None,
-               timeout_s: float = 60.0) -> dict[int, RuleInfo]:
-    """Every rule by node id (file order, makeflow's numbering), from ``makeflow_viz -D json``;
-    empty if it cannot be read (this is for messages only)."""
-    from workqueue_bridge.dag import viz_json
-
-    try:
-        data = viz_json(workflow, format_options, cwd, timeout_s)
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return {}
-    rules: dict[int, RuleInfo] = {}
-    producer: dict[str, int] = {}
-    inputs: dict[int, list[str]] = {}
-
-    def name(f) -> str:
-        return f if isinstance(f, str) else str(f.get("dag_name", ""))
-
-    cats = data.get("categories") or {}
-    for i, r in enumerate(data.get("rules") or []):
-        outs = [name(f) for f in r.get("outputs", [])]
-        cat = str(r.get("category") or data.get("default_category") or "default")
-        c = cats.get(cat) or {}
-        limits = {k: float(c[k]) for k in ("cores", "memory", "disk") if isinstance(c.get(k), (int, float)) and c[k] > 0}
-        rules[i] = RuleInfo(node_id=i, outputs=outs, command=str(r.get("command", "")), category=cat,
-                            limits=limits or None)
-        inputs[i] = [name(f) for f in r.get("inputs", [])]
-        for o in outs:
-            producer[o] = i
-    children: dict[int, set[int]] = {}
-    for i, ins in inputs.items():
-        for f in ins:
-            if f in producer and producer[f] != i:
-                children.setdefault(producer[f], set()).add(i)
-    for i, rule in rules.items():
-        seen: set[int] = set()
-        stack = list(children.get(i, ()))
-        while stack:
-            c = stack.pop()
-            if c not in seen:
-                seen.add(c)
-                stack.extend(children.get(c, ()))
-        rule.dependents = len(seen)
-    return rules
-
-
 #: the exit codes of ``resource_monitor`` around a task (makeflow --monitor)
 MONITOR_TASK_FAILED, MONITOR_OVER_LIMIT, MONITOR_ERROR = 1, 2, 3
 
@@ -419,7 +343,7 @@ class FailedRule:
 
     node_id: int
     job_id: int
-    rule: RuleInfo | None
+    rule: Rule | None
     attempts: int
     #: the exit code makeflow reports for the (monitor-wrapped) job
     job_exit_code: int | None

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from workqueue_bridge import cctools_json
-from workqueue_bridge.status import clean_category
+from workqueue_bridge.status_json import clean_category
 
 
 class TaskSummary(BaseModel):

@@ -1,17 +1,11 @@
-"""The Work Queue master's status, read over its own port.
+"""Reading a Work Queue master over its own port.
 
-Any process can read a master: ``GET http://HOST:PORT/queue_status`` (also
-``/task_status`` and ``/worker_status``) answers a JSON list. The parsers here
-keep only the fields HTA uses and normalise CCTools' quirks: category names
-keep the quotes of ``CATEGORY="x"`` in a Makeflow file, task states are
-``WAITING`` or ``running`` depending on the list, times are microseconds.
-
-``/task_status`` lists every task the master holds (about 150 bytes each: 15 MB
-for 100k waiting tasks, about a second of CPU to serve and to read), while
-``/queue_status`` is a few kB whatever the queue. :class:`MasterStatusClient`
-therefore reads ``/task_status`` again only when ``/queue_status`` says the task
-table may have changed (:func:`task_table_mark`), and otherwise hands back the
-tasks it read last, which are then what a new read would have given.
+``/task_status`` lists every task the master holds (about 150 bytes each: 15 MB for 100k
+waiting tasks, about a second of CPU to serve and to read), while ``/queue_status`` is a
+few kB whatever the queue. :class:`MasterStatusClient` therefore reads ``/task_status``
+again only when ``/queue_status`` says the task table may have changed
+(:func:`task_table_mark`), and otherwise hands back the tasks it read last, which are then
+what a new read would have given.
 """
 
 from __future__ import annotations
@@ -21,180 +15,12 @@ import time
 from typing import Any
 
 import aiohttp
-from pydantic import BaseModel, Field
 
 from workqueue_bridge import cctools_json
-
-US = 1e-6
-
-
-def clean_category(name: Any) -> str:
-    """``'"align"'`` → ``'align'``; a missing category is ``'default'``."""
-    if not name:
-        return "default"
-    s = str(name).strip()
-    if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'":
-        s = s[1:-1]
-    return s or "default"
-
-
-def _num(v: Any, default: float = 0.0) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return default
-
-
-class CategoryStatus(BaseModel):
-    name: str
-    waiting: int = 0
-    running: int = 0
-    done: int = 0
-    failed: int = 0
-    max_cores: float | None = None
-    max_memory_mb: float | None = None
-    max_disk_mb: float | None = None
-
-
-class QueueStatus(BaseModel):
-    port: int | None = None
-    project: str | None = None
-    tasks_waiting: int = 0
-    tasks_running: int = 0
-    tasks_done: int = 0
-    tasks_failed: int = 0
-    workers_connected: int = 0
-    categories: list[CategoryStatus] = []
-
-
-class TaskStatus(BaseModel):
-    task_id: int
-    state: str  # "waiting" | "running" | ...
-    category: str
-    cores: float | None = None  # None: not declared
-    memory_mb: float | None = None
-    disk_mb: float | None = None
-    worker: str | None = None  # "ip:port" of the worker running it
-    started_at: float | None = None  # Unix time the dispatch began
-
-
-class WorkerStatus(BaseModel):
-    address: str  # "ip:port" of the worker's connection
-    hostname: str = ""
-    cores: float = 0
-    memory_mb: float = 0
-    disk_mb: float = 0
-    cores_in_use: float = 0
-    memory_in_use_mb: float = 0
-    disk_in_use_mb: float = 0
-    tasks_running: int = 0
-    task_ids: list[int] = []
-    started_at: float | None = None  # Unix time the worker connected
-
-
-def _declared(v: Any) -> float | None:
-    x = _num(v, -1.0)
-    return x if x > 0 else None
-
-
-def parse_queue_status(data: Any) -> QueueStatus:
-    d = data[0] if isinstance(data, list) and data else (data or {})
-    cats = []
-    for c in d.get("categories", []):
-        name = c.get("category")
-        if name == "whole queue":
-            continue
-        cats.append(
-            CategoryStatus(
-                name=clean_category(name),
-                waiting=int(_num(c.get("tasks_waiting"))),
-                running=int(_num(c.get("tasks_running"))),
-                done=int(_num(c.get("tasks_done"))),
-                failed=int(_num(c.get("tasks_failed"))),
-                max_cores=_declared(c.get("max_cores")),
-                max_memory_mb=_declared(c.get("max_memory")),
-                max_disk_mb=_declared(c.get("max_disk")),
-            )
-        )
-    return QueueStatus(
-        port=int(_num(d.get("port"))) or None,
-        project=d.get("project"),
-        tasks_waiting=int(_num(d.get("tasks_waiting"))),
-        tasks_running=int(_num(d.get("tasks_running"))),
-        tasks_done=int(_num(d.get("tasks_done"))),
-        tasks_failed=int(_num(d.get("tasks_failed"))),
-        workers_connected=int(_num(d.get("workers_connected"))),
-        categories=cats,
-    )
-
-
-def parse_task_status(data: Any) -> list[TaskStatus]:
-    """The tasks of ``/task_status`` in task id order. Built without pydantic's validation
-    (100k tasks: 0.15 s instead of 0.75 s); every field is already of its declared type,
-    so the models equal validated ones (``tests/test_status_scale.py`` checks)."""
-    out = []
-    make = TaskStatus.model_construct
-    for t in data or []:
-        start = _num(t.get("time_when_commit_start"), 0.0)
-        worker = t.get("address_port")
-        out.append(
-            make(
-                task_id=int(_num(t.get("taskid"))),
-                state=str(t.get("state", "")).lower(),
-                category=clean_category(t.get("category")),
-                cores=_declared(t.get("cores")),
-                memory_mb=_declared(t.get("memory")),
-                disk_mb=_declared(t.get("disk")),
-                worker=None if worker is None else str(worker),
-                started_at=start * US if start > 0 else None,
-            )
-        )
-    out.sort(key=lambda t: t.task_id)
-    return out
-
-
-def parse_worker_status(data: Any) -> list[WorkerStatus]:
-    """The workers that can take tasks. The master lists a worker from the moment it
-    accepts the connection, before its handshake (hostname ``unknown``) and its resource
-    report (all totals 0); Work Queue sends such a worker nothing, so neither do we count
-    it as connected (seen in CI: a worker listed with 0 cores for one poll)."""
-    out = []
-    for w in data or []:
-        if not w.get("address_port"):
-            continue
-        if w.get("hostname") == "unknown" or not any(
-                _num(w.get(k)) > 0 for k in ("cores_total", "memory_total", "disk_total")):
-            continue
-        ids = [int(_num(v)) for k, v in w.items() if k.startswith("current_task_") and k.endswith("_id")]
-        start = _num(w.get("start_time"), 0.0)
-        out.append(
-            WorkerStatus(
-                address=w["address_port"],
-                hostname=str(w.get("hostname", "")),
-                cores=_num(w.get("cores_total")),
-                memory_mb=_num(w.get("memory_total")),
-                disk_mb=_num(w.get("disk_total")),
-                cores_in_use=_num(w.get("cores_inuse")),
-                memory_in_use_mb=_num(w.get("memory_inuse")),
-                disk_in_use_mb=_num(w.get("disk_inuse")),
-                tasks_running=int(_num(w.get("total_tasks_running"), len(ids))),
-                task_ids=sorted(ids),
-                started_at=start * US if start > 0 else None,
-            )
-        )
-    return out
-
-
-class MasterSnapshot(BaseModel):
-    """One consistent-enough read of the master (three requests, back to back)."""
-
-    taken_at: float
-    queue: QueueStatus
-    tasks: list[TaskStatus]
-    workers: list[WorkerStatus]
-    #: ``tasks`` is an earlier read's table, kept within the read budget though the counts in
-    #: ``queue`` moved since (:class:`MasterStatusClient`); recorded, so a replay sees it too
-    table_kept: bool = False
+from workqueue_bridge.snapshot import LiveSnapshot, MasterSnapshot
+from workqueue_bridge.status_json import (QueueStatus, TaskStatus, WorkerStatus, parse_queue_status,
+                                          parse_task_status, parse_worker_status)
+from workqueue_bridge.task_table import TaskTable
 
 
 #: /queue_status counters that move whenever a task enters or leaves the master's task table
@@ -223,37 +49,6 @@ def task_table_mark(data: Any) -> tuple | None:
     return kept, json.dumps(d.get("categories"), sort_keys=True)
 
 
-class TaskTable:
-    """One read of ``/task_status``, kept while ``mark`` holds: the waiting tasks as runs of
-    alike consecutive ids (see :func:`~workqueue_bridge.observation.snapshot_waiting`), the
-    running ones, and ``tasks`` in id order — every task with ``full`` (a recording replays
-    through them), else only those not waiting (no model per waiting task: most of the cost
-    of reading 100k of them)."""
-
-    def __init__(self, mark: tuple | None, data: Any, full: bool = False, read_at: float = 0.0):
-        from workqueue_bridge.observation import split_task_status, waiting_segments  # they import this module
-
-        self.mark = mark
-        self.read_at = read_at  # time.monotonic() when its read began
-        if full:
-            self.tasks = parse_task_status(data)
-            self.waiting_segments = waiting_segments(self.tasks)
-        else:
-            self.tasks, self.waiting_segments = split_task_status(data)
-        self.running = [t for t in self.tasks if t.state == "running"]
-
-
-class LiveSnapshot(MasterSnapshot):
-    """A read of a real master by :class:`MasterStatusClient`: a :class:`MasterSnapshot` that
-    also carries what the observation builder would otherwise work out from ``tasks`` on
-    every read. ``tasks`` lists every task, as ``/task_status`` does, only from a client with
-    ``full_tasks`` (a recording: a recorded snapshot replays through ``tasks``, and these
-    two are left out of dumps); otherwise the waiting ones are only in the segments."""
-
-    waiting_segments: list | None = Field(default=None, exclude=True)
-    running_tasks: list[TaskStatus] | None = Field(default=None, exclude=True)
-
-
 class MasterStatusClient:
     """Reads a Work Queue master's HTTP status endpoints with aiohttp.
 
@@ -268,7 +63,7 @@ class MasterStatusClient:
     observations in between — decisions included: HTA
     decides every 5 s — keep the table of the last read, while ``/queue_status``'s counts
     and ``/worker_status`` are read at every snapshot (and bring a kept table up to date:
-    ``ObservationBuilder._dispatched_since``, :func:`~workqueue_bridge.observation.at_the_counts`).
+    ``ObservationBuilder._dispatched_since``, :func:`~workqueue_bridge.task_table.at_the_counts`).
     A table is never older than 50 reads' time (1/``read_budget``); small queues read in a few ms, so theirs is read at
     every change as before (``read_budget=0``: always). Reading fresh for every decision
     instead cost 65 ms of CPU per second at 100k tasks, over the 20 ms goal.

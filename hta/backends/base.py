@@ -13,7 +13,7 @@ from typing import Protocol
 
 from hta.model import PendingWorker, Resources
 from hta.scaling_log import WorkerRecord
-from workqueue_bridge.status import MasterSnapshot
+from workqueue_bridge.snapshot import MasterSnapshot
 
 
 #: observation fields a backend may be able to fill, beyond what the master tells;

@@ -49,13 +49,13 @@ import psutil
 
 from hta.backends.base import CPU_UTILIZATION
 from hta.model import PendingWorker, Resources
-from hta.node.capacity import whole_cores
+from workqueue_bridge.resources import whole_cores
 from hta.node.worker import worker_command
-from hta.processes import die_with_parent, stop
+from workqueue_bridge.processes import die_with_parent, stop
 from hta.scaling_log import WorkerRecord
 from workqueue_bridge.makeflow import exit_description
-from workqueue_bridge.observation import snapshot_running
-from workqueue_bridge.status import MasterSnapshot
+from workqueue_bridge.task_table import snapshot_running
+from workqueue_bridge.snapshot import MasterSnapshot
 
 log = logging.getLogger("hta.local")
 

@@ -24,6 +24,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workqueue_bridge.resources import whole_cores
+
 UNLIMITED_BYTES = 2**60
 
 #: share of the free disk not promised to the master. ``work_queue_worker`` rechecks its
@@ -32,13 +34,6 @@ UNLIMITED_BYTES = 2**60
 #: logs, images, other pods), so promising all of it made a pod's worker quit at once
 #: when anything else wrote a file (seen in CI: "73765 < 73764 MB")
 DISK_HEADROOM = 0.10
-
-
-def whole_cores(limit: float) -> int:
-    """The cores a worker advertises under a CPU limit of ``limit`` cores: whole ones, at
-    least 1 (Work Queue allocates whole cores; a pod asking 1.33 cores connects with 1).
-    The simulator's workers advertise the same (``hta.sim.world``)."""
-    return max(1, math.floor(limit + 1e-9))
 
 
 @dataclass

@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 
 from hta.node.capacity import Capacity, effective_capacity
-from hta.processes import die_with_parent
+from workqueue_bridge.processes import die_with_parent
 
 log = logging.getLogger("hta.worker")
 

@@ -24,6 +24,7 @@ from typing import Literal
 from hta.estimator import EstimatorOptions, QueueDrainEstimator
 from hta.model import Observation, Resources, ScaleDecision
 from hta.plural import counted
+from hta.policies.settings import configure
 
 #: HTA's two named presets beside its default (issue 16 §2), as settings in the
 #: ``hta:key=value`` form (estimator options and the policy's own fields):
@@ -69,9 +70,7 @@ def make_hta(spec: str = "hta") -> "HTAPolicy":
     if spec not in PRESETS:
         raise ValueError(f"policy {spec!r}: HTA's presets are {', '.join(PRESETS)}; "
                          f"settings go after a colon, e.g. hta:busy_runtimes=5")
-    from hta.policies.base import _configure  # (base imports this module)
-
-    return _configure(HTAPolicy(), spec, PRESETS[spec])  # type: ignore[return-value]
+    return configure(HTAPolicy(), spec, PRESETS[spec])  # type: ignore[return-value]
 
 
 def _as_advertised(obs: Observation) -> Observation:

@@ -14,7 +14,7 @@ from hta.backends.base import CPU_UTILIZATION
 from hta.model import PendingWorker, Resources
 from hta.scaling_log import WorkerRecord
 from hta.sim.world import SimNode, World
-from workqueue_bridge.status import MasterSnapshot
+from workqueue_bridge.snapshot import MasterSnapshot
 
 
 class SimBackend:

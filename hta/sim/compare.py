@@ -16,7 +16,7 @@ from rich.table import Table
 
 from hta.console import PipeConsole
 from hta.plural import counted
-from hta.policies.base import make_policy
+from hta.policies.registry import make_policy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.oracle import NodeSecondsFloor, mean_node_seconds_floor, node_seconds_floor
 from hta.sim.workload import load_workload

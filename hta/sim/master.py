@@ -22,8 +22,9 @@ from hta.sim.world import World
 from workqueue_bridge.dag import Dag, Rule, UpcomingIndex
 from workqueue_bridge.dispatch import allocation_request, is_whole_worker
 from workqueue_bridge.monitor_summaries import TaskSummary
-from workqueue_bridge.observation import WaitingSegment, task_request
-from workqueue_bridge.status import CategoryStatus, MasterSnapshot, QueueStatus, TaskStatus, WorkerStatus
+from workqueue_bridge.task_table import WaitingSegment, task_request
+from workqueue_bridge.snapshot import MasterSnapshot
+from workqueue_bridge.status_json import CategoryStatus, QueueStatus, TaskStatus, WorkerStatus
 
 
 def _declared(request: Resources) -> dict[str, float | None]:
@@ -37,7 +38,7 @@ def _declared(request: Resources) -> dict[str, float | None]:
 class SimSnapshot(MasterSnapshot):
     """A read of the simulated master: ``tasks`` lists the running tasks; the waiting ones
     come as runs of consecutive task ids (what ``/task_status`` would list one by one),
-    which the observation builder reads by run (:func:`~workqueue_bridge.observation.snapshot_waiting`)."""
+    which the observation builder reads by run (:func:`~workqueue_bridge.task_table.snapshot_waiting`)."""
 
     waiting_segments: list[WaitingSegment] = []
 

@@ -1,27 +1,17 @@
-"""Turn one read of the master (plus what the backend and the resource monitor
-know) into the :class:`~hta.model.Observation` a policy sees: the one
-observation builder, used by the production controller and, through it, by
-the simulator."""
+"""The master's task table as HTA reads it: waiting tasks as runs of alike consecutive ids
+(a read of 100k waiting tasks builds no model per task), the groups a policy sees, and a
+kept table brought up to date by newer counts."""
 
 from __future__ import annotations
 
 import bisect
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
-from hta.model import (
-    CategoryModel,
-    LatencyStats,
-    Observation,
-    PendingWorker,
-    Resources,
-    RunningTask,
-    TaskGroup,
-    UpcomingTasks,
-    WorkerInfo,
-)
-from workqueue_bridge.dispatch import allocation_request
-from workqueue_bridge.status import (CategoryStatus, MasterSnapshot, TaskStatus, WorkerStatus, _declared, _num,
-                                     clean_category, parse_task_status)
+from workqueue_bridge.queue import TaskGroup
+from workqueue_bridge.resources import Resources
+from workqueue_bridge.snapshot import MasterSnapshot
+from workqueue_bridge.status_json import (CategoryStatus, TaskStatus, WorkerStatus, clean_category, declared, num,
+                                          parse_task_status)
 
 
 def task_request(task: TaskStatus) -> Resources:
@@ -120,7 +110,7 @@ def split_task_status(data: Any) -> tuple[list[TaskStatus], list[WaitingSegment]
     and the waiting ones as runs — without a model per waiting task. A read of 100k waiting
     tasks is most of a changed cycle's cost; each waiting task is here a few dict lookups
     (``tests/test_split_task_status.py`` checks both give the same, on odd input too)."""
-    rows = [(int(_num(t.get("taskid"))), t) for t in data or []]
+    rows = [(int(num(t.get("taskid"))), t) for t in data or []]
     rows.sort(key=lambda r: r[0])
     others: list[dict] = []
     out: list[WaitingSegment] = []
@@ -145,12 +135,12 @@ def split_task_status(data: Any) -> tuple[list[TaskStatus], list[WaitingSegment]
             if isinstance(raw_category, str):
                 categories[raw_category] = category
         raw: tuple | None = (t.get("cores"), t.get("memory"), t.get("disk"))
-        try:  # values equal as keys (1, 1.0, True, "1") are equal to _declared too
+        try:  # values equal as keys (1, 1.0, True, "1") are equal to declared() too
             req = requests.get(raw)
         except TypeError:  # an unhashable value: worked out, not kept
             req, raw = None, None
         if req is None:  # what task_request gives the TaskStatus parse_task_status would make
-            req = declared_request(*(_declared(t.get(k)) for k in ("cores", "memory", "disk")))
+            req = declared_request(*(declared(t.get(k)) for k in ("cores", "memory", "disk")))
             if raw is not None:
                 requests[raw] = req
         last = out[-1] if out else None
@@ -185,7 +175,7 @@ def snapshot_waiting(snap: MasterSnapshot) -> tuple[list[TaskGroup], Mapping[int
     return index_segments(segments)
 
 
-def _without(group_of: Mapping[int, str], ids: set[int], groups: set[str]) -> Mapping[int, str]:
+def without_tasks(group_of: Mapping[int, str], ids: set[int], groups: set[str]) -> Mapping[int, str]:
     """``group_of`` less the task ``ids`` and every task of ``groups`` (kept as ranges if it was)."""
     if isinstance(group_of, SegmentMap):
         spans = []
@@ -256,7 +246,7 @@ def at_the_counts(groups: list[TaskGroup], counts: list[CategoryStatus],
     return out, taken - {g.id for g in out} - {None}
 
 
-def _still_running(t: TaskStatus, w: WorkerStatus | None) -> bool:
+def still_running(t: TaskStatus, w: WorkerStatus | None) -> bool:
     """Does the current read of the workers leave a task of a kept table running? Not where
     its worker is gone or runs nothing now, or lists its tasks without this one: it ended,
     or went back to the queue (where the counts have it: :func:`at_the_counts`)."""
@@ -275,172 +265,19 @@ def snapshot_running(snap: MasterSnapshot) -> list[TaskStatus]:
     return running
 
 
-#: builds the DAG lookahead from (waiting group of each task id, running task ids)
-UpcomingSource = Callable[[Mapping[int, str], set[int]], list[UpcomingTasks]]
+class TaskTable:
+    """One read of ``/task_status``, kept while ``mark`` holds: the waiting tasks as runs of
+    alike consecutive ids (see :func:`~workqueue_bridge.task_table.snapshot_waiting`), the
+    running ones, and ``tasks`` in id order — every task with ``full`` (a recording replays
+    through them), else only those not waiting (no model per waiting task: most of the cost
+    of reading 100k of them)."""
 
-
-class ObservationBuilder:
-    """Turns each read of the master into the :class:`~hta.model.Observation` a policy sees.
-
-    The one place an observation is made, for production and the simulator alike. It keeps
-    what a single read cannot tell: since when each worker has run nothing (``idle_since``,
-    what work_queue_factory's idle timeout counts from). ``epoch`` is the Unix time of t = 0
-    (0 in the simulator, whose clock starts there). ``auto_allocation`` says whether the
-    master gives a task that declares nothing its category's measured peak (makeflow
-    ``--allocation``) or a whole worker: upcoming tasks are sized by the same rule.
-    """
-
-    def __init__(self, *, epoch: float, worker_shape: Resources, min_workers: int, max_workers: int,
-                 auto_allocation: bool = False):
-        self.epoch = epoch
-        self.worker_shape = worker_shape
-        self.min_workers = min_workers
-        self.max_workers = max_workers
-        self.auto_allocation = auto_allocation
-        self._idle_since: dict[str, float] = {}
-        self._seen: set[str] = set()
-        # the last build's running tasks and workers, by everything they are made of: a
-        # read that shows the same task or worker again gets the same object back (the
-        # simulator reads its master thousands of times while most of it stays put)
-        self._running_made: dict[tuple, RunningTask] = {}
-        self._workers_made: dict[tuple, WorkerInfo] = {}
-        #: tasks a kept table has waiting that a worker runs: the first read that saw each
-        self._dispatched_seen: dict[int, float] = {}
-
-    def build(
-        self,
-        snap: MasterSnapshot,
-        *,
-        categories: Mapping[str, CategoryModel],
-        worker_ids: Mapping[str, str],
-        pending: list[PendingWorker],
-        latency: LatencyStats,
-        upcoming: UpcomingSource | None = None,
-        cpu_utilization: Mapping[str, float] | None = None,
-        retired: set[str] | None = None,
-    ) -> Observation:
-        """``worker_ids`` maps a worker's ``ip:port`` to the backend's name for it (unknown
-        workers keep the address); ``retired`` addresses (workers the backend already
-        stopped) are left out; ``cpu_utilization`` is by backend worker name."""
-        now = snap.taken_at - self.epoch
-        gone = retired or set()
-        live = [w for w in snap.workers if w.address not in gone]
-        running = self._running(snap, {w.address: w for w in live}, worker_ids)
-        workers = self._workers(live, worker_ids, cpu_utilization or {}, now)
-        waiting, group_of = snapshot_waiting(snap)
-        if not snap.table_kept:
-            self._dispatched_seen = {}
-        else:  # an older table than the counts: what moved since is in them and the workers' read
-            running, waiting, ran = self._dispatched_since(live, worker_ids, running, waiting, group_of, now)
-            asked = {t.category: task_request(t) for t in snapshot_running(snap)}
-            waiting, gone_groups = at_the_counts(waiting, snap.queue.categories, {
-                c: allocation_request(r, categories.get(c), auto=self.auto_allocation) for c, r in asked.items()})
-            if ran or gone_groups:  # (the lookahead then finds no ref for their rules until the next read)
-                group_of = _without(group_of, ran, gone_groups)
-        ups: list[UpcomingTasks] = []
-        if upcoming is not None:
-            running_ids = {t.task_id for t in running}  # (a kept table's, brought up to this read)
-            ups = [self._sized(u, categories) for u in upcoming(group_of, running_ids)]
-        return Observation(
-            time=now, waiting=waiting, running=running, workers=workers, pending=pending,
-            categories=dict(categories), upcoming=ups, latency=latency, worker_shape=self.worker_shape,
-            min_workers=self.min_workers, max_workers=self.max_workers,
-            tasks_done=snap.queue.tasks_done, tasks_failed=snap.queue.tasks_failed,
-            auto_allocation=self.auto_allocation,
-        )
-
-    def _dispatched_since(self, live: list[WorkerStatus], worker_ids: Mapping[str, str], running: list[RunningTask],
-                          waiting: list[TaskGroup], group_of: Mapping[int, str],
-                          now: float) -> tuple[list[RunningTask], list[TaskGroup], set[int]]:
-        """The running tasks and waiting groups of a kept table, with the tasks a worker
-        runs now that the table has waiting: dispatched since, they run (from the first read
-        that saw each, their start being unknown), out of their groups (a count may reach
-        0: :func:`at_the_counts` drops such a group); and those tasks' ids. Seen on the
-        replay's BLAST: a /task_status read took 8-12 s on a loaded master, the table was
-        kept for 36 s, and observations showed 168 tasks waiting and 0 running while 60 ran
-        and 61 finished."""
-        known = {t.task_id for t in running}
-        by_id = {g.id: g for g in waiting}
-        moved: dict[str, int] = {}
-        out = list(running)
-        first_seen: dict[int, float] = {}
-        for w in live:
-            for tid in w.task_ids:
-                gid = group_of.get(tid) if tid not in known else None
-                g = by_id.get(gid) if gid is not None else None
-                if g is None or moved.get(g.id, 0) >= g.count:
-                    continue
-                known.add(tid)  # (once, however many workers list it)
-                first_seen[tid] = self._dispatched_seen.get(tid, now)
-                whole = g.whole_worker
-                alloc = Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb) if whole else g.request
-                out.append(RunningTask(task_id=tid, category=g.category, allocation=alloc, started_at=first_seen[tid],
-                                       worker=worker_ids.get(w.address, w.address), whole_worker=whole))
-                moved[g.id] = moved.get(g.id, 0) + 1
-        self._dispatched_seen = first_seen
-        if moved:
-            waiting = [g.model_copy(update={"count": g.count - moved[g.id]}) if g.id in moved else g for g in waiting]
-        return out, waiting, set(first_seen)
-
-    def _running(self, snap: MasterSnapshot, by_addr: Mapping[str, WorkerStatus],
-                 worker_ids: Mapping[str, str]) -> list[RunningTask]:
-        out = []
-        made: dict[tuple, RunningTask] = {}
-        kept = snap.table_kept
-        for t in snapshot_running(snap):
-            w = by_addr.get(t.worker) if t.worker is not None else None
-            if kept and not _still_running(t, w):
-                continue
-            # (None: not reported; 0.0 is a start at the simulator's epoch, not "unknown":
-            # read as unknown, a task started at t = 0 never aged and looked just started)
-            started = (t.started_at - self.epoch) if t.started_at is not None else snap.taken_at - self.epoch
-            wid = worker_ids.get(t.worker or "", t.worker)
-            key = (t.task_id, t.category, t.cores, t.memory_mb, t.disk_mb, started, wid,
-                   None if w is None else (w.cores, w.memory_mb, w.disk_mb))
-            task = self._running_made.get(key)
-            if task is None:
-                alloc = task_request(t)
-                whole = alloc == Resources() and w is not None
-                if whole:
-                    alloc = Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb)
-                task = RunningTask(task_id=t.task_id, category=t.category, allocation=alloc, started_at=started,
-                                   worker=wid, whole_worker=whole)
-            made[key] = task
-            out.append(task)
-        self._running_made = made
-        return out
-
-    def _workers(self, live: list[WorkerStatus], worker_ids: Mapping[str, str], cpu: Mapping[str, float],
-                 now: float) -> list[WorkerInfo]:
-        out = []
-        made: dict[tuple, WorkerInfo] = {}
-        idle_since: dict[str, float] = {}
-        for w in live:
-            wid = worker_ids.get(w.address, w.address)
-            connected = (w.started_at - self.epoch) if w.started_at is not None else None
-            if w.tasks_running == 0:
-                # a worker never seen before has been idle since it connected; one seen
-                # busy before, since this read
-                since = now if w.address in self._seen or connected is None else connected
-                idle_since[w.address] = self._idle_since.get(w.address, since)
-            key = (wid, w.cores, w.memory_mb, w.disk_mb, w.cores_in_use, w.memory_in_use_mb, w.disk_in_use_mb,
-                   w.tasks_running, connected, idle_since.get(w.address), cpu.get(wid))
-            info = self._workers_made.get(key)
-            if info is None:
-                info = WorkerInfo(
-                    id=wid,
-                    capacity=Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb),
-                    in_use=Resources(cores=w.cores_in_use, memory_mb=w.memory_in_use_mb, disk_mb=w.disk_in_use_mb),
-                    running=w.tasks_running, connected_at=connected, idle_since=idle_since.get(w.address),
-                    cpu_utilization=cpu.get(wid),
-                )
-            made[key] = info
-            out.append(info)
-        self._workers_made = made
-        self._idle_since = idle_since
-        self._seen = {w.address for w in live}
-        return out
-
-    def _sized(self, up: UpcomingTasks, categories: Mapping[str, CategoryModel]) -> UpcomingTasks:
-        req = allocation_request(up.request, categories.get(up.category), auto=self.auto_allocation)
-        return up if req == up.request else up.model_copy(update={"request": req})
+    def __init__(self, mark: tuple | None, data: Any, full: bool = False, read_at: float = 0.0):
+        self.mark = mark
+        self.read_at = read_at  # time.monotonic() when its read began
+        if full:
+            self.tasks = parse_task_status(data)
+            self.waiting_segments = waiting_segments(self.tasks)
+        else:
+            self.tasks, self.waiting_segments = split_task_status(data)
+        self.running = [t for t in self.tasks if t.state == "running"]

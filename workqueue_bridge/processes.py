@@ -1,4 +1,5 @@
-"""Child processes HTA starts: how they die with HTA, and how they are stopped."""
+"""The CCTools processes HTA starts (makeflow, work_queue_worker and the ``hta worker``
+wrapping it): how they die with HTA, and how they are stopped."""
 
 from __future__ import annotations
 
