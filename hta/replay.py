@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, IO
 
+from hta.backends.base import WorkerBackend
 from hta.controller import Controller, ControllerConfig
 from hta.model import PendingWorker, Resources, UpcomingTasks
 from hta.policies.base import Policy
@@ -124,15 +125,26 @@ class RecordingClock:
         return t
 
 
-class RecordingBackend:
-    """Passes every call to the real backend and writes down what it answered."""
+class RecordingBackend(WorkerBackend):
+    """Passes every call to the real backend and writes down what the controller reads."""
 
-    def __init__(self, inner, tape: Tape):
+    def __init__(self, inner: WorkerBackend, tape: Tape):
         self.inner, self.tape = inner, tape
         self.name, self.signals = inner.name, inner.signals
+        self.signals_why, self.default_port = inner.signals_why, inner.default_port
 
-    def __getattr__(self, attr: str) -> Any:  # start, stop_all, pids, ...: not the controller's
-        return getattr(self.inner, attr)
+    @property
+    def fatal(self) -> str | None:
+        return self.inner.fatal
+
+    def task_peak_memory_mb(self, task_id: int) -> float | None:
+        return self.inner.task_peak_memory_mb(task_id)
+
+    async def start(self, master_host: str, master_port: int) -> None:
+        await self.inner.start(master_host, master_port)
+
+    async def stop_all(self, now: float) -> list[WorkerRecord]:
+        return await self.inner.stop_all(now)
 
     async def request(self, n: int, shape: Resources, now: float) -> list[str]:
         ids = await self.inner.request(n, shape, now)
@@ -205,10 +217,7 @@ class PlayedTape:
 
 
 class _Played:
-    """Every dependency of the controller, answering from the tape."""
-
-    name = "replayed"
-    signals: frozenset[str] = frozenset({"cpu_utilization"})
+    """The controller's master, summaries, lookahead and clock, answering from the tape."""
 
     def __init__(self, tape: PlayedTape):
         self.tape = tape
@@ -224,6 +233,23 @@ class _Played:
 
     def clock(self) -> float:
         return float(self.tape.take("clock"))
+
+
+
+class _PlayedBackend(WorkerBackend):
+    """The controller's backend, answering from the tape."""
+
+    name = "replayed"
+    signals: frozenset[str] = frozenset({"cpu_utilization"})
+
+    def __init__(self, tape: PlayedTape):
+        self.tape = tape
+
+    async def start(self, master_host: str, master_port: int) -> None:
+        return None
+
+    async def stop_all(self, now: float) -> list[WorkerRecord]:
+        return []
 
     async def request(self, n: int, shape: Resources, now: float) -> list[str]:
         return list(self.tape.take("request"))
@@ -260,7 +286,7 @@ def replay(path: Path | str, policy: Policy, lookahead: bool = True) -> list[Dec
     head = tape.take("start")
     config = ControllerConfig(**{**head["config"], "worker_shape": Resources(**head["config"]["worker_shape"])})
     played = _Played(tape)
-    controller = Controller(master=played, backend=played, policy=policy, learner=CategoryLearner(),
+    controller = Controller(master=played, backend=_PlayedBackend(tape), policy=policy, learner=CategoryLearner(),
                             summaries=played, scaling_log=ScalingLogWriter(), config=config,
                             epoch=head["epoch"], upcoming=played.upcoming if lookahead else None,
                             clock=played.clock)

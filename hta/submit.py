@@ -531,9 +531,8 @@ class _Watch:
                 return why
 
     async def check(self) -> str | None:
-        fatal = getattr(self.backend, "fatal", None)
-        if fatal:
-            return fatal
+        if self.backend.fatal:
+            return self.backend.fatal
         self.log.poll()
         now = time.time()
         failed = self.log.failed_for_good(now, FAILED_QUIET_S, since=self.epoch)
@@ -575,8 +574,7 @@ class _Watch:
         from the backend's own sampling, if it has any; the learner is told."""
         cat = f.category or "default"
         limits = (f.rule.limits if f.rule else None) or {}
-        sample = getattr(self.backend, "task_peak_memory_mb", None)
-        peak = sample(f.job_id) if sample is not None else None
+        peak = self.backend.task_peak_memory_mb(f.job_id)
         limit = limits.get("memory")
         shown = ", ".join(f"{k} {v:g}" + (" MB" if k != "cores" else "") for k, v in limits.items())
         text = f"rule {f.name} (category {cat}) was stopped by the resource monitor for going over its category's limits"
@@ -744,10 +742,10 @@ def run_makeflow(options: MakeflowOptions, verbosity: str = "normal", mode: str 
     try:
         backend = make_backend(options.backend, options.backend_options,
                                RunContext(workflow=args.workflow_path, run_dir=run_dir, epoch=epoch))
-        check_signals(policy, backend.name, backend.signals, getattr(backend, "signals_why", ""))
+        check_signals(policy, backend.name, backend.signals, backend.signals_why)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    port = getattr(backend, "default_port", 0) if options.port is None else options.port
+    port = backend.default_port if options.port is None else options.port
     view = ViewOptions(status=options.status, status_port=options.status_port, status_host=options.status_host,
                        verbosity=verbosity, mode=mode)
     with asyncio.Runner() as runner:

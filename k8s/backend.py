@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 
 from kubernetes import client
 
-from hta.backends.base import CPU_UTILIZATION
+from hta.backends.base import CPU_UTILIZATION, WorkerBackend
+from hta.backends.lifecycle import Lifecycle, WorkerLife, running_by_worker
 from hta.model import PendingWorker, Resources
 from hta.scaling_log import WorkerRecord
 from k8s.api import STEP_BUDGET_S, CallCounter, K8sError, acall, call, load_client
 from k8s.informer import PodInformer, PodState
 from hta.node.worker import worker_command
 from k8s.pods import DEFAULT_IMAGE, RUN_LABEL, worker_pod
-from workqueue_bridge.task_table import snapshot_running
 from workqueue_bridge.snapshot import MasterSnapshot
 
 log = logging.getLogger("hta.k8s")
@@ -53,10 +53,7 @@ class Tracked:
     address: str | None = None
     state: str = "pending"  # pending | connected | deleting | gone
     adopted: bool = False
-    #: tasks its worker was running at the last master snapshot, and since when (Unix time)
-    tasks: dict[int, tuple[float, float]] = field(default_factory=dict)
-    #: when its worker was last missing from the master's list while the pod lives (Unix time)
-    missing_since: float | None = None
+    life: WorkerLife = field(default_factory=WorkerLife)
     #: while its pod cannot start by itself: since when (Unix time) and (kind, reason)
     stuck_since: float | None = None
     stuck: tuple[str, str] | None = None
@@ -85,10 +82,6 @@ STUCK_AFTER_S = 30.0
 #: container waiting reasons that do not pass by themselves
 STUCK_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
                  "CreateContainerConfigError", "CreateContainerError", "CrashLoopBackOff", "RunContainerError"}
-#: pods in a row that ended before their worker connected, before the run is given up
-MAX_START_FAILURES = 5
-#: a connected worker missing from the master this long while its pod lives is lost
-DROPPED_AFTER_S = 3.0
 #: at the end: pods still Terminating this long after the delete are deleted with grace 0
 FORCE_DELETE_AFTER_S = 30.0
 
@@ -120,7 +113,7 @@ def pod_cpu_cores(item: dict) -> float:
     return float(sum(parse_quantity(c.get("usage", {}).get("cpu", "0")) for c in item.get("containers", [])))
 
 
-class KubernetesBackend:
+class KubernetesBackend(WorkerBackend):
     name = "k8s"
     #: a fixed port, so a restarted HTA's pods find their master again
     default_port = 9123
@@ -163,7 +156,7 @@ class KubernetesBackend:
         self.api: client.CoreV1Api | None = None
         self.informer: PodInformer | None = None
         self._tracked: dict[str, Tracked] = {}
-        self._events: list[WorkerRecord] = []
+        self.lifecycle = Lifecycle()
         self._seq = 0
         self._port = 0
         self._cpu: dict[str, float] = {}
@@ -175,16 +168,20 @@ class KubernetesBackend:
         self.force_delete_after_s = force_delete_after_s
         self.api_budget_s = api_budget_s
         self.phases_wait_s = phases_wait_s
-        #: set when no worker can ever start: one line naming the cause and the fix (ends the run)
-        self.fatal: str | None = None
-        #: pods in a row that ended before their worker connected
-        self.start_failures = 0
         self._reported: set[str] = set()
         self._blocked_since: float | None = None
         self._blocked_why: str = ""
         #: since when every pod create has failed (None: the last one worked), and the last error
         self._creates_failing_since: float | None = None
         self._create_error = ""
+
+    @property
+    def fatal(self) -> str | None:
+        return self.lifecycle.fatal
+
+    @property
+    def start_failures(self) -> int:
+        return self.lifecycle.start_failures
 
     # -- lifecycle -----------------------------------------------------------------
     def connect(self) -> None:
@@ -263,7 +260,7 @@ class KubernetesBackend:
             requested = (st.created or time.time()) - self.epoch
             shape = Resources(cores=st.cpu, memory_mb=st.memory_mb) if st.cpu else Resources()
             self._tracked[st.name] = Tracked(st.name, shape, requested, adopted=True)
-            self._events.append(WorkerRecord(t=round(max(requested, 0.0), 3), worker=st.name, event="requested",
+            self.lifecycle.record(WorkerRecord(t=round(max(requested, 0.0), 3), worker=st.name, event="requested",
                                              cores=st.cpu or None))
             self._seq = max(self._seq, self._seq_of(st.name))
 
@@ -367,7 +364,7 @@ class KubernetesBackend:
                         return None  # a pod of that name exists already (adopted): skip it
                     raise
             self._tracked[name] = Tracked(name, shape, t)
-            self._events.append(WorkerRecord(t=round(t, 3), worker=name, event="requested", cores=shape.cores))
+            self.lifecycle.record(WorkerRecord(t=round(t, 3), worker=name, event="requested", cores=shape.cores))
             return name
 
         done = await asyncio.gather(*(create(n) for n in names), return_exceptions=True)
@@ -390,17 +387,14 @@ class KubernetesBackend:
         self._adopt(pods)
         by_host = {w.hostname: w for w in snap.workers}
         listed = {w.address for w in snap.workers}
-        running: dict[str, dict[int, tuple[float, float]]] = {}
-        for t in snapshot_running(snap):  # not every task: a master may hold 100k waiting ones
-            if t.worker in listed:
-                running.setdefault(t.worker, {})[t.task_id] = (t.started_at or snap.taken_at, t.cores or 0.0)
+        running = running_by_worker(snap)
         for tr in self._tracked.values():
             st = pods.get(tr.name)
             if tr.state == "pending":
                 w = by_host.get(tr.name) or (by_host.get(st.node) if (st and st.node and self.host_network) else None)
                 if w is not None:
                     tr.state, tr.address, tr.connected_at = "connected", w.address, now
-                    self.start_failures = 0
+                    self.lifecycle.connected()
                     if tr.shape == Resources() or not tr.shape.disk_mb:
                         tr.shape = Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb)
                     tr.unannounced = WorkerRecord(
@@ -412,15 +406,13 @@ class KubernetesBackend:
                 self._announce(tr, st)
             if tr.state == "connected":
                 if tr.address in listed:
-                    tr.missing_since = None
-                    tr.tasks = {k: (v[0], v[1] or tr.shape.cores) for k, v in running.get(tr.address, {}).items()}
+                    self.lifecycle.listed(tr.life, running.get(tr.address or "", {}))
                 elif st is not None and not (st.finished or st.deleting):
                     # its worker left the master while the pod lives: the node went away, or the worker
                     # stalled; the master runs its tasks again. Delete the pod (it cannot come back
                     # as a stranger) and let the policy replace it.
-                    tr.missing_since = tr.missing_since or snap.taken_at
-                    if snap.taken_at - tr.missing_since >= DROPPED_AFTER_S:
-                        self._gone(tr, now, tr.missing_since, "lost",
+                    if self.lifecycle.dropped(tr.life, snap.taken_at):
+                        self._gone(tr, now, tr.life.missing_since or snap.taken_at, "lost",
                                    "its worker left the master while its pod was still there (node gone or worker "
                                    "stalled): pod deleted and replaced")
                         try:  # its worker is gone already: no grace to give (its node may be gone too)
@@ -450,29 +442,26 @@ class KubernetesBackend:
                 else:
                     tr.stuck_since, tr.stuck = None, None
         self._check_blocked()
-        return self._flush()
+        return self.lifecycle.flush()
 
     def _gone(self, tr: Tracked, now: float, at: float, event: str, why: str) -> None:
         self._announce(tr)
         tr.state = "gone"
-        lost = len(tr.tasks)  # a connected worker's last known tasks: the master runs them again
-        core_s = sum(max(0.0, at - started) * cores for started, cores in tr.tasks.values()) if lost else 0.0
-        self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event=event, cores=tr.shape.cores,
-                                         tasks_lost=lost, lost_work_core_s=round(core_s, 3), reason=why))
-        if lost:
+        rec = self.lifecycle.ended(tr.life, t=now, worker=tr.name, event=event, cores=tr.shape.cores, at=at,
+                                   reason=why)
+        if rec.tasks_lost:
             log.warning("worker pod %s went away with %d running task(s) (%s): the master runs them again",
-                        tr.name, lost, why)
-        tr.tasks = {}
+                        tr.name, rec.tasks_lost, why)
 
     def _start_failed(self, tr: Tracked, why: str) -> None:
-        self.start_failures += 1
-        if self.start_failures == 1:
+        def fatal(n: int) -> str:
+            return (f"worker pods cannot start: {n} in a row ended before their worker connected; the last "
+                    f"({tr.name}): {why}; see kubectl logs {tr.name}, fix the image or pass --master-host an "
+                    f"address the pods can reach")
+
+        if self.lifecycle.start_failed(fatal) == 1:
             log.warning("worker pod %s ended before its worker connected (%s); see kubectl logs %s", tr.name, why,
                         tr.name)
-        if self.start_failures >= MAX_START_FAILURES and self.fatal is None:
-            self.fatal = (f"worker pods cannot start: {self.start_failures} in a row ended before their worker "
-                          f"connected; the last ({tr.name}): {why}; see kubectl logs {tr.name}, fix the image or "
-                          f"pass --master-host an address the pods can reach")
 
     def _check_blocked(self) -> None:
         """``fatal`` when no worker is connected and every pod asked for has been stuck (cannot
@@ -485,15 +474,15 @@ class KubernetesBackend:
         if failing is not None and not any(tr.state == "connected" for tr in live) \
                 and time.time() - failing >= self.start_timeout_s:
             # the API server gone, the namespace deleted, the Role revoked: no pod can be made
-            self.fatal = (f"no worker pod could be created for {time.time() - failing:.0f}s and no worker is "
-                          f"connected; the last error: {self._create_error}")
+            self.lifecycle.give_up(f"no worker pod could be created for {time.time() - failing:.0f}s and no worker "
+                                   f"is connected; the last error: {self._create_error}")
             log.info("%s", self.fatal)
             return
         if not live or any(tr.state == "connected" or tr.stuck_since is None for tr in live):
             return
         youngest = max(live, key=lambda tr: tr.stuck_since)
         if time.time() - youngest.stuck_since >= self.start_timeout_s:
-            self.fatal = self._fatal_line(*youngest.stuck)
+            self.lifecycle.give_up(self._fatal_line(*youngest.stuck))
             log.info("%s", self.fatal)  # the run ends with this line
 
     def _announce(self, tr: Tracked, st: PodState | None = None) -> None:
@@ -508,7 +497,7 @@ class KubernetesBackend:
             rec.phases = self._phases(tr, st, tr.connected_at)
         if st is not None and st.node:
             rec.node = st.node  # pods that share a node pay it once (hta.summary.paid_intervals)
-        self._events.append(rec)
+        self.lifecycle.record(rec)
 
     def _phases(self, tr: Tracked, st: PodState | None, now: float) -> dict[str, float]:
         """The phases of ``tr``'s latency, its worker having connected at ``now``: its pod
@@ -532,10 +521,6 @@ class KubernetesBackend:
             out["start"] = round(max(0.0, run - sched), 3)
         if run is not None:
             out["connect"] = round(max(0.0, now - run), 3)
-        return out
-
-    def _flush(self) -> list[WorkerRecord]:
-        out, self._events = self._events, []
         return out
 
     def worker_ids(self) -> dict[str, str]:
@@ -588,12 +573,11 @@ class KubernetesBackend:
             for tr in picked:
                 self._announce(tr)
                 if tr.state == "deleting":
-                    self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event="drained",
-                                                     cores=tr.shape.cores))
-        return self._flush()
+                    self.lifecycle.record(WorkerRecord(t=round(now, 3), worker=tr.name, event="drained",
+                                                       cores=tr.shape.cores))
+        return self.lifecycle.flush()
 
     async def remove(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
-        running = {w.address: w.tasks_running for w in snap.workers}
         picked = [tr for tr in (self._tracked.get(n) for n in ids)
                   if tr is not None and tr.state not in ("gone", "deleting")]
         try:
@@ -602,9 +586,9 @@ class KubernetesBackend:
             for tr in picked:
                 self._announce(tr)
                 if tr.state == "deleting":
-                    self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event="removed",
-                                                     cores=tr.shape.cores, tasks_lost=running.get(tr.address or "", 0)))
-        return self._flush()
+                    self.lifecycle.ended(tr.life, t=now, worker=tr.name, event="removed", cores=tr.shape.cores,
+                                         at=snap.taken_at)
+        return self.lifecycle.flush()
 
     async def stop_all(self, now: float) -> list[WorkerRecord]:
         """Delete every pod of the run (not only the tracked ones) and wait until they are gone:
@@ -625,10 +609,10 @@ class KubernetesBackend:
             for tr in self._tracked.values():
                 self._announce(tr, pods.get(tr.name))
                 if tr.state != "gone":
-                    self._events.append(WorkerRecord(t=round(now, 3), worker=tr.name, event="stopped",
-                                                     cores=tr.shape.cores))
+                    self.lifecycle.record(WorkerRecord(t=round(now, 3), worker=tr.name, event="stopped",
+                                                       cores=tr.shape.cores))
                     tr.state = "gone"
-        return self._flush()
+        return self.lifecycle.flush()
 
     async def _list_names(self, budget_s: float) -> list[str]:
         pods = await acall(self.api.list_namespaced_pod, self.namespace, label_selector=self.selector,

@@ -15,11 +15,10 @@ Faults it handles:
 
 - A worker that exits before it connects (a full disk, a bad option) is
   ``failed``, with its last words from ``logs/wN.log``; the next launches back
-  off (1, 2, 4… s) and after :data:`MAX_START_FAILURES` in a row ``fatal`` says
-  why, so the run ends with that line instead of relaunching forever.
-- A connected worker whose process ends is ``lost``; the tasks the master last
-  showed on it (and since when) become ``tasks_lost`` and ``lost_work_core_s``:
-  the master runs them again.
+  off (1, 2, 4… s), and after a few in a row the run ends with that line
+  (:mod:`hta.backends.lifecycle`) instead of relaunching forever.
+- A connected worker whose process ends is ``lost``, with the tasks the master
+  last showed on it: the master runs them again.
 - A connected worker the master stopped listing while its process lives (the
   master's keepalive gave up on it: a stopped or hung worker) is killed with
   its tasks and reported ``lost``; the policy replaces it if it is still needed.
@@ -47,25 +46,20 @@ from pathlib import Path
 
 import psutil
 
-from hta.backends.base import CPU_UTILIZATION
+from hta.backends.base import CPU_UTILIZATION, WorkerBackend
+from hta.backends.lifecycle import Lifecycle, WorkerLife, running_by_worker
 from hta.model import PendingWorker, Resources
 from workqueue_bridge.resources import whole_cores
 from hta.node.worker import worker_command
 from workqueue_bridge.processes import die_with_parent, stop
 from hta.scaling_log import WorkerRecord
 from workqueue_bridge.makeflow import exit_description
-from workqueue_bridge.task_table import snapshot_running
 from workqueue_bridge.snapshot import MasterSnapshot
 
 log = logging.getLogger("hta.local")
 
-#: workers that exit before connecting, in a row, before the run is given up
-MAX_START_FAILURES = 5
 #: the longest wait before launching again after start failures
 MAX_BACKOFF_S = 30.0
-#: a connected worker the master has not listed for this long, while its process lives,
-#: was dropped by the master (its keepalive gave up): it is replaced
-DROPPED_AFTER_S = 2.0
 
 
 @dataclass
@@ -80,13 +74,9 @@ class LocalWorker:
     launcher: asyncio.Task | None = None
     state: str = "provisioning"  # provisioning | starting | connected | stopping | gone
     workdir: Path | None = None
-    events: list[WorkerRecord] = field(default_factory=list)
     cpu: "CpuMeter" = field(default_factory=lambda: CpuMeter())
     log_path: Path | None = None
-    #: task id → (Unix time it started, cores allocated), as the master last showed it running here
-    tasks: dict[int, tuple[float, float]] = field(default_factory=dict)
-    #: when the master was first seen not listing this connected worker (None: listed)
-    missing_since: float | None = None
+    life: WorkerLife = field(default_factory=WorkerLife)
 
 
 #: words of a worker's log line that says what went wrong
@@ -179,10 +169,9 @@ class CpuMeter:
         return max(0.0, (cpu - c0) / ((now - t0) * cores)) if now > t0 else None
 
 
-class LocalBackend:
+class LocalBackend(WorkerBackend):
     name = "local"
     signals = frozenset({CPU_UTILIZATION})
-    signals_why = ""
     #: any free port: nothing outside this host needs to find the master again
     default_port = 0
 
@@ -205,12 +194,17 @@ class LocalBackend:
         self._seq = 0
         self._host = "127.0.0.1"
         self._port = 0
-        #: workers in a row that exited before connecting (reset when one connects)
-        self.start_failures = 0
-        #: set when workers cannot start: the run cannot go on (one line, with the cause)
-        self.fatal: str | None = None
+        self.lifecycle = Lifecycle()
         #: peak resident memory (MB) of each task's processes, by the master's task id
         self._task_memory_mb: dict[int, float] = {}
+
+    @property
+    def fatal(self) -> str | None:
+        return self.lifecycle.fatal
+
+    @property
+    def start_failures(self) -> int:
+        return self.lifecycle.start_failures
 
     # -- lifecycle -----------------------------------------------------------
     async def start(self, master_host: str, master_port: int) -> None:
@@ -235,7 +229,7 @@ class LocalBackend:
             self._seq += 1
             w = LocalWorker(id=f"w{self._seq}", shape=shape, requested_at=now,
                             log_path=self.run_dir / "logs" / f"w{self._seq}.log")
-            w.events.append(WorkerRecord(t=now, worker=w.id, event="requested", cores=shape.cores))
+            self.lifecycle.record(WorkerRecord(t=now, worker=w.id, event="requested", cores=shape.cores))
             delay = max(0.0, self.provision_delay_s + self._rng.uniform(-1, 1) * self.provision_jitter_s)
             delay += self.backoff_s()
             w.launcher = asyncio.create_task(self._launch(w, delay, now))
@@ -300,12 +294,7 @@ class LocalBackend:
 
     async def refresh(self, snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
         listed = {w.address: w for w in snap.workers}
-        running: dict[str, dict[int, tuple[float, float]]] = {}
-        for t in snapshot_running(snap):  # not every task: a master may hold 100k waiting ones
-            if t.worker in listed:
-                cores = t.cores or listed[t.worker].cores
-                start = snap.taken_at if t.started_at is None else t.started_at
-                running.setdefault(t.worker, {})[t.task_id] = (start, cores)
+        running = running_by_worker(snap)
         for w in self._workers.values():
             if w.state == "starting":
                 if w.proc is not None and w.proc.returncode is not None:
@@ -314,11 +303,11 @@ class LocalBackend:
                 addr = self._address_of(w)
                 if addr and addr in listed:
                     w.address, w.connected_at, w.state = addr, now, "connected"
-                    self.start_failures = 0
+                    self.lifecycle.connected()
                     started = now if w.started_at is None else w.started_at  # (0.0: the run's first second)
                     phases = {"provisioning": round(started - w.requested_at, 3),
                               "starting+connecting": round(now - started, 3)}
-                    w.events.append(WorkerRecord(t=now, worker=w.id, event="connected",
+                    self.lifecycle.record(WorkerRecord(t=now, worker=w.id, event="connected",
                                                  cores=whole_cores(w.shape.cores),  # what it advertises
                                                  latency_s=round(now - w.requested_at, 3), phases=phases))
             if w.state != "connected":
@@ -330,49 +319,49 @@ class LocalBackend:
                 else:
                     words = last_words(w.log_path) if rc else ""
                     why = f"its process ended ({exit_description(rc)})" + (f": {words}" if words else "")
-                self._lost(w, now, snap.taken_at, why)
-                if w.events[-1].tasks_lost:
+                rec = self._lost(w, now, snap.taken_at, why)
+                if rec.tasks_lost:
                     log.warning("worker %s went away with %d running task(s) (%s): the master runs them again",
-                                w.id, w.events[-1].tasks_lost, why)
+                                w.id, rec.tasks_lost, why)
             elif w.address in listed:
-                w.missing_since = None
-                w.tasks = running.get(w.address, {})
-                if w.tasks:
+                self.lifecycle.listed(w.life, running.get(w.address, {}))
+                if w.life.tasks:
                     self._sample_task_memory(w)
-            else:
-                w.missing_since = w.missing_since or snap.taken_at
-                if snap.taken_at - w.missing_since >= DROPPED_AFTER_S:
-                    # the master gave up on it (keepalive): a stopped or hung worker. Its tasks are
-                    # back in the master's queue; kill it so it cannot come back as a stranger.
-                    kill_tree(w.proc.pid)
-                    n = len(w.tasks)
-                    self._lost(w, now, w.missing_since, "stopped answering the master (stalled or hung): "
-                               "killed and replaced")
-                    log.warning("worker %s stopped answering the master: killed it; its %d task(s) run again "
-                                "elsewhere", w.id, n)
-        return self._flush()
+            elif self.lifecycle.dropped(w.life, snap.taken_at):
+                # the master gave up on it (keepalive): a stopped or hung worker. Its tasks are
+                # back in the master's queue; kill it so it cannot come back as a stranger.
+                kill_tree(w.proc.pid)
+                rec = self._lost(w, now, w.life.missing_since or snap.taken_at,
+                                 "stopped answering the master (stalled or hung): killed and replaced")
+                log.warning("worker %s stopped answering the master: killed it; its %d task(s) run again "
+                            "elsewhere", w.id, rec.tasks_lost)
+        return self.lifecycle.flush()
 
     def _start_failed(self, w: LocalWorker, now: float, cause: str | None = None) -> None:
         """``w`` never connected: its process exited first (its log says why), or, with
         ``cause``, it could not be launched at all. Either is ``failed``, counts towards the
-        back-off, and after :data:`MAX_START_FAILURES` in a row ends the run (``fatal``)."""
+        back-off, and after a few in a row ends the run (``fatal``)."""
         w.state = "gone"
-        self.start_failures += 1
         if cause is None:
+            rc = w.proc.returncode if w.proc is not None else None
             words = last_words(w.log_path)
-            why = f"exited before connecting ({exit_description(w.proc.returncode)})" + (f": {words}" if words else "")
-            fatal = (f"{self.start_failures} in a row exited before connecting to the master; the last ({w.id}) "
-                     f"said: {words or exit_description(w.proc.returncode)} (log: {w.log_path})")
+            why = f"exited before connecting ({exit_description(rc)})" + (f": {words}" if words else "")
+
+            def fatal(n: int) -> str:
+                return (f"workers cannot start: {n} in a row exited before connecting to the master; the last "
+                        f"({w.id}) said: {words or exit_description(rc)} (log: {w.log_path}){self._hint(words)}")
         else:
             words = cause
             why = f"could not be launched: {cause}"
-            fatal = f"{self.start_failures} in a row did not start; the last ({w.id}) could not be launched: {cause}"
-        w.events.append(WorkerRecord(t=now, worker=w.id, event="failed", cores=w.shape.cores, reason=why))
+
+            def fatal(n: int) -> str:
+                return (f"workers cannot start: {n} in a row did not start; the last ({w.id}) could not be "
+                        f"launched: {cause}{self._hint(words)}")
+        self.lifecycle.record(WorkerRecord(t=now, worker=w.id, event="failed", cores=w.shape.cores, reason=why))
         if w.workdir is not None:
             shutil.rmtree(w.workdir, ignore_errors=True)
-        if self.start_failures >= MAX_START_FAILURES and self.fatal is None:
-            self.fatal = f"workers cannot start: {fatal}{self._hint(words)}"
-        elif self.start_failures == 1 or self.start_failures == MAX_START_FAILURES - 1:
+        n = self.lifecycle.start_failed(fatal)
+        if self.fatal is None and n in (1, self.lifecycle.max_start_failures - 1):
             log.warning("worker %s %s; next launches back off%s", w.id, why,
                         f" (log: {w.log_path})" if cause is None else "")
 
@@ -386,18 +375,13 @@ class LocalBackend:
             return "; lower --worker-cores"
         return "; fix that and run again"
 
-    def _lost(self, w: LocalWorker, now: float, at: float, reason: str) -> None:
-        """``w`` went away while connected: its last known tasks are lost work. Known from
-        the last task table read, which on a large moving queue may be a budget window old
-        (``MasterStatusClient.read_budget``: up to ~15 s at 100k tasks), so the figure is
-        the work lost as of then: a report's estimate, not what the master re-runs."""
+    def _lost(self, w: LocalWorker, now: float, at: float, reason: str) -> WorkerRecord:
+        """``w`` went away while connected; its last known tasks are lost work."""
         w.state = "gone"
-        lost_core_s = sum(max(0.0, at - started) * cores for started, cores in w.tasks.values())
-        w.events.append(WorkerRecord(t=now, worker=w.id, event="lost", cores=w.shape.cores, tasks_lost=len(w.tasks),
-                                     lost_work_core_s=round(lost_core_s, 3), reason=reason))
-        w.tasks = {}
+        rec = self.lifecycle.ended(w.life, t=now, worker=w.id, event="lost", cores=w.shape.cores, at=at, reason=reason)
         if w.workdir is not None:
             shutil.rmtree(w.workdir, ignore_errors=True)
+        return rec
 
     def _sample_task_memory(self, w: LocalWorker) -> None:
         """Peak resident memory of each task's process tree; a task is the worker's child
@@ -428,13 +412,6 @@ class LocalBackend:
         """The most resident memory the processes of the master's task ``task_id`` were seen
         using (sampled at each refresh), or None if it was never seen running."""
         return self._task_memory_mb.get(task_id)
-
-    def _flush(self) -> list[WorkerRecord]:
-        out = []
-        for w in self._workers.values():
-            out.extend(w.events)
-            w.events.clear()
-        return out
 
     def worker_ids(self) -> dict[str, str]:
         return {w.address: w.id for w in self._workers.values() if w.address and w.state == "connected"}
@@ -469,21 +446,17 @@ class LocalBackend:
             if w is None or w.state != "connected" or w.address in busy:
                 continue
             await self._stop(w)
-            w.events.append(WorkerRecord(t=now, worker=w.id, event="drained", cores=w.shape.cores))
-        return self._flush()
+            self.lifecycle.record(WorkerRecord(t=now, worker=w.id, event="drained", cores=w.shape.cores))
+        return self.lifecycle.flush()
 
     async def remove(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
-        running = {w.address: w.tasks_running for w in snap.workers}
         for wid in ids:
             w = self._workers.get(wid)
             if w is None or w.state == "gone":
                 continue
-            lost = running.get(w.address or "", 0)
-            lost_core_s = sum(max(0.0, snap.taken_at - started) * cores for started, cores in w.tasks.values())
             await self._stop(w, force=True)
-            w.events.append(WorkerRecord(t=now, worker=w.id, event="removed", cores=w.shape.cores, tasks_lost=lost,
-                                         lost_work_core_s=round(lost_core_s, 3)))
-        return self._flush()
+            self.lifecycle.ended(w.life, t=now, worker=w.id, event="removed", cores=w.shape.cores, at=snap.taken_at)
+        return self.lifecycle.flush()
 
     async def _stop(self, w: LocalWorker, grace_s: float = 5.0, force: bool = False) -> None:
         """SIGTERM: ``hta worker`` drains (exits once its tasks ended); with ``force`` a second
@@ -517,14 +490,14 @@ class LocalBackend:
         live = [w for w in self._workers.values() if w.state != "gone"]
         for w in live:  # connected and done between two looks at the master (a short run)
             if w.state == "starting" and _log_says_connected(w.log_path):
-                w.events.append(WorkerRecord(t=now, worker=w.id, event="connected", cores=whole_cores(w.shape.cores),
+                self.lifecycle.record(WorkerRecord(t=now, worker=w.id, event="connected", cores=whole_cores(w.shape.cores),
                                              reason="seen in its log only: the run ended before the next look"))
         # the run is over (or interrupted): stop at once, the tasks are the master's to forget
         await asyncio.gather(*(self._stop(w, force=True) for w in live))
         for w in live:
-            w.events.append(WorkerRecord(t=now, worker=w.id, event="stopped", cores=w.shape.cores))
+            self.lifecycle.record(WorkerRecord(t=now, worker=w.id, event="stopped", cores=w.shape.cores))
         shutil.rmtree(self.run_dir / "workers", ignore_errors=True)
-        return self._flush()
+        return self.lifecycle.flush()
 
 
 def from_options(options, run) -> LocalBackend:

@@ -10,14 +10,14 @@ nodes' true busy fraction, as a metrics API would read it.
 
 from __future__ import annotations
 
-from hta.backends.base import CPU_UTILIZATION
+from hta.backends.base import CPU_UTILIZATION, WorkerBackend
 from hta.model import PendingWorker, Resources
 from hta.scaling_log import WorkerRecord
 from hta.sim.world import SimNode, World
 from workqueue_bridge.snapshot import MasterSnapshot
 
 
-class SimBackend:
+class SimBackend(WorkerBackend):
     name = "simulated"
     signals = frozenset({CPU_UTILIZATION})
 
