@@ -76,7 +76,7 @@ def _verbosity(p: argparse.ArgumentParser, default) -> None:
 
 def _makeflow_options(p: argparse.ArgumentParser) -> None:
     """The options of ``hta makeflow`` (and ``hta config``). Their defaults live in one
-    place, :class:`hta.submit.MakeflowOptions`: here they are only shown in the help, and a
+    place, :class:`hta.submit.options.MakeflowOptions`: here they are only shown in the help, and a
     flag not given is left out, so that a config file or the environment can set it."""
     p.add_argument("--backend", default="local",
                    help="where workers run: local processes (local, the default) or Kubernetes pods (k8s)")
@@ -488,7 +488,7 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
         # first of all: a signal while HTA starts ends it with a line and 128 + N (the run
         # installs its own handlers, which stop makeflow and the workers, and puts these back)
         raise_on_signals()
-        from hta.submit import run_makeflow
+        from hta.submit.run import run_makeflow
         from hta.summary_view import print_summary
 
         options = effective_options(args)

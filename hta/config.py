@@ -5,7 +5,7 @@ file (YAML, or TOML by its ``.toml`` suffix) uses the same names, with dashes
 or underscores, and the environment ``HTA_`` and the name in capitals
 (``HTA_MAX_WORKERS=8``; ``HTA_CONFIG`` names a config file). That is how
 ``makeflow -T hta`` reaches HTA's options. The result is validated by one
-pydantic model, :class:`hta.submit.MakeflowOptions`; an error is one line
+pydantic model, :class:`hta.submit.options.MakeflowOptions`; an error is one line
 that names the key, where it came from and what is allowed.
 """
 
@@ -154,10 +154,10 @@ def _checked(data: Mapping[str, Any], source: str) -> dict[str, Any]:
 
 
 def build(layers: list[tuple[str, Mapping[str, Any]]], **fixed: Any):
-    """:class:`~hta.submit.MakeflowOptions` from layers of ``{key: value}`` (later layers win),
+    """:class:`~hta.submit.options.MakeflowOptions` from layers of ``{key: value}`` (later layers win),
     each named by where it came from, for the error line."""
     from hta.backends import BackendOptions
-    from hta.submit import MakeflowOptions
+    from hta.submit.options import MakeflowOptions
 
     top: dict[str, Any] = dict(fixed)
     backend: dict[str, Any] = {}

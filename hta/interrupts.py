@@ -4,7 +4,7 @@ The contract, in three phases:
 
 1. **Starting** (:func:`raise_on_signals`): a signal raises :class:`Interrupted`, which
    ends HTA with one line and 128 + N.
-2. **Running** (the run's event loop handlers, :func:`hta.submit.submit`): a signal
+2. **Running** (the run's event loop handlers, :func:`hta.submit.run.submit`): a signal
    stops makeflow and the workers, and the run ends with 128 + N.
 3. **Ended** (:func:`hold_signals`): the run's outcome is decided; a signal changes
    nothing, and HTA prints that outcome and exits with it.

@@ -19,6 +19,7 @@ from hta.scaling_log import (
     EndRecord,
     ObservationRecord,
     RunRecord,
+    ScalingLogWriter,
     WorkerRecord,
 )
 from resource_monitor.categories import percentile
@@ -195,3 +196,16 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
         latency_phases_median_s=phases,
         categories=cats[-1].categories if cats else {},
     )
+
+
+def end_run(writer: ScalingLogWriter, *, t: float, stopped: list[WorkerRecord], categories: dict[str, CategoryModel],
+            end: EndRecord, source: str | None = None) -> RunSummary:
+    """Close a run's scaling log, the same way for a real run and a simulated one: the
+    workers stopped at the end, what each category measured, the end record; then what
+    the run did."""
+    for e in stopped:
+        writer.write(e)
+    writer.write(CategoriesRecord(t=round(t, 3), categories=categories))
+    writer.write(end)
+    writer.close()
+    return summarize(writer.records, source)

@@ -298,19 +298,19 @@ def run_patched(wf: Path, patch: str, *argv: str, timeout: float = 120) -> subpr
 # what the line above's failure was (CI, once in about 5,000 runs: exit 0 after the workflow ran):
 # the CLI's handler raised where Python swallows exceptions (a __del__, an event loop callback)
 SWALLOWED_SIGTERM = """
-import hta.submit
+import hta.submit.run
 
 class RaisesSigtermWhenCollected:
     def __del__(self):
         signal.raise_signal(signal.SIGTERM)  # the handler's exception is "ignored" here
 
-checked = hta.submit.check_not_empty
+checked = hta.submit.run.check_not_empty
 
 def check_then_swallow(args):
     checked(args)
     RaisesSigtermWhenCollected()
 
-hta.submit.check_not_empty = check_then_swallow
+hta.submit.run.check_not_empty = check_then_swallow
 """
 
 

@@ -1,6 +1,6 @@
 """Where workers run, by name: the one registry of backends.
 
-The CLI (and anyone calling :func:`hta.submit.run_makeflow` from Python) asks
+The CLI (and anyone calling :func:`hta.submit.run.run_makeflow` from Python) asks
 for a backend by name with :class:`BackendOptions`; each backend module turns
 those options into a :class:`~hta.backends.base.WorkerBackend`. Adding a
 backend is one entry in :data:`BACKENDS`; nothing else names backends.

@@ -22,13 +22,13 @@ from typing import Any, Coroutine, TypeVar
 
 from hta.controller import Controller, ControllerConfig
 from hta.policies.base import Policy
-from hta.scaling_log import CategoriesRecord, EndRecord, RunRecord, ScalingLogWriter
+from hta.scaling_log import EndRecord, RunRecord, ScalingLogWriter
 from hta.sim.backend import SimBackend
 from resource_monitor.incremental import IncrementalCategoryLearner
 from hta.sim.master import SimLookahead, SimMaster, SimMonitor
 from hta.sim.workload import Workload
 from hta.sim.world import ClusterModel, World
-from hta.summary import RunSummary, summarize
+from hta.summary import RunSummary, end_run
 
 T = TypeVar("T")
 
@@ -105,14 +105,11 @@ class Simulation:
 
     def _end(self) -> RunSummary:
         world, end = self.world, self.world.env.now
-        for e in run_now(self.backend.stop_all(end)):
-            self.log.write(e)
-        self.log.write(CategoriesRecord(t=round(end, 3), categories=self.controller.learner.models()))
         complete = world.finished_at is not None
-        self.log.write(EndRecord(t=round(end, 3), exit_code=0 if complete else 1,
-                                 runtime_s=round(world.finished_at if complete else end, 3),
-                                 tasks_done=len(world.done),
-                                 tasks_failed=0 if complete else len(world.tasks) - len(world.done),
-                                 tasks_retried=world.retries, lost_work_core_s=round(world.lost_work, 3)))
-        self.log.close()
-        return summarize(self.log.records, str(self.log.path) if self.log.path else None)
+        return end_run(self.log, t=end, stopped=run_now(self.backend.stop_all(end)),
+                       categories=self.controller.learner.models(), end=EndRecord(
+                           t=round(end, 3), exit_code=0 if complete else 1,
+                           runtime_s=round(world.finished_at if complete else end, 3), tasks_done=len(world.done),
+                           tasks_failed=0 if complete else len(world.tasks) - len(world.done),
+                           tasks_retried=world.retries, lost_work_core_s=round(world.lost_work, 3)),
+                       source=str(self.log.path) if self.log.path else None)

@@ -1,0 +1,64 @@
+"""What a person sees while a run goes: the status server and the terminal's live view."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from hta.backends.base import WorkerBackend
+from hta.controller import Controller
+from hta.policies.base import Policy
+from hta.status.panel import LiveView
+from hta.status.server import StatusServer
+from hta.status.snapshot import RunInfo
+
+log = logging.getLogger("hta")
+
+
+@dataclass
+class ViewOptions:
+    """What a person sees while the run goes: the status server and the terminal view."""
+
+    status: bool = True
+    status_port: int = 0
+    status_host: str = "127.0.0.1"
+    #: quiet | normal | verbose
+    verbosity: str = "normal"
+    #: panel | lines (None: a panel on a terminal, lines elsewhere)
+    mode: str | None = None
+
+
+async def show(controller: Controller, view: ViewOptions, policy: Policy, backend: WorkerBackend, workflow: Path,
+                epoch: float, finished: asyncio.Event) -> None:
+    """The status server and the live view, until ``finished``; neither can end the run."""
+    info = RunInfo(workflow=str(workflow), policy=policy.name, backend=backend.name, started_at=epoch)
+    server = None
+    if view.status:
+        server = StatusServer.for_controller(controller, info, host=view.status_host, port=view.status_port)
+        try:
+            url = await server.start()
+        except OSError as exc:
+            log.warning("no status server: cannot listen on %s port %d (%s); the run goes on (choose another "
+                        "--status-port, or --no-status)", view.status_host, view.status_port, exc.strerror or exc)
+            server = None
+        else:
+            if view.verbosity != "quiet":
+                print(f"hta: live status at {url} (also /status, /metrics; or: hta status {url})",
+                      file=sys.stderr, flush=True)
+    # the view says decisions and step failures itself: the controller's own log lines would repeat them
+    quiet = logging.getLogger("hta.controller")
+    level = quiet.level
+    if view.verbosity != "quiet":
+        quiet.setLevel(logging.ERROR)
+    try:
+        await LiveView(controller, info, mode=view.mode, verbosity=view.verbosity).run(finished)  # type: ignore[arg-type]
+    except Exception as exc:  # noqa: BLE001 — a broken view must not end the run
+        log.warning("the live view stopped: %s", exc)
+        await finished.wait()
+    finally:
+        quiet.setLevel(level)
+        if server is not None:
+            await server.stop()
