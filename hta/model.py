@@ -49,7 +49,7 @@ class LatencyStats(BaseModel):
     not how long new capacity takes, so it goes to ``room_samples``, read only while no
     worker has waited for a node (a cluster of fixed size, where that is how every worker
     comes). Mixed in, such samples shrink L towards zero, and a horizon of zero drains the
-    workers a purchase just brought (docs/decisions/latency-samples.md)."""
+    workers a purchase just brought (docs/decisions/0006-preparation-latency.md)."""
 
     samples: list[float] = Field(default_factory=list)
     room_samples: list[float] = Field(default_factory=list)
