@@ -27,7 +27,7 @@ from hta.policies.hta_policy import HTAPolicy  # noqa: E402
 from hta.sim.compare import compare, print_comparison  # noqa: E402
 from hta.sim.workload import load_workload  # noqa: E402
 from hta.sim.run import Simulation  # noqa: E402
-from hta.sim.world import ClusterModel  # noqa: E402
+from hta.sim.cluster import ClusterModel  # noqa: E402
 
 POLICIES = ["hta", "hpa-20", "hpa-50", "keda-3", "factory"]
 

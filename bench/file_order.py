@@ -38,7 +38,7 @@ from pareto import BOUND_GOAL, WORKLOADS, run_main, run_one, workload  # noqa: E
 from hta.sim.list_schedule import tails  # noqa: E402
 from hta.sim.oracle import oracle_runtime_s  # noqa: E402
 from hta.sim.workload import Workload  # noqa: E402
-from hta.sim.world import ClusterModel  # noqa: E402
+from hta.sim.cluster import ClusterModel  # noqa: E402
 
 MISSED = ("blast-3stage:20", "io-bound:20", "montage:20", "1000genome:20", "soykb:20", "cycles:20", "cycles:200")
 ORDERS = ("as written", "by category", "by task")

@@ -99,7 +99,7 @@ from hta.sim.oracle import (critical_path_s, least_mean_runtime_s, mean_node_sec
                             min_latency_s, node_seconds_floor, oracle_runtime_s)
 from hta.sim.run import Simulation  # noqa: E402
 from hta.sim.workload import Workload, load_workload  # noqa: E402
-from hta.sim.world import ClusterModel  # noqa: E402
+from hta.sim.cluster import ClusterModel  # noqa: E402
 
 RUNTIME_SLACK = 1.02
 BOUND_GOAL = 1.10

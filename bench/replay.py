@@ -50,7 +50,7 @@ from hta.policies.registry import make_policy  # noqa: E402
 from hta.scaling_log import ScalingLogWriter, read_records  # noqa: E402
 from hta.sim.run import Simulation  # noqa: E402
 from hta.sim.workload import load_workload  # noqa: E402
-from hta.sim.world import ClusterModel  # noqa: E402
+from hta.sim.cluster import ClusterModel  # noqa: E402
 from hta.summary import RunSummary, summarize  # noqa: E402
 
 THESIS_LATENCY_S, THESIS_LATENCY_SD_S = 157.4, 4.2

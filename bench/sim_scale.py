@@ -39,7 +39,7 @@ def one(n: int, policy: str, seed: int) -> dict:
     from hta.policies.registry import make_policy
     from hta.sim.run import Simulation
     from hta.sim.workload import blast_3stage, parse_wfformat
-    from hta.sim.world import ClusterModel
+    from hta.sim.cluster import ClusterModel
 
     wl = parse_wfformat(blast_3stage(seed, widths(n)), f"blast-3stage-{n}")
     t0 = time.perf_counter()

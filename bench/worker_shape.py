@@ -7,7 +7,7 @@ killed and retried on a node, more cores is throttled to the third's and measure
 them). ``learned`` buys whole nodes for never-measured tasks (``probe_split=1``);
 ``node`` buys whole nodes always (``worker_shape=node``, the default until the
 twenty-fourth session). The simulator packs several worker pods per node (first fit, a
-node leaves with its last pod, node-seconds paid per node: ``hta.sim.world``).
+node leaves with its last pod, node-seconds paid per node: ``hta.sim.cluster``).
 
 For each workload × cluster × seed this runs HTA's default, ``hta-time`` and ``hta-cost``
 with each shape and prints runtime, waste (idle cores inside workers, during the run and
@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from pareto import CLUSTERS, WORKLOADS, open_store, run_main, run_one, settings_of, workload  # noqa: E402
 from hta.policies import make_policy  # noqa: E402
 from hta.sim.oracle import oracle_runtime_s  # noqa: E402
-from hta.sim.world import ClusterModel  # noqa: E402
+from hta.sim.cluster import ClusterModel  # noqa: E402
 
 SETTINGS = ["hta", "hta-time", "hta-cost"]
 #: shape → (worker_shape, probe_split); whole nodes have no probes to split

@@ -414,7 +414,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     from hta.sim.compare import compare, print_comparison
     from hta.sim.workload import WorkloadError
-    from hta.sim.world import ClusterModel
+    from hta.sim.cluster import ClusterModel
 
     if args.start_nodes > args.max_nodes:
         raise UsageError(f"--start-nodes ({args.start_nodes}) is above --max-nodes ({args.max_nodes})")

@@ -16,7 +16,7 @@ from hta.sim.oracle import (NodeSecondsFloor, barriers, critical_path_s, least_m
                             mean_node_seconds_floor, node_seconds_floor, oracle_runtime_s, phases)
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload, WorkloadError, parse_wfformat, topological_order
-from hta.sim.world import ClusterModel
+from hta.sim.cluster import ClusterModel
 
 POLICIES = ["observe", "static", "max-then-drain", "hta", "factory", "hpa-20", "keda-2", "hta-cost",
             "hta:worker_shape=node", "hta-time:worker_shape=node", "hta:probe_split=1", "hta-time"]

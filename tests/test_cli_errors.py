@@ -15,7 +15,7 @@ from hta.policies.registry import make_policy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload, load_workload
-from hta.sim.world import ClusterModel, unrunnable
+from hta.sim.cluster import ClusterModel, unrunnable
 
 
 @pytest.fixture
@@ -328,7 +328,7 @@ def test_ctrl_c_while_a_simulation_is_being_built_leaves_no_empty_log(tmp_path: 
     (a 400-task one takes a while): a Ctrl-C then left an empty log behind, which `hta
     report` would read as a run (a fresh-clone CI run caught it once)."""
     import hta.sim.compare as compare_mod
-    from hta.sim.world import ClusterModel
+    from hta.sim.cluster import ClusterModel
 
     class Interrupted:
         def __init__(self, *args, **kwargs):

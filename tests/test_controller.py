@@ -14,7 +14,8 @@ from hta.sim.backend import SimBackend
 from hta.sim.master import SimMaster, SimMonitor
 from hta.sim.run import run_now
 from hta.sim.workload import SimTask, Workload
-from hta.sim.world import ClusterModel, World
+from hta.sim.cluster import ClusterModel
+from hta.sim.world import World
 from resource_monitor.categories import CategoryLearner
 from workqueue_bridge.status import MasterStatusClient
 
@@ -39,7 +40,7 @@ def controller_on_world(policy, **config) -> tuple[Controller, World]:
     tasks = [SimTask(f"t{i}", "a", runtime_s=1000) for i in range(50)]
     world = World(Workload("w", tasks), ClusterModel(max_nodes=100, start_nodes=0, latency_mean_s=30,
                                                     latency_sd_s=0), seed=0)
-    cfg = dict(worker_shape=world.cluster.node_shape, max_workers=5, min_interval_s=10, max_interval_s=60)
+    cfg = dict(worker_shape=world.model.node_shape, max_workers=5, min_interval_s=10, max_interval_s=60)
     cfg.update(config)
     c = Controller(master=SimMaster(world), backend=SimBackend(world), policy=policy, learner=CategoryLearner(),
                    summaries=SimMonitor(world), scaling_log=ScalingLogWriter(), config=ControllerConfig(**cfg),
@@ -110,7 +111,7 @@ async def test_the_loop_survives_an_unreachable_master_and_recovers(tmp_path):
         policy = Asks(ScaleDecision(next_decision_s=0))
         c = Controller(master=client, backend=SimBackend(world), policy=policy, learner=CategoryLearner(),
                        summaries=SimMonitor(world), scaling_log=ScalingLogWriter(tmp_path / "log.jsonl"),
-                       config=ControllerConfig(worker_shape=world.cluster.node_shape, poll_interval_s=0.05,
+                       config=ControllerConfig(worker_shape=world.model.node_shape, poll_interval_s=0.05,
                                                min_interval_s=0.1), epoch=0.0)
         finished = asyncio.Event()
         loop = asyncio.create_task(c.run(finished))

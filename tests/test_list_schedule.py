@@ -19,7 +19,7 @@ def test_first_come_first_served_loses_to_the_critical_path_first_where_the_boun
                                 SimTask("c", "c", 10, parents=["a"])])
     assert list_schedule_s(wl, 2, "fifo") == 30  # b1, b2; then a; then c
     assert list_schedule_s(wl, 2, "critical-path") == 20  # a, b1; then c, b2
-    from hta.sim.world import ClusterModel
+    from hta.sim.cluster import ClusterModel
 
     assert oracle_runtime_s(wl, ClusterModel(max_nodes=1, start_nodes=1, node_cores=2)) == 20
 

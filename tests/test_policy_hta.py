@@ -737,7 +737,7 @@ def test_workers_a_stage_will_want_are_held_through_a_straggler_not_bought_back(
     # ends and the second stage waits a latency; held (as the default does), it starts at once.
     from hta.sim.run import Simulation
     from hta.sim.workload import SimTask, Workload
-    from hta.sim.world import ClusterModel
+    from hta.sim.cluster import ClusterModel
 
     first = [SimTask(f"a{i}", "a", 1500.0 if i == 0 else 100.0) for i in range(20)]
     tasks = first + [SimTask(f"b{i}", "b", 100.0, parents=[t.id for t in first]) for i in range(20)]

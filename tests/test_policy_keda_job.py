@@ -8,7 +8,7 @@ from hta.policies import make_policy
 from hta.policies.keda_job import KEDAJobPolicy, jobs_to_create
 from hta.sim.run import Simulation
 from hta.sim.workload import load_workload
-from hta.sim.world import ClusterModel
+from hta.sim.cluster import ClusterModel
 
 NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)
 
@@ -68,16 +68,16 @@ def test_spec_settings_and_worker_lifetime():
 
 
 class Watch:
-    """Wraps ``World.retire``: records, for each worker taken away, what it ran at that moment."""
+    """Wraps ``SimCluster.retire``: records, for each worker taken away, what it ran at that moment."""
 
     def __init__(self, world):
         self.world = world
         self.busy_when_gone: list[tuple[str, int]] = []
         self.gone: list[str] = []
-        original = world.retire
+        original = world.cluster.retire
 
         def retire(node_id, busy_ok):
-            node = world.nodes.get(node_id)
+            node = world.cluster.nodes.get(node_id)
             was_busy = node is not None and not node.gone and bool(node.running)
             out = original(node_id, busy_ok)
             if out is not None:
@@ -85,7 +85,7 @@ class Watch:
                 if was_busy:
                     self.busy_when_gone.append((node_id, out))
             return out
-        world.retire = retire
+        world.cluster.retire = retire
 
 
 def test_simulated_jobs_run_to_completion_and_none_is_deleted_busy():
@@ -95,12 +95,12 @@ def test_simulated_jobs_run_to_completion_and_none_is_deleted_busy():
     watch = Watch(sim.world)
     # each worker's tasks, counted as they start
     started: dict[str, int] = {}
-    original_start = sim.world._start
+    original_start = sim.world.queue._start
 
     def start(t, node, alloc):
         started[node.id] = started.get(node.id, 0) + 1
         original_start(t, node, alloc)
-    sim.world._start = start
+    sim.world.queue._start = start
     summary = sim.run()
     assert summary.exit_code == 0
     assert summary.lost_work_core_s == 0 and summary.workers_removed == 0

@@ -8,7 +8,7 @@ from hta.policies.registry import make_policy
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload
-from hta.sim.world import ClusterModel
+from hta.sim.cluster import ClusterModel
 
 NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)
 

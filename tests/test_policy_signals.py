@@ -16,7 +16,8 @@ from conftest import run_hta
 from hta.policies.base import check_signals
 from hta.policies.registry import make_policy
 from hta.sim.workload import SimTask, Workload
-from hta.sim.world import ClusterModel, World
+from hta.sim.cluster import ClusterModel
+from hta.sim.world import World
 
 
 def test_a_policy_is_refused_where_its_signal_cannot_be_measured():
@@ -63,9 +64,9 @@ def test_a_single_threaded_task_on_a_whole_worker_reads_a_share_as_the_simulator
     w = World(Workload("t", [SimTask("burn", "burn", 100, cores=1, cpu_util=1.0)]),
               ClusterModel(max_nodes=1, start_nodes=0, node_cores=3, latency_mean_s=5.0, latency_sd_s=0.0))
     w.start()
-    node = w.request_node(0.0)
+    node = w.cluster.request_node(0.0)
     w.env.run(until=50)
-    simulated = 100 * w.cpu_busy(node)
+    simulated = 100 * w.queue.cpu_busy(node)
     assert simulated == pytest.approx(100 / 3)
     assert 15 <= max(busy) <= 45, (busy, simulated)  # (a loaded host may give stress-ng less than its core)
     # a third is under the 50 % target: HPA adds none beside its one (minReplicas) worker

@@ -20,7 +20,7 @@ from hta.scaling_log import ScalingLogWriter
 from hta.sim.oracle import critical_path_s, oracle_runtime_s
 from hta.sim.workload import SimTask, Workload, WorkloadError, load_workload, parse_wfformat
 from hta.sim.run import Simulation
-from hta.sim.world import ClusterModel
+from hta.sim.cluster import ClusterModel
 
 from conftest import ROOT, wait
 
@@ -44,7 +44,7 @@ class Scripted:
 
 
 class Ledger(dict):
-    """``World.runs`` (task id → the run in progress) that also keeps every run it held,
+    """``SimWorkQueue.runs`` (task id → the run in progress) that also keeps every run it held,
     in start order: which task ran on which node, from when to when, with what allocation."""
 
     def __init__(self, world):
@@ -77,14 +77,14 @@ def world(tasks, policy, **cluster):
     base = dict(max_nodes=4, start_nodes=1, latency_mean_s=10.0, latency_sd_s=0.0, teardown_s=0.0)
     base.update(cluster)
     sim = Simulation(Workload("t", tasks), policy, ClusterModel(**base), seed=0, log=ScalingLogWriter())
-    sim.world.runs = Ledger(sim.world)
+    sim.world.queue.runs = Ledger(sim.world)
     return sim
 
 
 def schedule(w: Simulation, alloc: bool = False) -> list[tuple]:
     """Every run the world started, in start order: (task, node, start, end[, cores, memory])."""
     return [(e["task"], e["node"], e["start"], e["end"]) + ((e["cores"], e["memory_mb"]) if alloc else ())
-            for e in w.world.runs.history]
+            for e in w.world.queue.runs.history]
 
 
 WHOLE = (NODE.cores, NODE.memory_mb)  # a whole worker's allocation (3 cores, 15000 MB)
@@ -187,7 +187,7 @@ def test_the_master_runs_the_newest_task_first_as_the_simulated_one_does(tmp_pat
     tasks = [SimTask(name, "one", runtime_s=1, cores=1, memory_mb=100, parents=parents) for name, parents in ORDER_DAG]
     sim = Simulation(Workload("order", tasks, declared=True), Scripted(),
                      ClusterModel(max_nodes=1, start_nodes=1, node_cores=1, latency_sd_s=0.0), seed=0)
-    sim.world.runs = Ledger(sim.world)
+    sim.world.queue.runs = Ledger(sim.world)
     assert sim.run().exit_code == 0
     assert [task for task, *_ in schedule(sim)] == real
 
@@ -469,7 +469,7 @@ def test_simulate_command_json_and_logs(tmp_path: Path):
     # figure hta.sim.oracle gives for those runtimes
     from hta.sim.oracle import mean_node_seconds_floor, node_seconds_floor
     from hta.sim.workload import load_workload
-    from hta.sim.world import ClusterModel
+    from hta.sim.cluster import ClusterModel
 
     floors = [node_seconds_floor(load_workload("io-bound", s), ClusterModel()) for s in (0, 1)]
     for policy, floor in data["oracle"]["node_s_floor_at_mean_runtime"].items():
@@ -500,7 +500,7 @@ def test_estimator_agrees_with_algorithm1_on_small_inputs():
 def test_a_seed_gives_the_same_run_in_every_process():
     # KEDA deletes busy workers, whose tasks go back to the queue: their order must not
     # depend on Python's per-process string hashing
-    code = ("from hta.sim.run import Simulation; from hta.sim.world import ClusterModel; from hta.sim.workload import load_workload; "
+    code = ("from hta.sim.run import Simulation; from hta.sim.cluster import ClusterModel; from hta.sim.workload import load_workload; "
             "from hta.policies.registry import make_policy; "
             "r = Simulation(load_workload('blast-3stage', 0), make_policy('keda-3'), ClusterModel(horizon_s=4000), "
             "seed=0).run(); print(r.waste_core_s, r.lost_work_core_s, r.tasks_done)")
@@ -530,19 +530,19 @@ def test_a_worker_asked_for_lands_on_an_empty_node_in_pod_start_time_while_the_n
 
     w = World(Workload("t", [SimTask("a", "a", 10)]),
               ClusterModel(pod_start_s=2.0, empty_node_ttl_s=100.0, latency_mean_s=50.0, latency_sd_s=0.0))
-    w.add_empty_nodes(1)  # a starting node without a worker
+    w.cluster.add_empty_nodes(1)  # a starting node without a worker
 
     def arrival(at: float) -> float:
         w.env.run(until=at) if at > w.env.now else None
-        n = w.request_node(at)
+        n = w.cluster.request_node(at)
         w.env.run(until=at + 60)
         return n.connected_at - at
 
     assert arrival(0.0) == 2.0        # on the empty starting node
     assert arrival(60.0) == 52.0      # no empty node: a new one, a whole latency
-    w.retire("n1", busy_ok=False)     # t=120: n1's node empties, and lasts until t=220
+    w.cluster.retire("n1", busy_ok=False)     # t=120: n1's node empties, and lasts until t=220
     assert arrival(150.0) == 2.0      # lands on it
-    w.retire("n3", busy_ok=False)     # t=210: empties again, until t=310
+    w.cluster.retire("n3", busy_ok=False)     # t=210: empties again, until t=310
     assert arrival(320.0) == 52.0     # gone by then
 
 
@@ -646,7 +646,7 @@ def test_no_node_seconds_floor_for_a_policy_whose_runs_were_cut_off():
     # "observe" never scales: on io-bound it is cut off at 30 × the bound, so its runtime
     # is the cutoff, not a finishing time, and a floor there would be no floor
     from hta.sim.compare import _floor, compare
-    from hta.sim.world import ClusterModel
+    from hta.sim.cluster import ClusterModel
 
     c = compare("io-bound", ["observe", "hta"], 1, ClusterModel(max_nodes=200))
     assert c.by_policy()["observe"][0].exit_code != 0

@@ -21,7 +21,7 @@ from hta.policies.registry import make_policy
 from hta.scaling_log import DecisionRecord, ScalingLogWriter, WorkerRecord
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload
-from hta.sim.world import ClusterModel
+from hta.sim.cluster import ClusterModel
 from hta.status.metrics import METRICS, latency_buckets
 from hta.status.panel import (LiveView, short_name, StatusError, decision_line, fetch_status, render, status_url,
                               verbosity_from_flags, worker_line)

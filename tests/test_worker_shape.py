@@ -11,7 +11,8 @@ from hta.policies import make_policy
 from hta.scaling_log import ScalingLogWriter, WorkerRecord
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload
-from hta.sim.world import ClusterModel, World
+from hta.sim.cluster import ClusterModel
+from hta.sim.world import World
 from hta.summary import paid_intervals
 
 NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)
@@ -27,18 +28,18 @@ def world(**kw) -> World:
 
 def test_three_thirds_share_one_node_and_the_node_goes_with_the_last():
     w = world()
-    pods = [w.request_node(0.0, shape=THIRD) for _ in range(3)]
-    assert len(w.hosts) == 1  # one node is prepared for the three
+    pods = [w.cluster.request_node(0.0, shape=THIRD) for _ in range(3)]
+    assert len(w.cluster.hosts) == 1  # one node is prepared for the three
     w.env.run(until=60)
     assert [p.connected_at for p in pods] == [52.0, 52.0, 52.0]  # 50 s latency + 2 s pod start
-    late = w.request_node(60.0, shape=THIRD)  # no room on the full node: a second one
-    assert len(w.hosts) == 2 and late.host != pods[0].host
+    late = w.cluster.request_node(60.0, shape=THIRD)  # no room on the full node: a second one
+    assert len(w.cluster.hosts) == 2 and late.host != pods[0].host
     for p in pods[:2]:
-        w.retire(p.id, busy_ok=False)
-    assert pods[0].host in w.hosts  # one pod still there: the node stays
-    w.retire(pods[2].id, busy_ok=False)
-    assert pods[0].host not in w.hosts  # empty, and no empty-node TTL: gone
-    again = w.request_node(w.env.now, shape=THIRD)
+        w.cluster.retire(p.id, busy_ok=False)
+    assert pods[0].host in w.cluster.hosts  # one pod still there: the node stays
+    w.cluster.retire(pods[2].id, busy_ok=False)
+    assert pods[0].host not in w.cluster.hosts  # empty, and no empty-node TTL: gone
+    again = w.cluster.request_node(w.env.now, shape=THIRD)
     assert again.host == late.host  # lands beside the pod on the node being prepared
     w.env.run(until=200)
     assert again.connected_at == late.connected_at == 112.0
@@ -53,12 +54,12 @@ def test_a_pod_of_a_fraction_of_a_core_connects_with_the_whole_cores_a_real_work
                            latency_sd_s=0.0, pod_start_s=2.0))
     part = NODE4.split(3)
     w.start()
-    pods = [w.request_node(0.0, shape=part) for _ in range(3)]
-    assert len(w.hosts) == 1
+    pods = [w.cluster.request_node(0.0, shape=part) for _ in range(3)]
+    assert len(w.cluster.hosts) == 1
     w.env.run(until=53)
     assert [(p.capacity.cores, p.capacity.memory_mb) for p in pods] == [(1, 5333)] * 3
     assert [len(p.running) for p in pods] == [4, 4, 4]  # quarter-core tasks: 1 core's worth each, not 1.33's
-    assert w.request_node(53.0, shape=part).host is None  # the node's 4 cores hold three such pods
+    assert w.cluster.request_node(53.0, shape=part).host is None  # the node's 4 cores hold three such pods
 
 
 def test_a_task_given_a_whole_pod_runs_at_the_pods_cpu_limit_not_its_workers_whole_cores():
@@ -67,11 +68,11 @@ def test_a_task_given_a_whole_pod_runs_at_the_pods_cpu_limit_not_its_workers_who
     w = World(Workload("t", [SimTask("t0", "a", 100, cores=1.5, cpu_util=1.0)]),
               ClusterModel(max_nodes=1, start_nodes=0, latency_mean_s=50.0, latency_sd_s=0.0, pod_start_s=2.0))
     w.start()
-    pod = w.request_node(0.0, shape=NODE.split(2))
+    pod = w.cluster.request_node(0.0, shape=NODE.split(2))
     w.env.run(until=200)
-    assert pod.capacity.cores == 1 and w.retries == 0
-    assert w.summaries[0].wall_time_s == pytest.approx(100 + w.cluster.task_overhead_s)
-    assert w.summaries[0].cores == 1.5
+    assert pod.capacity.cores == 1 and w.queue.retries == 0
+    assert w.queue.summaries[0].wall_time_s == pytest.approx(100 + w.model.task_overhead_s)
+    assert w.queue.summaries[0].cores == 1.5
 
 
 def test_the_backend_reports_a_pods_ask_and_its_workers_whole_cores_as_the_k8s_backend_does():
@@ -93,8 +94,8 @@ def test_a_node_of_a_fraction_of_a_core_more_is_still_node_sized():
     # 3.5 allocatable cores: the node's worker advertises 3, and is still the whole node
     # (a retried task's worker; paid per node, no other pod beside it)
     w = World(Workload("t", [SimTask("a", "a", 10)]), ClusterModel(max_nodes=1, start_nodes=0, node_cores=3.5))
-    node = w.request_node(0.0)
-    assert node.capacity.cores == 3 and w._node_sized(node)
+    node = w.cluster.request_node(0.0)
+    assert node.capacity.cores == 3 and w.cluster.node_sized(node)
 
 
 def test_a_cpu_metric_reads_usage_over_the_pods_request():
@@ -102,16 +103,16 @@ def test_a_cpu_metric_reads_usage_over_the_pods_request():
     w = World(Workload("t", tasks[:1]), ClusterModel(max_nodes=1, start_nodes=0, latency_mean_s=50.0,
                                                      latency_sd_s=0.0, pod_start_s=2.0))
     w.start()
-    half = w.request_node(0.0, shape=NODE.split(2))  # asks 1.5 cores, advertises 1
+    half = w.cluster.request_node(0.0, shape=NODE.split(2))  # asks 1.5 cores, advertises 1
     w.env.run(until=60)
-    assert half.running and w.cpu_busy(half) == pytest.approx(1.0)  # the whole-worker task keeps 1.5 busy
+    assert half.running and w.queue.cpu_busy(half) == pytest.approx(1.0)  # the whole-worker task keeps 1.5 busy
     w = World(Workload("t", tasks[1:], declared=True),
               ClusterModel(max_nodes=1, start_nodes=0, node_cores=4, node_memory_mb=16000, latency_mean_s=50.0,
                            latency_sd_s=0.0, pod_start_s=2.0))
     w.start()
-    third = w.request_node(0.0, shape=NODE4.split(3))
+    third = w.cluster.request_node(0.0, shape=NODE4.split(3))
     w.env.run(until=60)
-    assert third.running and w.cpu_busy(third) == pytest.approx(0.75)  # 1 core busy of the 1.33 asked
+    assert third.running and w.queue.cpu_busy(third) == pytest.approx(0.75)  # 1 core busy of the 1.33 asked
 
 
 def test_a_single_threaded_task_on_a_whole_worker_reads_its_own_share_of_the_pod():
@@ -122,20 +123,20 @@ def test_a_single_threaded_task_on_a_whole_worker_reads_its_own_share_of_the_pod
         w = World(Workload("t", [task]), ClusterModel(max_nodes=1, start_nodes=0, latency_mean_s=50.0,
                                                        latency_sd_s=0.0, pod_start_s=2.0))
         w.start()
-        node = w.request_node(0.0)
+        node = w.cluster.request_node(0.0)
         w.env.run(until=60)
-        assert node.running and w.cpu_busy(node) == pytest.approx(expected)
+        assert node.running and w.queue.cpu_busy(node) == pytest.approx(expected)
 
 
 def test_the_node_cap_holds_pods_until_a_node_has_room():
     w = world(max_nodes=1)
-    first = w.request_node(0.0)  # a whole node
+    first = w.cluster.request_node(0.0)  # a whole node
     w.env.run(until=60)
-    small = w.request_node(60.0, shape=THIRD)
-    assert small.host is None and list(w.unplaced) == [small.id]  # unschedulable: the cap is reached
-    w.retire(first.id, busy_ok=False)
+    small = w.cluster.request_node(60.0, shape=THIRD)
+    assert small.host is None and list(w.cluster.unplaced) == [small.id]  # unschedulable: the cap is reached
+    w.cluster.retire(first.id, busy_ok=False)
     w.env.run(until=200)
-    assert small.host is not None and small.connected_at is not None and len(w.hosts) == 1
+    assert small.host is not None and small.connected_at is not None and len(w.cluster.hosts) == 1
 
 
 def test_node_seconds_are_paid_per_node_when_pods_share_it():
@@ -274,14 +275,14 @@ def test_idle_pods_a_waiting_task_fits_are_not_yet_served_not_too_small():
 
 def test_a_task_retried_on_a_whole_worker_waits_for_a_node_sized_one():
     w = world(max_nodes=2, start_nodes=0)
-    w.whole_worker.add("a")  # as if it had gone over its allocation once
-    w._release("a")
-    small = w.request_node(0.0, shape=THIRD)
+    w.queue.whole_worker.add("a")  # as if it had gone over its allocation once
+    w.makeflow.release(["a"])
+    small = w.cluster.request_node(0.0, shape=THIRD)
     w.env.run(until=60)
     assert small.connected_at is not None and not small.running  # a third: not for it
-    big = w.request_node(60.0)
+    big = w.cluster.request_node(60.0)
     w.env.run(until=200)
-    assert big.connected_at is not None and "a" in w.done
+    assert big.connected_at is not None and "a" in w.makeflow.done
 
 
 def test_a_task_needing_more_cores_than_its_pod_is_throttled_and_more_memory_killed():
@@ -291,25 +292,25 @@ def test_a_task_needing_more_cores_than_its_pod_is_throttled_and_more_memory_kil
     tasks = [SimTask("cpu", "c", 100, cores=2), SimTask("mem", "m", 100, memory_mb=6000)]
     w = World(Workload("t", tasks), ClusterModel(max_nodes=3, start_nodes=0, latency_mean_s=50.0,
                                                  latency_sd_s=0.0, pod_start_s=2.0))
-    pods = [w.request_node(0.0, shape=THIRD) for _ in range(2)]
-    w._release("cpu")
-    w._release("mem")
+    pods = [w.cluster.request_node(0.0, shape=THIRD) for _ in range(2)]
+    w.makeflow.release(["cpu"])
+    w.makeflow.release(["mem"])
     w.env.run(until=60)
-    assert all(p.connected_at == 52.0 for p in pods) and len(w.runs) == 2
+    assert all(p.connected_at == 52.0 for p in pods) and len(w.queue.runs) == 2
     w.env.run(until=110)
-    assert "mem" in w.whole_worker and w.retries == 1 and w.lost_work == pytest.approx(50 * 1)
-    node = w.request_node(110.0)
+    assert "mem" in w.queue.whole_worker and w.queue.retries == 1 and w.queue.lost_work == pytest.approx(50 * 1)
+    node = w.cluster.request_node(110.0)
     w.env.run(until=400)
-    assert w.done == {"cpu", "mem"} and w.retries == 1
-    cpu = next(s for s in w.summaries if s.category == "c")
+    assert w.makeflow.done == {"cpu", "mem"} and w.queue.retries == 1
+    cpu = next(s for s in w.queue.summaries if s.category == "c")
     assert cpu.wall_time_s == pytest.approx(200) and cpu.cores == 1.0  # throttled: 2 × as long, 1 core read
-    mem = next(s for s in w.summaries if s.category == "m")
+    mem = next(s for s in w.queue.summaries if s.category == "m")
     assert mem.start == pytest.approx(node.connected_at) and mem.wall_time_s == pytest.approx(100)
 
 
 def test_a_pod_never_outgrows_its_node():
     w = world()
-    huge = w.request_node(0.0, shape=Resources(cores=30, memory_mb=150000, disk_mb=10))
+    huge = w.cluster.request_node(0.0, shape=Resources(cores=30, memory_mb=150000, disk_mb=10))
     assert huge.capacity == Resources(cores=3, memory_mb=15000, disk_mb=10)
 
 
@@ -421,9 +422,9 @@ def test_a_never_measured_task_that_waits_beside_idle_pods_gets_a_node_next():
 def test_a_pod_bound_to_a_node_already_there_is_not_a_sample_of_the_preparation_latency():
     # two thirds on one node being prepared (50 s), a third beside them once it is there
     w = world()
-    first = [w.request_node(0.0, shape=THIRD) for _ in range(2)]
+    first = [w.cluster.request_node(0.0, shape=THIRD) for _ in range(2)]
     w.env.run(until=60)
-    beside = w.request_node(60.0, shape=THIRD)
+    beside = w.cluster.request_node(60.0, shape=THIRD)
     w.env.run(until=100)
     assert [p.node_wait_s for p in first] == [50.0, 50.0] and beside.node_wait_s == 0.0
     from hta.sim.backend import SimBackend
@@ -492,7 +493,7 @@ def test_small_pods_for_never_measured_tasks_cost_where_those_tasks_need_more():
             for spec in ("hta:worker_shape=node", "hta")}
     whole, probe = (sim.run() for sim in runs.values())
     assert whole.tasks_retried == probe.tasks_retried == 0
-    throttled = [[s for s in sim.world.summaries if s.category == "align" and s.cores == 1.0] for sim in runs.values()]
+    throttled = [[s for s in sim.world.queue.summaries if s.category == "align" and s.cores == 1.0] for sim in runs.values()]
     assert throttled[0] == [] and len(throttled[1]) > 100
     assert all(s.wall_time_s > 1.8 * 240 for s in throttled[1])  # aligns: 300 s ± 20 %, at 1.9 ×
     assert probe.runtime_s > 1.2 * whole.runtime_s

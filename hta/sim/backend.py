@@ -13,7 +13,8 @@ from __future__ import annotations
 from hta.backends.base import CPU_UTILIZATION, WorkerBackend
 from hta.model import PendingWorker, Resources
 from hta.scaling_log import WorkerRecord
-from hta.sim.world import SimNode, World
+from hta.sim.cluster import SimNode
+from hta.sim.world import World
 from workqueue_bridge.snapshot import MasterSnapshot
 
 
@@ -33,9 +34,9 @@ class SimBackend(WorkerBackend):
         """The starting cluster: ``n`` nodes, ``workers`` of them (default all) with a worker
         connected at t = 0; the others empty."""
         workers = n if workers is None else min(workers, n)
-        self.world.add_empty_nodes(n - workers)
+        self.world.cluster.add_empty_nodes(n - workers)
         for _ in range(workers):
-            node = self.world.request_node(0.0, provision=False)
+            node = self.world.cluster.request_node(0.0, provision=False)
             self._initial.add(node.id)
             self._record(node, "requested", 0.0)
 
@@ -49,7 +50,7 @@ class SimBackend(WorkerBackend):
         """The node a worker smaller than a node runs on (it may share it, and node-seconds
         are paid per node); "" while it waits for room on none; None for a node-sized
         worker, a node of its own."""
-        if self.world._node_sized(node):
+        if self.world.cluster.node_sized(node):
             return None
         return f"h{node.host}" if node.host is not None else ""
 
@@ -63,13 +64,13 @@ class SimBackend(WorkerBackend):
     async def request(self, n: int, shape: Resources, now: float) -> list[str]:
         ids = []
         for _ in range(n):
-            node = self.world.request_node(now, shape=shape)
+            node = self.world.cluster.request_node(now, shape=shape)
             self._record(node, "requested", now)
             ids.append(node.id)
         return ids
 
     async def refresh(self, snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
-        new, self.world.newly_connected = self.world.newly_connected, []
+        new, self.world.cluster.newly_connected = self.world.cluster.newly_connected, []
         new.sort(key=lambda n: int(n.id[1:]))  # request order, as the nodes were asked for
         for node in new:
             if node.id in self._reported or node.gone:
@@ -82,7 +83,7 @@ class SimBackend(WorkerBackend):
             room = (node.placed_at or node.requested_at) - node.requested_at  # waiting for room on a node
             phases = {"room": round(room, 3)} if room > 0 else {}
             if node.node_wait_s > 0:  # a node prepared for it (and its image pulled there)
-                pull = self.world.cluster.pull_s
+                pull = self.world.model.pull_s
                 phases.update(node=round(lat - pull - room, 3), pull=pull)
             else:  # bound to a node already there
                 phases.update(node=round(room, 3), start=round(lat - room, 3))
@@ -91,42 +92,44 @@ class SimBackend(WorkerBackend):
             phases["unschedulable"] = round(room + node.node_wait_s, 3)
             self._record(node, "connected", node.connected_at, latency_s=round(lat, 3), phases=phases)
         # workers that ran to completion and left by themselves (a job's worker, idle)
-        exited, self.world.exited = self.world.exited, []
+        exited, self.world.cluster.exited = self.world.cluster.exited, []
         for node in exited:
             self._record(node, "drained", node.gone_at if node.gone_at is not None else now)
         return self._flush()
 
     def worker_ids(self) -> dict[str, str]:
-        return {self.world.nodes[i].address: i for i in self.world.order}
+        cluster = self.world.cluster
+        return {cluster.nodes[i].address: i for i in cluster.order}
 
     def retired(self) -> set[str]:
-        return self.world.retired_addresses
+        return self.world.cluster.retired_addresses
 
     def pending(self) -> list[PendingWorker]:
         return [PendingWorker(id=n.id, requested_at=n.requested_at, shape=n.limits)
-                for n in self.world.pending_nodes.values()]
+                for n in self.world.cluster.pending_nodes.values()]
 
     async def cpu_utilization(self) -> dict[str, float] | None:
-        return {i: self.world.cpu_busy(self.world.nodes[i]) for i in self.world.order}
+        cluster = self.world.cluster
+        return {i: self.world.queue.cpu_busy(cluster.nodes[i]) for i in cluster.order}
 
     async def drain(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
         busy = {w.hostname for w in snap.workers if w.tasks_running > 0}
         for wid in ids:
             if wid in busy:
                 continue
-            if self.world.retire(wid, busy_ok=False) is not None:
-                self._record(self.world.nodes[wid], "drained", now)
+            if self.world.cluster.retire(wid, busy_ok=False) is not None:
+                self._record(self.world.cluster.nodes[wid], "drained", now)
         return self._flush()
 
     async def remove(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
         for wid in ids:
-            lost = self.world.retire(wid, busy_ok=True)
+            lost = self.world.cluster.retire(wid, busy_ok=True)
             if lost is not None:
-                self._record(self.world.nodes[wid], "removed", now, tasks_lost=lost)
+                self._record(self.world.cluster.nodes[wid], "removed", now, tasks_lost=lost)
         return self._flush()
 
     async def stop_all(self, now: float) -> list[WorkerRecord]:
-        for node in self.world.nodes.values():
+        for node in self.world.cluster.nodes.values():
             if not node.gone:
                 node.gone = True  # the run is over: no node outlives it
                 self._record(node, "stopped", now)
@@ -134,4 +137,4 @@ class SimBackend(WorkerBackend):
 
     def live(self) -> int:
         """Nodes asked for and not gone (connected or on their way)."""
-        return len(self.world.pending_nodes) + len(self.world.order)
+        return len(self.world.cluster.pending_nodes) + len(self.world.cluster.order)

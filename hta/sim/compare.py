@@ -21,7 +21,7 @@ from hta.scaling_log import ScalingLogWriter
 from hta.sim.oracle import NodeSecondsFloor, mean_node_seconds_floor, node_seconds_floor
 from hta.sim.workload import load_workload
 from hta.sim.run import Simulation
-from hta.sim.world import ClusterModel, unrunnable
+from hta.sim.cluster import ClusterModel, unrunnable
 from hta.summary import RunSummary
 
 #: a run slower than this many times the oracle bound is cut off and marked unfinished

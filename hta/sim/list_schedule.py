@@ -41,7 +41,7 @@ from typing import Literal
 
 from hta.sim.oracle import _durations
 from hta.sim.workload import SimTask, Workload, topological_order
-from hta.sim.world import ClusterModel
+from hta.sim.cluster import ClusterModel
 
 Order = Literal["newest-first", "fifo", "critical-path", "category-path"]
 

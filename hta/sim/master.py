@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from hta.model import Resources, UpcomingTasks
+from hta.sim.cluster import SimNode
 from hta.sim.world import World
 from workqueue_bridge.dag import Dag, Rule, UpcomingIndex
 from workqueue_bridge.dispatch import allocation_request, is_whole_worker
@@ -53,7 +54,7 @@ class SimMaster:
     def _waiting_segments(self) -> list[WaitingSegment]:
         """The waiting tasks by run of consecutive ids, each run with what the master reports of
         its tasks' allocation, read back as production reads a task's status (:func:`task_request`)."""
-        w = self.world
+        w = self.world.queue
         requests: dict[tuple, Resources] = {}
         out: list[WaitingSegment] = []
         for lo, hi, kind in w.waiting_ids.segs:
@@ -62,7 +63,7 @@ class SimMaster:
                 category, whole, declared = kind
                 asked = allocation_request(
                     Resources(cores=declared[0], memory_mb=declared[1]) if declared else None,
-                    w.master_learner.model(category), auto=w.cluster.auto_allocation, exceeded=whole)
+                    w.master_learner.model(category), auto=w.model.auto_allocation, exceeded=whole)
                 req = requests[kind] = task_request(TaskStatus.model_construct(
                     task_id=lo, state="waiting", category=category, worker=None, started_at=None,
                     **_declared(asked)))
@@ -74,7 +75,7 @@ class SimMaster:
         # read within a budget (MasterStatusClient.read_budget): at 100k tasks a decision
         # may see one 15-100 s old, its counts current (what was submitted since is added from
         # them: table_kept); here it never is
-        w = self.world
+        w, cluster = self.world.queue, self.world.cluster
         tasks: list[TaskStatus] = []
         counts: dict[str, list[int]] = {c: [n, 0] for c, n in w.waiting_by_category.items() if n}
         for tid, r in w.runs.items():
@@ -86,26 +87,27 @@ class SimMaster:
                     started_at=r.start, **_declared(Resources() if whole else r.alloc))
             tasks.append(r.status)
         tasks.sort(key=lambda t: t.task_id)
-        workers = [self._worker(w.nodes[i]) for i in w.order]
-        queue = QueueStatus(tasks_waiting=len(w.waiting), tasks_running=len(w.runs), tasks_done=len(w.done),
+        workers = [self._worker(cluster.nodes[i]) for i in cluster.order]
+        queue = QueueStatus(tasks_waiting=len(w.waiting), tasks_running=len(w.runs),
+                            tasks_done=len(self.world.makeflow.done),
                             workers_connected=len(workers),
                             categories=[CategoryStatus(name=c, waiting=n[0], running=n[1])
                                         for c, n in sorted(counts.items())])
         return SimSnapshot.model_construct(taken_at=now, queue=queue, tasks=tasks, workers=workers,
                                            waiting_segments=self._waiting_segments())
 
-    def _worker(self, n) -> WorkerStatus:
+    def _worker(self, n: SimNode) -> WorkerStatus:
         """A worker's status, built again only when what it runs changed."""
         key = (n.free_c, n.free_m, tuple(n.running))
         cached = self._workers.get(n.id)
         if cached is not None and cached[0] == key:
             return cached[1]
-        runs = [self.world.runs[t] for t in n.running]
+        runs = [self.world.queue.runs[t] for t in n.running]
         status = WorkerStatus.model_construct(
             address=n.address, hostname=n.id, cores=n.capacity.cores, memory_mb=n.capacity.memory_mb,
             disk_mb=n.capacity.disk_mb, cores_in_use=n.capacity.cores - n.free_c,
             memory_in_use_mb=n.capacity.memory_mb - n.free_m, disk_in_use_mb=0.0, tasks_running=len(runs),
-            task_ids=sorted(self.world.task_id[r.task.id] for r in runs), started_at=n.connected_at)
+            task_ids=sorted(self.world.queue.task_id[r.task.id] for r in runs), started_at=n.connected_at)
         self._workers[n.id] = (key, status)
         return status
 
@@ -118,8 +120,8 @@ class SimMonitor:
         self._seen = 0
 
     def poll(self) -> list[TaskSummary]:
-        new = self.world.summaries[self._seen:]
-        self._seen = len(self.world.summaries)
+        new = self.world.queue.summaries[self._seen:]
+        self._seen = len(self.world.queue.summaries)
         return new
 
 
@@ -132,13 +134,13 @@ class SimLookahead:
     def __init__(self, world: World):
         self.world = world
         num = {t.id: i for i, t in enumerate(world.workload.tasks)}
-        self.dag = Dag([Rule(i, t.category, world.declared(t) or Resources(), sorted(num[p] for p in t.parents))
+        self.dag = Dag([Rule(i, t.category, world.queue.declared(t) or Resources(), sorted(num[p] for p in t.parents))
                         for i, t in enumerate(world.workload.tasks)])
         self.index = UpcomingIndex(self.dag)
         self._seen = 0
 
     def __call__(self, waiting_group_of: Mapping[int, str], running_tasks: set[int]) -> list[UpcomingTasks]:
-        log = self.world.state_log
+        log = self.world.makeflow.state_log
         if self._seen < len(log):
             self.index.update({node: (state, job) for node, state, job in log[self._seen:]})
             self._seen = len(log)

@@ -17,7 +17,7 @@ No policy, not even the largest cluster present from t = 0, finishes sooner:
   when there are none); after that at most ``max_nodes`` × ``node_cores``.
 - **The smallest possible latency, not the mean.** A node connects after
   max(1 s, mean − 4 sd, a normal draw) + pull + pod start (the world clips
-  the draw 4 sd below the mean: ``hta.sim.world.min_draw_s``), so the bound
+  the draw 4 sd below the mean: ``hta.sim.cluster.min_draw_s``), so the bound
   assumes the clip; a fixed latency (``latency_sd_s = 0``) is used as it is.
 - **Tasks are whole.** A phase whose tasks cannot all start on the starting
   nodes before the first bought node can arrive (each core holds one task at
@@ -75,7 +75,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from hta.sim.workload import SimTask, Workload, topological_order
-from hta.sim.world import ClusterModel, min_draw_s
+from hta.sim.cluster import ClusterModel, min_draw_s
 
 
 #: heads tried per phase by :meth:`Phase.end_by_chains` (each a pass over the phase's tasks)
@@ -240,7 +240,7 @@ def held_cores(t: SimTask, declared: bool, smallest_pod: float = 1.0) -> tuple[f
     where it declares them; else it may run on a whole worker smaller than it, which only
     the pod's limits hold: throttled to the pod's cores, it holds as few as the smallest
     pod's at a time (HTA cuts a node into at most as many pods as it has whole cores), for
-    longer, occupying its busy cores' worth (:func:`hta.sim.world.throttled`). A pod under
+    longer, occupying its busy cores' worth (:func:`hta.sim.cluster.throttled`). A pod under
     a core advertises a whole one (``Resources.advertised``), so a declared task there
     holds only the pod's share of each core it declares, throttled alike."""
     if declared:

@@ -27,7 +27,8 @@ from hta.sim.backend import SimBackend
 from resource_monitor.incremental import IncrementalCategoryLearner
 from hta.sim.master import SimLookahead, SimMaster, SimMonitor
 from hta.sim.workload import Workload
-from hta.sim.world import ClusterModel, World
+from hta.sim.cluster import ClusterModel
+from hta.sim.world import World
 from hta.summary import RunSummary, end_run
 
 T = TypeVar("T")
@@ -54,7 +55,7 @@ class Simulation:
         self.log = log or ScalingLogWriter()
         self.world = World(workload, self.cluster, seed)
         # workers that run to completion (KEDA's ScaledJob) leave by themselves in the world
-        self.world.lifetime = getattr(policy, "worker_lifetime", None)
+        self.world.cluster.lifetime = getattr(policy, "worker_lifetime", None)
         self.backend = SimBackend(self.world)
         self.controller = Controller(
             master=SimMaster(self.world), backend=self.backend, policy=policy, learner=IncrementalCategoryLearner(),
@@ -109,7 +110,7 @@ class Simulation:
         return end_run(self.log, t=end, stopped=run_now(self.backend.stop_all(end)),
                        categories=self.controller.learner.models(), end=EndRecord(
                            t=round(end, 3), exit_code=0 if complete else 1,
-                           runtime_s=round(world.finished_at if complete else end, 3), tasks_done=len(world.done),
-                           tasks_failed=0 if complete else len(world.tasks) - len(world.done),
-                           tasks_retried=world.retries, lost_work_core_s=round(world.lost_work, 3)),
+                           runtime_s=round(world.finished_at if complete else end, 3), tasks_done=len(world.makeflow.done),
+                           tasks_failed=0 if complete else len(world.queue.tasks) - len(world.makeflow.done),
+                           tasks_retried=world.queue.retries, lost_work_core_s=round(world.queue.lost_work, 3)),
                        source=str(self.log.path) if self.log.path else None)

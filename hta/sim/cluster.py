@@ -1,0 +1,396 @@
+"""The simulated cluster: nodes, the worker pods on them, and how a pod's limits hold the
+tasks it runs.
+
+- At most ``max_nodes`` nodes; a node asked for arrives after a latency drawn from
+  N(mean, sd), never below mean − 4 sd, plus ``pull_s`` (image pull); ``start_nodes`` are
+  there at t = 0.
+- Nodes and workers (pods) are apart: a worker of a given shape (a whole node by default)
+  goes to the oldest node with room for it (one being prepared included), else to a new
+  node; a node leaves with its last worker (or ``empty_node_ttl_s`` later, the cluster
+  autoscaler's scale-down-unneeded-time); past the cap a worker waits for room.
+- Workers that run to completion (a policy's ``worker_lifetime``, e.g. KEDA's ScaledJob:
+  :class:`~hta.policies.base.WorkerLifetime`) accept at most ``max_tasks`` tasks and leave
+  once the last has ended, or after ``idle_timeout_s`` without a task; never while they run
+  one.
+- A pod's limits hold its tasks as Kubernetes enforces them: more cores than the pod runs
+  throttled to the pod's (its runtime stretched, its measured peak the pod's cores), more
+  memory is killed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import simpy
+from pydantic import BaseModel
+
+from hta.model import Resources
+from hta.policies.base import WorkerLifetime
+from hta.sim.workload import SimTask, Workload
+
+
+class ClusterModel(BaseModel):
+    """The simulated cluster (defaults: the thesis's GKE measurement)."""
+
+    max_nodes: int = 20
+    start_nodes: int = 1
+    node_cores: float = 3.0  # allocatable of a 4-vCPU node
+    node_memory_mb: float = 15000.0
+    node_disk_mb: float = 100000.0
+    latency_mean_s: float = 157.4
+    latency_sd_s: float = 4.2
+    pull_s: float = 0.0
+    min_interval_s: float = 1.0
+    max_interval_s: float = 600.0
+    horizon_s: float = 48 * 3600.0  # give up after this long (a policy that never scales)
+    #: after the workflow ends the cluster keeps running until the policy has scaled it
+    #: down (HPA's 300 s window, the factory's idle timeout...) to its starting size, for
+    #: at most this long: waste and node time are counted through that teardown, runtime is not
+    teardown_s: float = 900.0
+    #: workers connected at t = 0 (None: one on each starting node); starting nodes
+    #: without one are empty nodes a requested worker lands on after ``pod_start_s``
+    start_workers: int | None = None
+    #: a worker asked for where an empty node already is: scheduled → connected
+    pod_start_s: float = 0.0
+    #: a node whose worker left stays this long (the cluster autoscaler's
+    #: scale-down-unneeded-time); a worker asked for meanwhile lands on it after
+    #: ``pod_start_s`` instead of a whole preparation latency (0: nodes leave with their worker)
+    empty_node_ttl_s: float = 0.0
+    #: added to each task's run on a worker: dispatch, input transfer, the resource
+    #: monitor's start, the result's return (what a real master adds to a runtime)
+    task_overhead_s: float = 0.0
+    #: the same per category, where measured (overrides ``task_overhead_s``)
+    task_overhead_by_category_s: dict[str, float] = {}
+    #: Work Queue gives a task of a category it has measured that category's peak, so
+    #: several share a worker (what makeflow ``--allocation=throughput`` is documented to
+    #: do: the "packed" world). False, the default: a task that declares nothing takes a
+    #: whole worker, always, which is what CCTools 8.0 does under ``makeflow -T wq``, with
+    #: that option or without (docs/decisions/0010-whole-worker-tasks.md), and what
+    #: production assumes
+    auto_allocation: bool = False
+
+    @property
+    def node_shape(self) -> Resources:
+        return Resources(cores=self.node_cores, memory_mb=self.node_memory_mb, disk_mb=self.node_disk_mb)
+
+
+def unrunnable(workload: Workload, cluster: ClusterModel) -> str | None:
+    """Why some task of ``workload`` can never finish on ``cluster``, in one line naming the
+    fix, or None. A task over a node-sized worker's memory is killed there every time (Work
+    Queue would return it to Makeflow as resource exhaustion, and the workflow would fail);
+    a declared task over the cores a node's worker advertises is never dispatched. Either
+    way a run would only go on until its horizon."""
+    whole = cluster.node_shape.advertised()
+    if not workload.tasks:
+        return None
+    t = max(workload.tasks, key=lambda t: t.memory_mb)  # (the largest, so the fix named is enough)
+    if t.memory_mb > whole.memory_mb + 1e-9:
+        return (f"{workload.name}'s task {t.id} ({t.category}) uses {t.memory_mb:,.0f} MB, more than a "
+                f"node's worker has ({whole.memory_mb:,.0f} MB): give --node-memory {math.ceil(t.memory_mb)} or more")
+    t = max(workload.tasks, key=lambda t: t.cores)
+    if workload.declared and t.cores > whole.cores + 1e-9:
+        return (f"{workload.name}'s task {t.id} ({t.category}) declares {t.cores:g} cores, more than a node's "
+                f"worker advertises ({whole.cores:g}): give --node-cores {math.ceil(t.cores)} or more")
+    return None
+
+
+#: a node is never prepared faster than this many standard deviations below the mean
+#: latency: the normal draw is clipped there (a 4-sd draw happens once in 30,000), so the
+#: lower bound (:mod:`hta.sim.oracle`) may assume no sooner arrival
+LATENCY_FLOOR_SD = 4.0
+
+
+def min_draw_s(cluster: ClusterModel) -> float:
+    """The smallest preparation latency the world draws: max(1 s, mean − 4 sd)."""
+    return max(1.0, cluster.latency_mean_s - LATENCY_FLOOR_SD * max(cluster.latency_sd_s, 0.0))
+
+
+@dataclass
+class SimHost:
+    """A node of the cluster: its room for workers and the workers on it."""
+
+    id: int
+    #: when it is prepared (workers on it can start)
+    ready_at: float
+    free_c: float
+    free_m: float
+    workers: set[str] = field(default_factory=set)
+    #: when its last worker left (None: it has one)
+    empty_since: float | None = None
+
+
+@dataclass
+class SimNode:
+    """A worker (a pod) and the node it runs on (``host``).
+
+    ``limits`` is what the pod asks of its node: its room there and its CPU quota (what a
+    task's speed and the monitor's reading are held to). ``capacity`` is what its worker
+    advertises to the master, as ``hta.node.capacity`` reads it: whole cores and MB, so a
+    third of a 4-core node asks 1.33 cores and runs tasks on 1, as in a real pod."""
+
+    id: str
+    capacity: Resources
+    requested_at: float
+    limits: Resources = field(default_factory=Resources)
+    connected_at: float | None = None
+    free_c: float = 0.0
+    free_m: float = 0.0
+    #: task ids in start order (a dict, not a set: iteration order must not depend on
+    #: string hashing, or runs of the same seed differ between processes)
+    running: dict[str, None] = field(default_factory=dict)
+    gone: bool = False
+    #: the node (host) the worker runs on
+    host: int | None = None
+    #: tasks it may still accept (None: no limit; a worker that runs to completion)
+    tasks_left: int | None = None
+    #: when it left by itself (a worker that ran to completion)
+    gone_at: float | None = None
+    #: bumped whenever the worker starts a task: an idle-exit timer armed before is void
+    idle_token: int = 0
+    #: when it was bound to a node (later than ``requested_at`` if it waited for room)
+    placed_at: float | None = None
+    #: how long after it was bound its node was still being prepared (0: one already there)
+    node_wait_s: float = 0.0
+
+    @property
+    def address(self) -> str:
+        """The worker's connection as the master names it (``ip:port``)."""
+        return f"{self.id}:9123"
+
+    @property
+    def free(self) -> Resources:
+        return Resources(cores=self.free_c, memory_mb=self.free_m, disk_mb=self.capacity.disk_mb)
+
+
+def quota_of(node: SimNode, alloc: Resources) -> Resources:
+    """The CPU limit a task allocated ``alloc`` runs within: its pod's (a task may use what
+    its allocation does not say, up to the pod's limit, and the monitor reads that), except
+    on a pod whose worker advertises more cores than it may use — one under a core
+    advertises a whole one — where the tasks share the limit by their allocated cores: two
+    half-core tasks on a pod of half a core run at a quarter core each."""
+    if alloc is node.capacity or node.capacity.cores <= node.limits.cores + 1e-9:
+        return node.limits
+    return Resources(cores=alloc.cores * node.limits.cores / node.capacity.cores)
+
+
+def throttled(t: SimTask, pod: Resources) -> float:
+    """How much longer ``t`` runs in ``pod`` than on what it needs: the cores it keeps busy
+    over the pod's, when that is more than 1 (a CFS quota's throttling)."""
+    busy = t.cores * t.cpu_util
+    return busy / pod.cores if pod.cores > 0 and busy > pod.cores + 1e-9 else 1.0
+
+
+def reads_cores(t: SimTask, pod: Resources) -> float:
+    """The peak cores the resource monitor reads of ``t`` in ``pod``: its own, or the pod's
+    where the quota holds it to fewer."""
+    return float(min(t.cores, pod.cores)) if pod.cores > 0 else float(t.cores)
+
+
+def _nothing() -> None:
+    return None
+
+
+class SimCluster:
+    """The nodes and worker pods of the world. What the master does with a worker is not
+    here: :attr:`dispatch` is called when a worker connects or leaves (the master may place
+    tasks), :attr:`evict` takes a retired worker's running tasks back (it returns how many),
+    and :attr:`on_change` is called at every change a watcher may want to see."""
+
+    def __init__(self, model: ClusterModel, env: simpy.Environment, rng: random.Random):
+        self.model = model
+        self.env = env
+        self.rng = rng
+        self.nodes: dict[str, SimNode] = {}
+        self.order: list[str] = []  # connected nodes, in connection order
+        #: nodes asked for and not connected yet (not gone), in request order
+        self.pending_nodes: dict[str, SimNode] = {}
+        #: nodes connected since the backend last looked, and addresses of nodes gone after connecting
+        self.newly_connected: list[SimNode] = []
+        self.retired_addresses: set[str] = set()
+        #: the cluster's nodes (each holds workers up to its shape), oldest first
+        self.hosts: dict[int, SimHost] = {}
+        #: workers asked for that no node has room for (the node cap reached), in order
+        self.unplaced: deque[str] = deque()
+        #: what the workers do on their own (None: they stay until drained or removed)
+        self.lifetime: WorkerLifetime | None = None
+        #: workers that left on their own since the backend last looked
+        self.exited: list[SimNode] = []
+        self.dispatch: Callable[[], None] = _nothing
+        self.evict: Callable[[SimNode], int] = lambda node: 0
+        self.on_change: Callable[[], None] = _nothing
+        self._seq = 0
+        self._host_seq = 0
+
+    # -- nodes ---------------------------------------------------------------------------
+    def add_empty_nodes(self, n: int) -> None:
+        """Starting nodes with no worker yet."""
+        for _ in range(n):
+            self._empty(self._new_host(0.0))
+
+    def _new_host(self, ready_at: float) -> SimHost:
+        self._host_seq += 1
+        shape = self.model.node_shape
+        host = SimHost(self._host_seq, ready_at, shape.cores, shape.memory_mb)
+        self.hosts[host.id] = host
+        return host
+
+    def _host_with_room(self, shape: Resources) -> SimHost | None:
+        """The first node (oldest first) with room for a worker of ``shape`` — as the
+        scheduler binds a pod to a node that fits it before the cluster autoscaler adds one."""
+        for host in self.hosts.values():
+            if host.free_c >= shape.cores - 1e-9 and host.free_m >= shape.memory_mb - 1e-9:
+                return host
+        return None
+
+    def node_sized(self, node: SimNode) -> bool:
+        whole = self.model.node_shape
+        return node.limits.cores >= whole.cores - 1e-9 and node.limits.memory_mb >= whole.memory_mb - 1e-9
+
+    @property
+    def empty_nodes(self) -> dict[int, float]:
+        """Nodes without a worker, with the time they emptied."""
+        return {h.id: h.empty_since for h in self.hosts.values() if not h.workers and h.empty_since is not None}
+
+    def _empty(self, host: SimHost) -> None:
+        now = self.env.now
+        host.empty_since = now
+
+        def remove(_ev: object, host: SimHost = host, since: float = now) -> None:
+            if host.empty_since == since and not host.workers:
+                self.hosts.pop(host.id, None)
+        if self.model.empty_node_ttl_s > 0:
+            self.env.timeout(self.model.empty_node_ttl_s).callbacks.append(remove)
+        else:
+            remove(None)
+
+    # -- workers ---------------------------------------------------------------------------
+    def request_node(self, now: float, provision: bool = True, shape: Resources | None = None) -> SimNode:
+        """Ask for a worker of ``shape`` (default: a whole node). It connects at once if not
+        ``provision``; on a node with room for it (one being prepared, or one already there:
+        an empty node lasts ``empty_node_ttl_s``) once that node is ready, ``pod_start_s``
+        later; else on a new node after a preparation latency (``max_nodes`` nodes at most:
+        past that it waits for room)."""
+        self._seq += 1
+        whole = self.model.node_shape
+        if shape is None:
+            shape = whole
+        else:  # a pod never outgrows its node: the scheduler could not place it
+            shape = Resources(cores=min(shape.cores, whole.cores), memory_mb=min(shape.memory_mb, whole.memory_mb),
+                              disk_mb=min(shape.disk_mb, whole.disk_mb))
+        node = SimNode(f"n{self._seq}", shape.advertised(), requested_at=now, limits=shape)
+        if self.lifetime is not None and self.lifetime.max_tasks is not None:
+            node.tasks_left = max(1, self.lifetime.max_tasks)
+        self.nodes[node.id] = node
+        self.pending_nodes[node.id] = node
+        if not provision:
+            self._place(node, self._new_host(now))
+            self._connect(node)
+        else:
+            self._schedule(node)
+        return node
+
+    def _schedule(self, node: SimNode) -> None:
+        """Bind a pending worker to a node (or queue it for room) and start it there."""
+        now = self.env.now
+        host = self._host_with_room(node.limits)
+        if host is None and len(self.hosts) < max(self.model.max_nodes, self.model.start_nodes):
+            draw = max(min_draw_s(self.model), self.rng.gauss(self.model.latency_mean_s, self.model.latency_sd_s))
+            host = self._new_host(now + draw + self.model.pull_s)
+        if host is None:
+            self.unplaced.append(node.id)  # unschedulable until a node has room
+            return
+        self._place(node, host)
+        node.node_wait_s = max(host.ready_at, now) - now
+        self.env.process(self._provision(node, node.node_wait_s + self.model.pod_start_s))
+
+    def _place(self, node: SimNode, host: SimHost) -> None:
+        node.host = host.id
+        node.placed_at = self.env.now
+        host.free_c -= node.limits.cores
+        host.free_m -= node.limits.memory_mb
+        host.workers.add(node.id)
+        host.empty_since = None
+
+    def _provision(self, node: SimNode, delay: float):  # type: ignore[no-untyped-def]  (a simpy process)
+        yield self.env.timeout(delay)
+        self._connect(node)
+
+    def _release_host(self, node: SimNode) -> None:
+        """The worker left its node: the room is free; an empty node stays for
+        ``empty_node_ttl_s``, then goes. A worker waiting for room is placed first."""
+        host = self.hosts.get(node.host) if node.host is not None else None
+        if host is None:
+            return
+        host.free_c += node.limits.cores
+        host.free_m += node.limits.memory_mb
+        host.workers.discard(node.id)
+        if not host.workers:
+            self._empty(host)
+        waiting, self.unplaced = self.unplaced, deque()
+        for wid in waiting:
+            if not self.nodes[wid].gone:
+                self._schedule(self.nodes[wid])
+
+    def _connect(self, node: SimNode) -> None:
+        if node.gone:
+            return
+        node.connected_at = self.env.now
+        node.free_c, node.free_m = node.capacity.cores, node.capacity.memory_mb
+        self.order.append(node.id)
+        del self.pending_nodes[node.id]
+        self.newly_connected.append(node)
+        self.on_change()
+        self.dispatch()
+        if self.lifetime is not None and not node.running:
+            self._arm_idle_exit(node)
+
+    def retire(self, node_id: str, busy_ok: bool) -> int | None:
+        """Take a worker away: None if it is unknown, gone, or busy and not ``busy_ok``;
+        else the number of tasks it was running (taken back by :attr:`evict`)."""
+        node = self.nodes.get(node_id)
+        if node is None or node.gone or (node.running and not busy_ok):
+            return None
+        node.gone = True
+        self._release_host(node)
+        if node.connected_at is None:  # still on its way: the request is cancelled
+            del self.pending_nodes[node.id]
+            self.on_change()
+            return 0
+        self.retired_addresses.add(node.address)
+        lost = self.evict(node)
+        self.order.remove(node.id)
+        self.on_change()
+        self.dispatch()
+        return lost
+
+    # -- workers that run to completion ---------------------------------------------------
+    def _arm_idle_exit(self, node: SimNode) -> None:
+        """The worker just fell idle: it leaves after ``idle_timeout_s`` unless a task starts."""
+        timeout = self.lifetime.idle_timeout_s if self.lifetime is not None else None
+        if timeout is None:
+            return
+        token = node.idle_token
+
+        def expire(_ev: object, node: SimNode = node, token: int = token) -> None:
+            if node.idle_token == token and not node.gone and not node.running:
+                self._exit(node)
+        self.env.timeout(timeout).callbacks.append(expire)
+
+    def _exit(self, node: SimNode) -> None:
+        """The worker's job completed: it leaves by itself (idle: nothing is lost)."""
+        if self.retire(node.id, busy_ok=False) is not None:
+            node.gone_at = self.env.now
+            self.exited.append(node)
+
+    def task_ended_on(self, node: SimNode) -> None:
+        """A task ended on ``node``: a worker that runs to completion may leave now."""
+        if self.lifetime is None or node.gone or node.running:
+            return
+        if node.tasks_left == 0:
+            self._exit(node)
+        else:
+            self._arm_idle_exit(node)
