@@ -162,14 +162,12 @@ def test_a_task_running_far_past_the_horizon_counts_as_a_missing_core_not_as_bac
 def test_the_queue_is_played_newest_first_as_the_master_dispatches():
     # one idle 2-core worker; the waiting groups in submission order (task ids): the master
     # dispatches the newest first (workqueue_bridge/dispatch.py), so b's two tasks take the
-    # worker and a's two wait at the horizon; played oldest first, a's would take it
+    # worker and a's two wait at the horizon
     o = obs(workers=[worker("w1")], waiting=[TaskGroup(category="a", count=2, request=ONE, id="g0"),
                                              TaskGroup(category="b", count=2, request=ONE, id="g1")],
             categories={"a": cat("a", 100.0), "b": cat("b", 100.0)})
     left = QueueDrainEstimator().estimate(o, 10.0).left_waiting
     assert [(g.category, g.count) for g in left] == [("a", 2)]
-    before = QueueDrainEstimator(EstimatorOptions(newest_first=False)).estimate(o, 10.0).left_waiting
-    assert [(g.category, g.count) for g in before] == [("b", 2)]
 
 
 def _order_case(upcoming, ends=(110.0,)):
@@ -296,7 +294,7 @@ def test_a_worker_is_held_for_any_measured_work_the_long_play_gives_it_in_any_or
     # w1 runs a never-measured task 1 and a measured outlier, task 2: both end at t=170 in
     # the play. u0 (after task 1) and u1 (after task 2) each want a whole worker: idle w2
     # runs one at 170, the other at 180. Whichever comes first, w2 has measured work: held
-    from hta.estimator import _DrainPlay
+    from hta.estimator.play import DrainPlay
 
     def running(order):
         tasks = {1: RunningTask(task_id=1, category="split", allocation=ONE, started_at=30.0, worker="w1"),
@@ -308,7 +306,7 @@ def test_a_worker_is_held_for_any_measured_work_the_long_play_gives_it_in_any_or
                 upcoming=[UpcomingTasks(id="u0", category="a", count=1, request=SHAPE, after=["task:1"]),
                           UpcomingTasks(id="u1", category="a", count=1, request=SHAPE, after=["task:2"])])
         assert QueueDrainEstimator().unused_idle(o, 10.0, 310.0, measured_only=True) == []
-        short, full = (_DrainPlay(o, 310.0, EstimatorOptions(), 10.0, until_idle_used=u, measured_only=True)
+        short, full = (DrainPlay(o, 310.0, EstimatorOptions(), 10.0, until_idle_used=u, measured_only=True)
                        for u in (True, False))
         short.run()
         full.run()  # (the early stop waits for w2's measured task: the same answer)
@@ -444,7 +442,6 @@ def test_a_whole_worker_task_behind_tasks_past_their_longest_gets_a_worker():
     o = obs(time=2000.0, workers=workers, running=running, categories={"g": g},
             waiting=[TaskGroup(category="merge", count=1)], latency=LatencyStats(samples=[100.0]))
     assert HTAPolicy().decide(o).add == 1
-    assert HTAPolicy(options=EstimatorOptions(overdue_past_longest=False)).decide(o).add == 0
     # measured 50 times, the longest is the category's: the same tasks are stragglers about to end
     many = o.model_copy(update={"categories": {"g": g.model_copy(update={"samples": 50})}})
     assert HTAPolicy().decide(many).add == 0
@@ -477,7 +474,6 @@ def test_a_whole_worker_task_released_soon_goes_to_an_idle_worker_not_one_whose_
     est = QueueDrainEstimator().estimate(o, 100.0)
     assert est.releases == [(1990.0, 1)] and est.unused_idle == []
     assert HTAPolicy(hold_latencies=0).decide(o).drain == []
-    assert unused(o, release_to_idle_first=False) == ["idle"]  # the rule off: busy workers first
     # task 2 at 110 s (past the longest, 100 s, but within OUTRUN_MARGIN: a straggler of a
     # category about to end) or at 90 s: b's forecast is trusted, b takes the merge, and the
     # idle worker is drained (with no busy worker trusted, Cycles uncapped paid +7 % node·s)
@@ -504,7 +500,7 @@ def test_a_reduce_waits_for_a_parent_that_outran_its_category():
     # 3 tasks of an outrun category run (2 measured, 106 s at the longest; 2 have run
     # 170 and 200 s); 8 tasks wait for task 0 (170 s) and task 1 (150 s). Task 0 counts
     # as running 170 s more: the 8 are released after the 100 s horizon, and the idle
-    # worker is not kept for them. As stragglers about to end (the rule off) they would be.
+    # worker is not kept for them.
     g = soykb_genotype(samples=2)
     running = [RunningTask(task_id=i, category="g", allocation=ONE, started_at=1000.0 - e, worker=w)
                for i, (e, w) in enumerate([(170.0, "w0"), (150.0, "w0"), (200.0, "w1")])]
@@ -513,8 +509,6 @@ def test_a_reduce_waits_for_a_parent_that_outran_its_category():
             upcoming=[UpcomingTasks(id="u0", category="g", count=8, request=ONE, after=["task:0", "task:1"])])
     aware = QueueDrainEstimator().estimate(o, 100.0)
     assert aware.releases == [] and aware.unused_idle == ["idle"]
-    old = QueueDrainEstimator(EstimatorOptions(overdue_past_longest=False)).estimate(o, 100.0)
-    assert [n for _, n in old.releases] == [8] and old.unused_idle == []
 
 
 def test_barrier_awareness_drains_a_worker_the_mean_would_keep():
@@ -707,9 +701,6 @@ def test_a_just_started_task_of_an_unmeasured_category_is_expected_to_run_as_lon
     now = QueueDrainEstimator().estimate(o, 160.0)
     assert sorted(now.unused_idle) == ["w3", "w4"] and now.releases == []
     assert sorted(HTAPolicy().decide(o).drain) == ["w3", "w4"]
-    # the old prior: a task just started ends in about a second, its 9 dependents take the idle workers
-    old = QueueDrainEstimator(EstimatorOptions(unmeasured_floor=False)).estimate(o, 160.0)
-    assert old.unused_idle == [] and old.releases and old.releases[0][1] == 9
 
 
 def test_tail_awareness_counts_a_worker_as_the_tasks_that_fit_in_it():
@@ -767,9 +758,9 @@ def test_a_play_past_the_horizon_still_has_pending_workers_come_one_latency_afte
     assert est.unused_idle(o, 40.0, 40.0) == ["w"]
     assert HTAPolicy(hold_latencies=3).decide(o).drain == [] and HTAPolicy(hold_latencies=0).decide(o).drain == ["w"]
     # that play stops once every idle worker has work (w at t=120), with the same answer
-    from hta.estimator import _DrainPlay
+    from hta.estimator.play import DrainPlay
 
-    short, full = (_DrainPlay(o, 40.0, EstimatorOptions(), 10.0, until_idle_used=u) for u in (True, False))
+    short, full = (DrainPlay(o, 40.0, EstimatorOptions(), 10.0, until_idle_used=u) for u in (True, False))
     short.run()
     full.run()
     assert short.unused_idle() == full.unused_idle() == [] and len(short._events) > len(full._events)
@@ -779,11 +770,11 @@ def test_plays_of_one_observation_share_its_barrier_times(monkeypatch):
     """A decision plays one observation several times (a shape, then the drain's hold);
     barrier times depend only on what those plays share, so they are computed once per
     observation, and again for the next one."""
-    import hta.estimator as estimator
+    import hta.estimator.releases as releases
 
     calls = []
-    real = estimator.barrier_wait
-    monkeypatch.setattr(estimator, "barrier_wait", lambda tasks: calls.append(len(tasks)) or real(tasks))
+    real = releases.barrier_wait
+    monkeypatch.setattr(releases, "barrier_wait", lambda tasks: calls.append(len(tasks)) or real(tasks))
     m = spread("a", 100, 80, 120)
 
     def at(time):

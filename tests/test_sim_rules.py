@@ -482,17 +482,16 @@ def test_simulate_command_json_and_logs(tmp_path: Path):
 
 
 def test_estimator_agrees_with_algorithm1_on_small_inputs():
-    sys.path.insert(0, str(ROOT / "bench"))
-    from algorithm1 import algorithm1
-    from scenarios import scenario
-
     from hta.estimator import EstimatorOptions, QueueDrainEstimator
+    from hta.sim.algorithm1 import algorithm1
+    from hta.sim.scenarios import scenario
 
-    # Algorithm 1 plays the queue oldest first, the thesis's reading of the master
-    est = QueueDrainEstimator(EstimatorOptions(lookahead=False, tail_aware=False, newest_first=False))
+    # Algorithm 1 plays the queue in the order it is given, the thesis's reading of the
+    # master: given the groups newest first, it plays them as the master dispatches
+    est = QueueDrainEstimator(EstimatorOptions(lookahead=False, tail_aware=False))
     for seed in range(60):
         obs = scenario(n_waiting=1 + seed % 30, n_workers=1 + seed % 8, seed=seed)
-        a_add, a_unused = algorithm1(obs, 157.0)
+        a_add, a_unused = algorithm1(obs.model_copy(update={"waiting": obs.waiting[::-1]}), 157.0)
         e = est.estimate(obs, 157.0)
         assert (e.packed_need, sorted(e.unused_idle)) == (a_add, sorted(a_unused)), seed
 

@@ -24,7 +24,7 @@ rule they model cannot drift apart:
   keeps its id, so the estimator plays it as old where the master gives it first: rare
   and short-lived, left as it is.)
 
-The thesis's Algorithm 1 in ``bench/algorithm1.py`` is deliberately *not*
+The thesis's Algorithm 1 in ``hta/sim/algorithm1.py`` is deliberately *not*
 built on this module: it is the literal transcription the estimator is
 compared with.
 """
