@@ -1,5 +1,5 @@
 """What one production control cycle costs against a real Work Queue master holding a
-large queue (issue 16 §4): observe (MasterStatusClient + ObservationBuilder, through
+large queue: observe (MasterStatusClient + ObservationBuilder, through
 ``Controller.observe``) and decide (the HTA policy), driven by ``Controller.step()``.
 
 A real master (the CCTools ``work_queue`` module) runs in a child process holding N

@@ -1,4 +1,4 @@
-"""Our factory emulation checked against the real ``work_queue_factory`` (issue 13, §2).
+"""Our factory emulation checked against the real ``work_queue_factory``.
 
 The same small workflow runs twice on the local backend against a real
 ``makeflow -T wq`` master, uncompressed (the factory's 30 s cycle cannot be

@@ -1,4 +1,4 @@
-"""What ordering the workflow's rules would buy HTA's default on the bound (issue 16 §2).
+"""What ordering the workflow's rules would buy HTA's default on the bound.
 
 Work Queue's master under Makeflow dispatches the newest task first, and the rules that
 become ready together in the workflow file's order (``workqueue_bridge/dispatch.py``);

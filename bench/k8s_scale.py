@@ -1,6 +1,6 @@
 """Benchmark: the Kubernetes backend driven by HTA's policy at scale —
 worker pods on kwok nodes of the local test cluster (``--pods 1000 --nodes 100``
-for issue 16's figure; default 200 on 50).
+for the figure README shows; default 200 on 50).
 
 Reports API calls per decision, informer lag (pod created → its ADDED event
 seen by the informer, and Running on the server → seen), and the

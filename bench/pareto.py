@@ -1,4 +1,4 @@
-"""Every rival setting against HTA's, on three axes, where sizing matters (issue 16 §2).
+"""Every rival setting against HTA's, on three axes, where sizing matters.
 
 For each workload × cluster it runs, over seeds, every setting a user would try:
 
@@ -51,7 +51,7 @@ nor memory: the simulator's defaults apply (100 % CPU, 512 MB).
 
 ``--preset SPEC`` (at most twice) holds HTA's default and these settings against the
 rivals in place of ``hta-time`` and ``hta-cost``: what the goals would say with other
-presets (docs/pareto.md, eighth run). ``--sweep`` runs HTA's tuned settings (``SWEEP``)
+presets (docs/decisions/0014-presets.md). ``--sweep`` runs HTA's tuned settings (``SWEEP``)
 beside them and ranks every pair of the settings run by the rivals the default and the
 pair leave undominated (``covers``; not a goal): on fewest cases, then fewest rivals; which
 two presets would serve best, the presets' own rank, the best single setting, and the cases
@@ -59,14 +59,14 @@ no pair clears.
 
 ``--declared`` runs the same workloads with every task declaring its cores and memory
 (Makeflow's ``.MAKEFLOW CORES`` and ``MEMORY`` per category): no task takes a whole worker
-before its category is measured, for HTA and every rival alike (docs/pareto.md, twelfth
-look: what the first wave costs).
+before its category is measured, for HTA and every rival alike (what the first wave
+costs: docs/decisions/0010-whole-worker-tasks.md).
 
 The simulator runs them in the world CCTools 8.0 is under ``makeflow -T wq``, which
-``hta makeflow`` runs (measured here: docs/pareto.md, "What Work Queue packs"): a task that
+``hta makeflow`` runs (measured here: docs/decisions/0010-whole-worker-tasks.md): a task that
 declares nothing takes a whole worker, always, even once its category is measured
-(``ClusterModel.auto_allocation=False``). ``--packed`` runs the world every table before
-the twenty-fourth session was measured in: a measured category's tasks are allocated its
+(``ClusterModel.auto_allocation=False``). ``--packed`` runs the world where Work Queue sizes
+tasks itself: a measured category's tasks are allocated its
 peak and share a worker (what ``--allocation=throughput`` is documented to do); stored apart.
 
 Each run, once simulated, is appended to ``OUT/runs.jsonl``; a second call with the same
@@ -113,10 +113,9 @@ HTA_SETTINGS = {"hta": "hta", "hta-time": "hta-time", "hta-cost": "hta-cost"}
 #: backlog keeps a worker busy (10 on whole nodes, then 5: the cost presets before this
 #: one); ``unmeasured_per_worker`` (default 1) buys one worker per that many never-measured
 #: tasks, the first wave only; ``hta-cost`` at 3, 5 and 10 task runtimes brackets its 4,
-#: without its bound of 2 latencies (the thirteenth run's preset), and with that bound's
-#: rounds counted in the mean runtime (the fourteenth's); the default on whole nodes (the
-#: default's shape until the twenty-fourth session) and with whole nodes for never-measured
-#: tasks only (no probes)
+#: without its bound of 2 latencies, and with that bound's rounds counted in the mean
+#: runtime; the default on whole nodes and with whole nodes for never-measured tasks only
+#: (no probes)
 SWEEP = {spec: spec for spec in [*(f"hta:busy_runtimes={k}" for k in (2, 3, 5, 10)), "hta:unmeasured_per_worker=2",
                                  *(f"hta-cost:busy_runtimes={k}" for k in (3, 5, 10)),
                                  "hta-cost:busy_latencies=0", "hta-cost:busy_latencies_runtime=mean",
@@ -303,8 +302,8 @@ def run_one(wl_name: str, wl: Workload, spec: str, cluster: ClusterModel, seed: 
 
 
 #: how stored runs counted waste and shortage: 2 since a task that declares nothing counts
-#: its category's measured cores, not the whole worker it is given (twenty-fifth session;
-#: the same runs' runtimes and node·s, not their waste). A line of another (or none, 1) is
+#: its category's measured cores, not the whole worker it is given (the same runs'
+#: runtimes and node·s, not their waste). A line of another (or none, 1) is
 #: run again.
 ACCOUNTING = 2
 
@@ -583,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
                          "category): none takes a whole worker before its category is measured; stored apart")
     ap.add_argument("--packed", action="store_true",
                     help="a measured category's tasks are allocated its peak and share a worker (the simulator's "
-                         "world before the twenty-fourth session; makeflow -T wq gave every task that declares "
+                         "world where Work Queue sizes tasks itself; makeflow -T wq gives every task that declares "
                          "nothing a whole worker, CCTools 8.0); stored apart")
     ap.add_argument("--sweep", action="store_true",
                     help=f"also run HTA as {', '.join(SWEEP)} (tuned settings, "

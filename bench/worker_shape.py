@@ -1,17 +1,17 @@
-"""Worker shape, with and without (issue 16 §3).
+"""Worker shape, with and without.
 
 HTA's default cuts each purchase's nodes into the smallest 1/k that holds one of each
 task still waiting, by their measured peaks, and a third of a node for a never-measured
 task (``probe``: ``worker_shape=learned,probe_split=3``; one that needs more memory is
 killed and retried on a node, more cores is throttled to the third's and measured at
 them). ``learned`` buys whole nodes for never-measured tasks (``probe_split=1``);
-``node`` buys whole nodes always (``worker_shape=node``, the default until the
-twenty-fourth session). The simulator packs several worker pods per node (first fit, a
+``node`` buys whole nodes always (``worker_shape=node``, the default before learned
+shapes). The simulator packs several worker pods per node (first fit, a
 node leaves with its last pod, node-seconds paid per node: ``hta.sim.cluster``).
 
 For each workload × cluster × seed this runs HTA's default, ``hta-time`` and ``hta-cost``
 with each shape and prints runtime, waste (idle cores inside workers, during the run and
-after it) and node-seconds, and the ratios to the default's shape. The rule the issue set:
+after it) and node-seconds, and the ratios to the default's shape. The rule:
 keep a shape only where it lowers node-seconds at no cost in runtime. A default is chosen
 before anything is measured, so where its guess is wrong it shows:
 ``blast-3stage-2core`` (2-core aligns, which do not fit a third of a node) is among the
@@ -23,8 +23,7 @@ change).
 
 The simulator runs the world ``hta makeflow`` is in (``makeflow -T wq`` without
 ``--allocation``: a task that declares nothing takes a whole worker, measured or not);
-``--packed``, stored apart, the world the tables before the twenty-fourth session were
-measured in (a measured category's tasks are allocated its peak and share a worker).
+``--packed``, stored apart, the world where Work Queue sizes tasks itself (a measured category's tasks are allocated its peak and share a worker).
 
     .venv/bin/python bench/worker_shape.py                 # blast-3stage, io-bound, montage, blast-3stage-2core; 2 seeds
     .venv/bin/python bench/worker_shape.py --workloads blast-3stage --seeds 5 --packed
@@ -85,7 +84,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("/tmp/hta-worker-shape"))
     ap.add_argument("--packed", action="store_true",
                     help="a measured category's tasks are allocated its peak and share a worker (the simulator's "
-                         "world before the twenty-fourth session); stored apart")
+                         "world where Work Queue sizes tasks itself); stored apart")
     args = ap.parse_args()
     unknown = [n for n in args.workloads.split(",") if n not in SHAPE_WORKLOADS] + \
         [c for c in args.clusters.split(",") if c not in CLUSTERS]

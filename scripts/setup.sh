@@ -8,6 +8,8 @@
 #   - The project venv at .venv with `pip install -e .[test]`.
 #   - Debian's work_queue module made importable in the venv through a .pth
 #     file naming a folder of symlinks (not all of dist-packages).
+#   - In a git checkout, the commit-msg hook (scripts/commit-msg: subjects of at
+#     most 72 characters, a blank line before the body).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -55,4 +57,11 @@ done
 echo "$root/$links" > "$site/cctools-work-queue.pth"
 .venv/bin/python -c 'import workqueue_bridge.wq as w; w.load()' \
   || { say "the work_queue module does not import in .venv"; exit 1; }
+# --- the commit-msg hook, in a git checkout ---------------------------------
+hooks="$(git rev-parse --git-path hooks 2>/dev/null || true)"
+if [ -n "$hooks" ] && ! cmp -s scripts/commit-msg "$hooks/commit-msg"; then
+  mkdir -p "$hooks"
+  cp scripts/commit-msg "$hooks/commit-msg"
+  chmod +x "$hooks/commit-msg"
+fi
 say "ready: $(makeflow -v 2>&1 | head -1)"

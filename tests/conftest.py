@@ -17,6 +17,17 @@ DATA = Path(__file__).resolve().parent / "data"
 HTA = [str(ROOT / ".venv" / "bin" / "hta")] if (ROOT / ".venv" / "bin" / "hta").exists() else ["hta"]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``bound`` (thousands of random seeds of the lower bound's property, beyond
+    the fixed sample every run has) run only when asked for: ``-m bound``."""
+    if "bound" in (config.getoption("markexpr") or ""):
+        return
+    kept = [i for i in items if i.get_closest_marker("bound") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("bound") is not None])
+        items[:] = kept
+
+
 def cctools_processes(marker: str | None = None, any_name: bool = False) -> list[psutil.Process]:
     """Live makeflow / work_queue_worker processes (optionally whose cwd or args mention ``marker``;
     with ``any_name``, every live process that does: ``hta worker``, task processes, ...)."""

@@ -74,7 +74,7 @@ def test_no_policy_beats_the_bound(seed):
     assert s.node_s >= floor - 1e-6, (policy, cluster, s.runtime_s, s.node_s, floor)
 
 
-@pytest.mark.slow
+@pytest.mark.bound
 @pytest.mark.parametrize("seed", range(300, 2300))
 def test_no_policy_beats_the_bound_many(seed):
     test_no_policy_beats_the_bound(seed)
@@ -369,7 +369,7 @@ def test_no_policy_beats_the_bound_where_whole_waves_bind(seed):
     assert s.runtime_s >= bound - 1e-6, (policy, cluster, s.runtime_s, bound)
 
 
-@pytest.mark.slow
+@pytest.mark.bound
 @pytest.mark.parametrize("seed", range(150, 1500))
 def test_no_policy_beats_the_bound_where_whole_waves_bind_many(seed):
     test_no_policy_beats_the_bound_where_whole_waves_bind(seed)

@@ -1,5 +1,5 @@
 """Bad input to the small commands ends in one line `hta: error: …` naming the fix, a
-non-zero exit code and no traceback (issue 14 §4)."""
+non-zero exit code and no traceback."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One configuration (issue 14 §3): defaults < config file < HTA_* variables < flags, one
+"""One configuration: defaults < config file < HTA_* variables < flags, one
 pydantic model, one-line errors naming the key; and ``makeflow -T hta``, which reaches HTA's
 options through them."""
 

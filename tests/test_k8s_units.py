@@ -71,7 +71,7 @@ def test_missing_kubeconfig_is_one_line(tmp_path):
     assert "not found" in str(e.value) and "\n" not in str(e.value)
 
 
-# -- issue 15, item 8: one API error must not freeze or end the control loop --------------------
+# -- one API error must not freeze or end the control loop --------------------
 
 import asyncio
 import socket

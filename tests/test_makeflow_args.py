@@ -1,4 +1,4 @@
-"""makeflow's command line read as makeflow 8.0 reads it (issue 14 §1): the workflow among
+"""makeflow's command line read as makeflow 8.0 reads it: the workflow among
 permuted options, the options HTA owns in every getopt spelling, where the log is under
 ``-X``, a workflow named in ``--argv``, the JX flags makeflow_viz needs."""
 

@@ -1,4 +1,4 @@
-"""Whatever runs under ``makeflow -T wq`` runs under ``hta makeflow`` (issue 14 §1): real
+"""Whatever runs under ``makeflow -T wq`` runs under ``hta makeflow``: real
 makeflow, real workers, small workflows of each kind a user brought."""
 
 from __future__ import annotations

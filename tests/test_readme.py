@@ -1,4 +1,4 @@
-"""README.md tells the truth (issue 14 §4, §6).
+"""README.md tells the truth.
 
 - The ```console blocks are run in order, command by command (``$ `` lines), in one bash
   session (as a reader follows along) from the repository's root with a fresh HOME: each command must exit 0, and each output

@@ -1,4 +1,4 @@
-"""The live view (issue 14 §2): the status server's /status and /metrics agree with the
+"""The live view: the status server's /status and /metrics agree with the
 controller, the plain lines and their verbosity, the terminal panel, and ``hta status``'s
 client. The controller is production's, driven by the simulator (no makeflow needed)."""
 
@@ -17,16 +17,18 @@ from rich.console import Console
 
 from hta.accounting import CoreSample, integrate
 from hta.controller import Controller
+from hta.model import LatencyStats
 from hta.policies.registry import make_policy
 from hta.scaling_log import DecisionRecord, ScalingLogWriter, WorkerRecord
-from hta.sim.run import Simulation
+from hta.sim.run import Simulation, run_now
+from hta.summary import summarize
 from hta.sim.workload import SimTask, Workload
 from hta.sim.cluster import ClusterModel
 from hta.status.metrics import METRICS, latency_buckets
 from hta.status.panel import (LiveView, short_name, StatusError, decision_line, fetch_status, render, status_url,
                               verbosity_from_flags, worker_line)
 from hta.status.server import StatusServer
-from hta.status.snapshot import RunInfo, build_snapshot, thin_series
+from hta.status.snapshot import RunInfo, build_snapshot, decision_kind, thin_series
 
 INFO = RunInfo(workflow="workflows/blast/Makeflow", policy="hta", backend="simulated", started_at=1_700_000_000.0)
 
@@ -161,16 +163,76 @@ def test_latency_histogram_buckets_are_cumulative():
     assert (b["1.0"], b["2.0"], b["5.0"], b["10.0"], b["600.0"], b["+Inf"]) == (2, 2, 4, 5, 5, 6)
 
 
+def metrics_of(controller: Controller) -> dict[str, list]:
+    from prometheus_client import generate_latest
+
+    from hta.status.metrics import make_registry
+
+    return parse(generate_latest(make_registry(lambda: build_snapshot(controller, INFO))).decode())
+
+
+def test_every_counter_counts_what_the_run_logged():
+    """Each counter /metrics exposes, against a record kept apart from the controller's own
+    lists: the scaling log the run wrote as it went, and the simulated world's truth."""
+    tasks = ([SimTask(f"s{i}", "split", 30 + 2 * i, cores=1) for i in range(24)]
+             + [SimTask(f"a{i}", "align", 15 + i, cores=1, parents=[f"s{i}"]) for i in range(12)])
+    cluster = ClusterModel(max_nodes=6, latency_mean_s=20, latency_sd_s=3, horizon_s=100.0, teardown_s=0)
+    sim = Simulation(Workload("w", tasks), make_policy("hta"), cluster, log=ScalingLogWriter())
+    sim.run()
+    m = metrics_of(sim.controller)
+    records = sim.log.records
+    decisions = [r for r in records if isinstance(r, DecisionRecord)]
+    for kind in ("up", "down", "none"):
+        want = sum(1 for d in decisions if decision_kind(d) == kind)
+        assert value(m, "hta_decisions_total", kind=kind) == want, kind
+    assert {e for e in ("up", "down")} <= {decision_kind(d) for d in decisions}
+    events = [r for r in records if isinstance(r, WorkerRecord)]
+    stopped = sum(1 for e in events if e.event == "stopped")  # (written at the end, after the last step)
+    for event in {e.event for e in events} - {"stopped"}:
+        assert value(m, "hta_worker_events_total", event=event) == sum(1 for e in events if e.event == event), event
+    assert stopped and len(events) - stopped > 0
+    waited = [e for e in events if e.event == "connected" and e.latency_s is not None
+              and LatencyStats.waited_for_node(e.phases)]
+    assert value(m, "hta_preparation_latency_seconds_count") == len(waited) > 0
+    assert value(m, "hta_tasks_done_total") == len(sim.world.makeflow.done) > 0
+    summary = summarize(records)
+    assert value(m, "hta_waste_core_seconds_total") == pytest.approx(summary.waste_core_s, abs=0.01)
+    assert value(m, "hta_idle_waste_core_seconds_total") == pytest.approx(summary.idle_waste_core_s, abs=0.01)
+    assert value(m, "hta_shortage_core_seconds_total") == pytest.approx(summary.shortage_core_s, abs=0.01)
+    assert summary.waste_core_s > 0 and summary.idle_waste_core_s > 0 and summary.shortage_core_s > 0
+
+
+def test_metrics_count_failed_tasks_as_the_master_does():
+    controller = simulated_controller(10.0)
+    real = controller.master
+
+    class FailedTwo:
+        async def snapshot(self, now):
+            s = await real.snapshot(now)
+            return s.model_copy(update={"queue": s.queue.model_copy(update={"tasks_failed": 2})})
+
+    controller.master = FailedTwo()
+    run_now(controller.step())
+    assert value(metrics_of(controller), "hta_tasks_failed_total") == 2
+
+
 async def test_metrics_count_step_failures(controller: Controller):
-    controller.last_error = "ApiException: (503) Service Unavailable"
-    controller.step_failures = 7  # what Controller.run would have counted
-    srv = StatusServer.for_controller(controller, INFO)
-    await srv.start()
-    try:
-        m = parse((await get(srv.url + "metrics"))[2])
-    finally:
-        await srv.stop()
-    assert value(m, "hta_step_failures_total") == 7 and value(m, "hta_step_failing") == 1
+    """Controller.run counts each step that failed: the master unreachable three times."""
+    finished = asyncio.Event()
+    calls = []
+
+    class Unreachable:
+        async def snapshot(self, now):
+            calls.append(now)
+            if len(calls) == 3:
+                finished.set()
+            raise ConnectionError("ClientConnectorError: cannot reach the master")
+
+    controller.master = Unreachable()
+    controller.config.poll_interval_s = 0.01
+    await controller.run(finished)
+    m = metrics_of(controller)
+    assert value(m, "hta_step_failures_total") == 3 and value(m, "hta_step_failing") == 1
 
 
 async def test_metrics_are_read_at_scrape_time(server: StatusServer, controller: Controller):

@@ -1,4 +1,4 @@
-"""The live view of a real run (issue 14 §2): hta makeflow prints its status URL, serves
+"""The live view of a real run: hta makeflow prints its status URL, serves
 /status and /metrics while makeflow runs, `hta status URL` prints the panel, and off a
 terminal each decision and worker event is one plain line."""
 

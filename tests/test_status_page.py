@@ -1,4 +1,4 @@
-"""The live page in a real browser (issue 14 §2): Debian's headless Chromium opens the
+"""The live page in a real browser: Debian's headless Chromium opens the
 status server's ``/`` as a person would, over the DevTools protocol (CDP, on aiohttp's
 websocket client). The page must load with no console error or exception, poll
 ``/status``, and draw supply / in use / demand with one point per sample of the series

@@ -1,4 +1,4 @@
-"""Worker shape (issue 16 §3): nodes and worker pods apart in the simulator, several pods
+"""Worker shape: nodes and worker pods apart in the simulator, several pods
 per node, and HTA choosing the pods' shape from what it learned."""
 
 import asyncio

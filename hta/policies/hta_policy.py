@@ -26,36 +26,22 @@ from hta.model import Observation, Resources, ScaleDecision
 from hta.plural import counted
 from hta.policies.settings import configure
 
-#: HTA's two named presets beside its default (issue 16 §2), as settings in the
-#: ``hta:key=value`` form (estimator options and the policy's own fields):
+#: HTA's two named presets beside its default, as settings in the ``hta:key=value`` form
+#: (estimator options and the policy's own fields):
 #:
 #: - ``hta-time`` favours runtime: no tail awareness, so it buys for everything that
 #:   still waits at the horizon, even workers that come when a stage's tail is running,
 #:   and it holds idle workers for work that never-measured tasks release too
 #:   (``hold_for_unmeasured=true``);
 #: - ``hta-cost`` favours node-seconds: a worker is bought only if the backlog keeps it
-#:   busy for 4 task runtimes or 2 latencies, whichever is less but at least one runtime
-#:   (never-measured tasks: one worker per 4 of them; the latency bound since the
-#:   fourteenth run: 4 runtimes of BLAST's 300 s aligns ran them in rounds to save a
-#:   140 s latency per worker; its rounds counted in the tasks' 90th-percentile runtime
-#:   since the fifteenth, ``busy_latencies_runtime=p90``: a stage's first measurements,
-#:   its short tasks, had it ask three rounds of SoyKB's 311 s ``haplotype_caller``), and
-#:   workers are cut to what the waiting tasks measured (``worker_shape=learned``), a
-#:   third of a node for a never-measured task (``probe_split=3``; one that needs more
-#:   memory is killed and runs again on a node, more cores is throttled to the third's),
-#:   and no idle worker held for later work
-#:   (``hold_latencies=0``). Chosen among cost settings by the goal lines and rivals they
-#:   leave in ``bench/pareto.py`` (docs/pareto.md): at 5 task runtimes until workers on
-#:   their way to never-measured tasks were counted for the 5 they were bought for
-#:   (thirteenth run); since then 4 leaves 17 of 42 goal lines missed and 29 of 308 rival
-#:   settings undominated, against 21 and 47 at 5 and 19 and 30 at 3; with the bound at
-#:   2 latencies, 17 and 21 (at 4 latencies 18 and 26); counted in the 90th percentile,
-#:   17 and 17. Before learned shapes, the whole-node ``busy_runtimes=10``
-#:   (``hta:busy_runtimes=10`` now) left 53. ``hta-time`` ran as the default does on 11 of
-#:   14 of those cases until it held
-#:   idle workers (ninth run: within 1.006 × max-then-drain's runtime on 12 of 14); since
-#:   the default holds them too, but not for what a never-measured task releases (tenth
-#:   run), the two differ again where tail awareness or those guesses matter.
+#:   busy for 4 task runtimes or 2 latencies, whichever is less but at least one runtime,
+#:   its rounds counted in the tasks' 90th-percentile runtime (never-measured tasks: one
+#:   worker per 4 of them); workers are cut to what the waiting tasks measured
+#:   (``worker_shape=learned``), a third of a node for a never-measured task
+#:   (``probe_split=3``); and no idle worker is held for later work (``hold_latencies=0``).
+#:
+#: Both were chosen among settings by the goal lines and rivals they leave in
+#: ``bench/pareto.py`` (docs/decisions/0014-presets.md).
 PRESETS: dict[str, str] = {
     "hta-time": "tail_aware=false,hold_for_unmeasured=true",
     "hta-cost": ("busy_runtimes=4,busy_latencies=2,busy_latencies_runtime=p90,worker_shape=learned,probe_split=3,"
@@ -100,11 +86,10 @@ class HTAPolicy:
     #: the workers' shape: ``node`` (one worker as large as the configured shape, a node) or
     #: ``learned`` (per decision, the smallest 1/k of a node that holds one of each task still
     #: waiting at the horizon, by their measured peaks; see ``probe_split`` while any is
-    #: unmeasured). Learned by default since the twenty-fourth session: ``hta makeflow`` runs
-    #: ``makeflow -T wq`` without ``--allocation``, where a task that declares nothing takes a
-    #: whole worker however often its category was measured (CCTools 8.0, measured), so a
-    #: whole-node worker runs one 1-core task at a time: 2.3 × the runtime and node·s of
-    #: probes on BLAST with 20 nodes (docs/pareto.md, "Production's world")
+    #: unmeasured). Learned by default: ``hta makeflow`` runs ``makeflow -T wq`` without
+    #: ``--allocation``, where a task that declares nothing takes a whole worker however
+    #: often its category was measured (CCTools 8.0, measured), so a whole-node worker runs
+    #: one 1-core task at a time (docs/decisions/0011-learned-worker-shape.md)
     worker_shape: str = "learned"
     #: learned shapes only: pods bought for never-measured tasks are 1/probe_split of a node
     #: (1: a whole node). Such a task takes a whole worker, whatever its size, and nothing
@@ -117,20 +102,16 @@ class HTAPolicy:
     #: an idle worker is kept while the play, run this many latencies past the one-latency
     #: horizon, gives it work (0: drain whatever the horizon does not need). Draining it
     #: saves its idle seconds; buying it back costs a latency of runtime when the work
-    #: comes. The gaps where that matters are a stage waiting on a straggler: on WfCommons
-    #: Montage a sub-workflow's one long mConcatFit or mBgModel (2,384–3,590 s, 15–25
-    #: latencies) held back ~18 mBackground tasks, and draining their workers cost 2–3 %
-    #: of runtime against max-then-drain. A straggler past its category's longest run is
-    #: expected to run as long again, so its end keeps moving away: one that runs past
-    #: about k+1 latencies is held for k and drained anyway, k latencies of idle workers
-    #: for nothing (docs/pareto.md, ninth and tenth runs)
+    #: comes. The gaps where that matters are a stage waiting on a straggler; one that runs
+    #: past about k+1 latencies is held for k and drained anyway
+    #: (docs/decisions/0008-drain-and-hold.md)
     hold_latencies: float = 30.0
     #: hold also for work released only after a never-measured task ends (off: a worker is
     #: held only for work no never-measured task comes before). When such a task ends, the
     #: play guesses from how long it has run, and what it gates is a workflow's first stage
-    #: of its kind: on WfCommons Epigenomics (20 nodes, seed 0) the seven first ``fastqSplit``
-    #: tasks held 13 idle workers for about 560 s, 7 s of runtime for 7k node·s (42 % more);
-    #: twice the node·s uncapped. ``hta-time`` holds for it; no effect with hold_latencies=0
+    #: of its kind: holding for it paid idle workers for little runtime
+    #: (docs/decisions/0008-drain-and-hold.md). ``hta-time`` holds for it; no effect with
+    #: hold_latencies=0
     hold_for_unmeasured: bool = False
     _proposed: dict[str, int] = field(default_factory=dict)
     _next_up_at: float = float("-inf")

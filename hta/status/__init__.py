@@ -1,4 +1,4 @@
-"""A live view of a running ``hta makeflow`` (issue 14 §2).
+"""A live view of a running ``hta makeflow``.
 
 One JSON-able :class:`~hta.status.snapshot.StatusSnapshot`, built from the
 controller by :func:`~hta.status.snapshot.build_snapshot`, feeds everything a

@@ -254,6 +254,5 @@ def build_snapshot(controller: "Controller", info: RunInfo, *, last: int = 20, n
                               shortage_core_s=round(totals.shortage_core_s, 3), utilization=totals.utilization),
         series=thin_series(samples, now, max_points),
         last_error=controller.last_error,
-        # Controller.run counts failures in a local variable; ``step_failures`` is read once it keeps one
-        step_failures=int(getattr(controller, "step_failures", 0) or 0),
+        step_failures=controller.step_failures,
     )
