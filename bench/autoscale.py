@@ -19,15 +19,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rich.console import Console  # noqa: E402
+from rich.console import Console
 
-from hta.estimator import EstimatorOptions  # noqa: E402
-from hta.model import Observation, ScaleDecision  # noqa: E402
-from hta.policies.hta_policy import HTAPolicy  # noqa: E402
-from hta.sim.compare import compare, print_comparison  # noqa: E402
-from hta.sim.workload import load_workload  # noqa: E402
-from hta.sim.run import Simulation  # noqa: E402
-from hta.sim.cluster import ClusterModel  # noqa: E402
+from hta.estimator import EstimatorOptions
+from hta.model import Observation, ScaleDecision
+from hta.policies.hta_policy import HTAPolicy
+from hta.sim.cluster import ClusterModel
+from hta.sim.compare import compare, print_comparison
+from hta.sim.run import Simulation
+from hta.sim.workload import load_workload
 
 POLICIES = ["hta", "hpa-20", "hpa-50", "keda-3", "factory"]
 
@@ -63,7 +63,7 @@ def main() -> None:
         print_comparison(c, console)
 
     b, io = results["blast-3stage"], results["io-bound"]
-    m = lambda c, p, k: c.mean(p, k)  # noqa: E731
+    m = lambda c, p, k: c.mean(p, k)
     print("\nGoals (means over seeds):")
     best_hpa = min(m(b, "hpa-20", "runtime_s"), m(b, "hpa-50", "runtime_s"))
     print(check("BLAST  HTA waste / HPA-20 waste", m(b, "hta", "waste_core_s") / m(b, "hpa-20", "waste_core_s"), 1 / 8))
@@ -110,7 +110,7 @@ def main() -> None:
     for wl in ("blast-3stage", "io-bound"):
         for name, make in variants.items():
             rs = [Simulation(load_workload(wl, s), make(), seed=s).run() for s in range(args.seeds)]
-            f = lambda k: statistics.fmean(getattr(r, k) for r in rs)  # noqa: E731
+            f = lambda k: statistics.fmean(getattr(r, k) for r in rs)
             print(f"  {wl:13s} {name:22s} runtime {f('runtime_s'):7,.0f} s  waste {f('waste_core_s'):8,.0f}"
                   f" (idle {f('idle_waste_core_s'):7,.0f})"
                   f"  shortage {f('shortage_core_s'):9,.0f}  node {f('node_s'):8,.0f}")

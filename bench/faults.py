@@ -53,9 +53,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
@@ -63,6 +63,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HTA = str(ROOT / ".venv" / "bin" / "hta")
 sys.path.insert(0, str(ROOT))
 from testcluster.pod_runner import pod_processes  # noqa: E402
+
 BLAST = ROOT / "workflows" / "blast"
 SHAPE = ["4", "2", "3", "30,60,30"]  # widths of the three stages, queries per align task
 BASE_ARGS = ["--max-workers", "3", "--min-interval", "1"]
@@ -242,7 +243,7 @@ class Case:
     name: str
     fault: str
     expected_rc: int
-    run: Callable[["Bench", "Case", Path], Result]
+    run: Callable[[Bench, Case, Path], Result]
     #: outputs must be complete (True) or only those written must be right (False)
     complete: bool = True
     extra_rules: str = ""
@@ -587,7 +588,7 @@ class K8sRun(Run):
             os.environ.pop("HTA_K8S_START_TIMEOUT_S", None)
 
 
-def k8s_finish(bench: "Bench", r: Result, run: Run, rc, took: float, complete: bool,
+def k8s_finish(bench: Bench, r: Result, run: Run, rc, took: float, complete: bool,
                rerun: Run | None = None) -> Result:
     r = bench.finish(r, run, rc, took, complete, rerun=rerun)
     wait_for(lambda: not K8S.pods(), 15)
@@ -617,7 +618,7 @@ def busy_pod(run: Run) -> str | None:
     return None
 
 
-def case_k8s_pod_deleted(bench: "Bench", case: Case, folder: Path) -> Result:
+def case_k8s_pod_deleted(bench: Bench, case: Case, folder: Path) -> Result:
     wf = bench.workflow(case.name)
     run = K8sRun(wf, [])
     victim = wait_for(lambda: busy_pod(run), 120)
@@ -633,7 +634,7 @@ def case_k8s_pod_deleted(bench: "Bench", case: Case, folder: Path) -> Result:
     return r
 
 
-def case_k8s_node_deleted(bench: "Bench", case: Case, folder: Path) -> Result:
+def case_k8s_node_deleted(bench: Bench, case: Case, folder: Path) -> Result:
     wf = bench.workflow(case.name)
     run = K8sRun(wf, [])
     victim = wait_for(lambda: busy_pod(run), 120)
@@ -664,7 +665,7 @@ def case_k8s_node_deleted(bench: "Bench", case: Case, folder: Path) -> Result:
     return r
 
 
-def case_k8s_hta_kill(bench: "Bench", case: Case, folder: Path) -> Result:
+def case_k8s_hta_kill(bench: Bench, case: Case, folder: Path) -> Result:
     wf = bench.workflow(case.name)
     port = ["--port", "9312"]  # a fixed port: the adopted pods' workers find the restarted master
     run = K8sRun(wf, port)
@@ -694,7 +695,7 @@ def case_k8s_hta_kill(bench: "Bench", case: Case, folder: Path) -> Result:
     return r
 
 
-def case_k8s_apiserver(bench: "Bench", case: Case, folder: Path) -> Result:
+def case_k8s_apiserver(bench: Bench, case: Case, folder: Path) -> Result:
     wf = bench.workflow(case.name)
     run = K8sRun(wf, [])
     wait_for(lambda: busy_pod(run), 120)
@@ -712,7 +713,7 @@ def case_k8s_apiserver(bench: "Bench", case: Case, folder: Path) -> Result:
 def case_k8s_cannot_start(extra: list[str], words: list[str], blockers: int = 0):
     """A run whose worker pods can never start: it must end (exit 1) within the start bound, say
     why in one line naming ``words``, and leave no pod behind."""
-    def run_it(bench: "Bench", case: Case, folder: Path) -> Result:
+    def run_it(bench: Bench, case: Case, folder: Path) -> Result:
         from kubernetes import client
 
         for i in range(blockers):  # other pods hold every node the cluster may have
@@ -744,7 +745,7 @@ def case_k8s_cannot_start(extra: list[str], words: list[str], blockers: int = 0)
     return run_it
 
 
-def k8s_clean(bench: "Bench") -> Result:
+def k8s_clean(bench: Bench) -> Result:
     wf = bench.workflow("k8s-clean")
     run = K8sRun(wf, [])
     rc, took = run.wait(900)
@@ -753,7 +754,7 @@ def k8s_clean(bench: "Bench") -> Result:
 
 
 def case_skipped(why: str):
-    def run_it(bench: "Bench", case: Case, folder: Path) -> Result:
+    def run_it(bench: Bench, case: Case, folder: Path) -> Result:
         return Result(case.name, case.fault, 1, skipped=why)
     return run_it
 
@@ -780,7 +781,8 @@ K8S_CASES = [
 
 
 def table(results: list[Result], clean_s: float) -> str:
-    rows = ["| case | fault | exit | outputs | tasks lost / re-run | left behind | time | vs clean | what the user saw | ok |",
+    rows = ["| case | fault | exit | outputs | tasks lost / re-run | left behind | time | vs clean "
+            "| what the user saw | ok |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if r.skipped:

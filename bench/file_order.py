@@ -33,12 +33,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pareto import BOUND_GOAL, WORKLOADS, run_main, run_one, workload  # noqa: E402
+from pareto import BOUND_GOAL, WORKLOADS, run_main, run_one, workload
 
-from hta.sim.list_schedule import tails  # noqa: E402
-from hta.sim.oracle import oracle_runtime_s  # noqa: E402
-from hta.sim.workload import Workload  # noqa: E402
-from hta.sim.cluster import ClusterModel  # noqa: E402
+from hta.sim.cluster import ClusterModel
+from hta.sim.list_schedule import tails
+from hta.sim.oracle import oracle_runtime_s
+from hta.sim.workload import Workload
 
 MISSED = ("blast-3stage:20", "io-bound:20", "montage:20", "1000genome:20", "soykb:20", "cycles:20", "cycles:200")
 ORDERS = ("as written", "by category", "by task")

@@ -34,7 +34,7 @@ from hta.model import LatencyStats, Observation, Resources, TaskGroup  # noqa: E
 from hta.policies.hta_policy import HTAPolicy  # noqa: E402
 from k8s.api import CallCounter, K8sError, call  # noqa: E402
 from k8s.backend import KubernetesBackend  # noqa: E402
-from workqueue_bridge.snapshot import MasterSnapshot
+from workqueue_bridge.snapshot import MasterSnapshot  # noqa: E402
 from workqueue_bridge.status_json import QueueStatus  # noqa: E402
 
 PODS, NODES, DECISIONS = 200, 50, 30
@@ -130,7 +130,8 @@ async def drive(kubeconfig: str) -> dict:
     import sys as _sys
 
     informer_bytes = _deep_size(b.informer.snapshot(), _sys.getsizeof)
-    return {"budget_cuts": budget_cuts, "latency": latency, "created_per_s": len(created_at) / all_created if all_created else None,
+    return {"budget_cuts": budget_cuts, "latency": latency,
+            "created_per_s": len(created_at) / all_created if all_created else None,
             "informer_bytes": informer_bytes, "refresh_alloc": inf_mem,
             "pods": len(created_at), "running": len(running), "decisions": decisions, "calls": calls,
             "start_calls": start_calls, "up": [c for n, c in per_decision if n],
@@ -175,8 +176,8 @@ def main() -> int:
         base = r["base"]
     finally:
         cluster("down", state)
-    med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
-    p90 = lambda xs: sorted(xs)[int(0.9 * (len(xs) - 1))] if xs else float("nan")  # noqa: E731
+    med = lambda xs: statistics.median(xs) if xs else float("nan")
+    p90 = lambda xs: sorted(xs)[int(0.9 * (len(xs) - 1))] if xs else float("nan")
     print(f"{r['pods']} worker pods on {NODES} kwok nodes, {r['decisions']} decisions at 1 s, "
           f"{r['running']} seen Running")
     print(f"API calls (counted by the backend): {r['start_calls']} at start-up, then {r['calls']} over "

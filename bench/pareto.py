@@ -93,13 +93,19 @@ sys.path.insert(0, str(ROOT))
 
 from hta.policies import make_policy  # noqa: E402
 from hta.policies.hta_policy import HTAPolicy  # noqa: E402
+from hta.sim.cluster import ClusterModel  # noqa: E402
 from hta.sim.compare import CUTOFF_FACTOR  # noqa: E402
 from hta.sim.list_schedule import list_schedule_s  # noqa: E402
-from hta.sim.oracle import (critical_path_s, least_mean_runtime_s, mean_node_seconds_floor,  # noqa: E402
-                            min_latency_s, node_seconds_floor, oracle_runtime_s)
+from hta.sim.oracle import (  # noqa: E402
+    critical_path_s,
+    least_mean_runtime_s,
+    mean_node_seconds_floor,
+    min_latency_s,
+    node_seconds_floor,
+    oracle_runtime_s,
+)
 from hta.sim.run import Simulation  # noqa: E402
 from hta.sim.workload import Workload, load_workload  # noqa: E402
-from hta.sim.cluster import ClusterModel  # noqa: E402
 
 RUNTIME_SLACK = 1.02
 BOUND_GOAL = 1.10
@@ -725,7 +731,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  reference, not a goal: the maximum cluster from t=0 (no latency paid) runs in "
                   f"{biggest.runtime_s:,.0f} s = {biggest.runtime_s / bound:.2f} × the bound; HTA default "
                   f"{points['hta'].runtime_s / biggest.runtime_s:.2f} × it; max-then-drain, every node asked for "
-                  f"at once, runs in {mtd.runtime_s / bound:.2f} × the bound (HTA default {hta.runtime_s / mtd.runtime_s:.3f} × it)")
+                  f"at once, runs in {mtd.runtime_s / bound:.2f} × the bound "
+                  f"(HTA default {hta.runtime_s / mtd.runtime_s:.3f} × it)")
             print(f"  reference, not a goal: on the bound's own capacity as one pool of cores (the starting node's, "
                   f"all {cap}'s from the soonest a bought node comes, {latency:,.0f} s on each seed's own clock; no "
                   f"packing, no first wave "
@@ -742,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
             refs = {"max from t=0 (= best fixed)": biggest} if best is biggest else \
                 {"max from t=0": biggest, f"best fixed ({best.label.split()[1]})": best}
             draw(png, title, htas, rivs, refs, bound, free, tuned, floors, scaled)
-            fig = lambda p: f"{p.runtime_s:,.0f} s / {p.node_s / 1000:,.1f}k / {p.waste_core_s / 1000:,.1f}k"  # noqa: E731
+            fig = lambda p: f"{p.runtime_s:,.0f} s / {p.node_s / 1000:,.1f}k / {p.waste_core_s / 1000:,.1f}k"
             met = goals(points["hta"], bound, points["max-then-drain"])
             table.append(f"| {name} | {cap} | {bound:,.0f} | " + " | ".join(fig(h) for h in htas)
                          + f" | {fig(points['max-then-drain'])} | {fig(best)} | {floor_hta / 1000:,.1f}k "
@@ -805,7 +812,7 @@ def print_covers(sweep_cases: dict[str, tuple[list[Point], dict[str, Point]]], p
     pairs = covers(sweep_cases, candidates)
     if not pairs:
         return
-    said = lambda c: (f"{c.rivals_left} rival setting(s) on {c.cases_left} case(s)"  # noqa: E731
+    said = lambda c: (f"{c.rivals_left} rival setting(s) on {c.cases_left} case(s)"
                       + (": " + ", ".join(f"{case} {len(labels)}" for case, labels in c.left.items() if labels)
                          if c.cases_left else ""))
     print(f"\nwhich two of the {len(candidates)} HTA settings run beside the default (presets and --sweep's) "

@@ -48,9 +48,9 @@ from generate import expected_outputs, write_makeflow  # noqa: E402
 from hta.accounting import CoreSample, integrate  # noqa: E402
 from hta.policies.registry import make_policy  # noqa: E402
 from hta.scaling_log import ScalingLogWriter, read_records  # noqa: E402
+from hta.sim.cluster import ClusterModel  # noqa: E402
 from hta.sim.run import Simulation  # noqa: E402
 from hta.sim.workload import load_workload  # noqa: E402
-from hta.sim.cluster import ClusterModel  # noqa: E402
 from hta.summary import RunSummary, summarize  # noqa: E402
 
 THESIS_LATENCY_S, THESIS_LATENCY_SD_S = 157.4, 4.2
@@ -109,7 +109,7 @@ class Cluster:
                      "--pod-start-delay", "0.2", "--empty-node-ttl", f"{EMPTY_NODE_TTL_S / k:.1f}"]
         self.kubeconfig = ""
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         up = subprocess.run([str(ROOT / "testcluster" / "cluster"), "up", *self.args], env=self.env,
                             capture_output=True, text=True, timeout=1800)
         if up.returncode != 0:

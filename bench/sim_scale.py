@@ -37,9 +37,9 @@ def widths(n: int) -> tuple[int, ...]:
 
 def one(n: int, policy: str, seed: int) -> dict:
     from hta.policies.registry import make_policy
+    from hta.sim.cluster import ClusterModel
     from hta.sim.run import Simulation
     from hta.sim.workload import blast_3stage, parse_wfformat
-    from hta.sim.cluster import ClusterModel
 
     wl = parse_wfformat(blast_3stage(seed, widths(n)), f"blast-3stage-{n}")
     t0 = time.perf_counter()
@@ -74,7 +74,8 @@ def main() -> int:
             continue
         r = json.loads(out.stdout)
         goal = GOALS_S.get(n)
-        verdict = "" if goal is None else ("PASS" if r["seconds"] < goal and r["finished"] else "MISS") + f" (< {goal:.0f} s)"
+        passed = goal is not None and r["seconds"] < goal and r["finished"]
+        verdict = "" if goal is None else ("PASS" if passed else "MISS") + f" (< {goal:.0f} s)"
         if goal is not None and verdict.startswith("MISS"):
             missed.append(n)
         print(f"{r['tasks']:>8} {'/'.join(map(str, widths(n))):>20} {r['seconds']:>9.1f} {r['maxrss_mb']:>12.0f} "

@@ -23,7 +23,8 @@ change).
 
 The simulator runs the world ``hta makeflow`` is in (``makeflow -T wq`` without
 ``--allocation``: a task that declares nothing takes a whole worker, measured or not);
-``--packed``, stored apart, the world where Work Queue sizes tasks itself (a measured category's tasks are allocated its peak and share a worker).
+``--packed``, stored apart, the world where Work Queue sizes tasks itself (a measured
+category's tasks are allocated its peak and share a worker).
 
     .venv/bin/python bench/worker_shape.py                 # blast-3stage, io-bound, montage, blast-3stage-2core; 2 seeds
     .venv/bin/python bench/worker_shape.py --workloads blast-3stage --seeds 5 --packed
@@ -45,9 +46,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from pareto import CLUSTERS, WORKLOADS, open_store, run_main, run_one, settings_of, workload  # noqa: E402
+
 from hta.policies import make_policy  # noqa: E402
-from hta.sim.oracle import oracle_runtime_s  # noqa: E402
 from hta.sim.cluster import ClusterModel  # noqa: E402
+from hta.sim.oracle import oracle_runtime_s  # noqa: E402
 
 SETTINGS = ["hta", "hta-time", "hta-cost"]
 #: shape → (worker_shape, probe_split); whole nodes have no probes to split
@@ -106,7 +108,7 @@ def main() -> int:
             default_means = {}
             for setting in SETTINGS:
                 means = {}
-                for shape, suffix in SHAPES.items():
+                for shape in SHAPES:
                     spec = shaped(setting, shape)
                     settings = settings_of(spec)  # what the label stands for: a changed preset runs again
                     runs = []

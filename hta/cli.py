@@ -15,7 +15,9 @@ import argparse
 import logging
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, NoReturn
 
 from hta.errors import EXIT_USAGE, UsageError
 from hta.interrupts import Interrupted, hold_signals, raise_on_signals
@@ -53,7 +55,7 @@ def _quantity(name: str, minimum: float, noun: str, unit: str = ""):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, with the fix
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, with the fix
         self.exit(EXIT_USAGE, f"hta: error: {message} (see: {self.prog} --help)\n")
 
 
@@ -179,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "(its aligns take 2 cores)")
     src.add_argument("--workflow", type=Path, metavar="FILE", help="a WfCommons WfFormat JSON instance")
     s.add_argument("--policies", default="hta,hpa-20,hpa-50,keda-3,factory",
-                   help="comma-separated: hta, hta-time, hta-cost (HTA's presets), hpa-<cpu %%>, keda-job[-<tasks per job>] (KEDA ScaledJob), "
+                   help="comma-separated: hta, hta-time, hta-cost (HTA's presets), hpa-<cpu %%>, "
+                        "keda-job[-<tasks per job>] (KEDA ScaledJob), "
                         "keda-<tasks per pod> (KEDA ScaledObject: deletes busy pods), factory, max-then-drain, static, "
                         "a name from the hta.policies entry-point group, or your own MODULE:CALLABLE (e.g. "
                         "mypkg.mymod:make_policy); settings as POLICY:key=value,key=value or "
@@ -350,10 +353,7 @@ def cmd_css(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from hta.console import PipeConsole
-
-    from hta.report import load_runs, plot, render_json, render_markdown, render_table
-
-    from hta.report import PLOT_FORMATS
+    from hta.report import PLOT_FORMATS, load_runs, plot, render_json, render_markdown, render_table
 
     formats = tuple(dict.fromkeys(f.strip().lower() for f in args.plot_format.split(",") if f.strip()))
     bad = [f for f in formats if f not in PLOT_FORMATS]
@@ -412,9 +412,9 @@ def split_policies(text: str) -> list[str]:
 def cmd_simulate(args: argparse.Namespace) -> int:
     import json
 
+    from hta.sim.cluster import ClusterModel
     from hta.sim.compare import compare, print_comparison
     from hta.sim.workload import WorkloadError
-    from hta.sim.cluster import ClusterModel
 
     if args.start_nodes > args.max_nodes:
         raise UsageError(f"--start-nodes ({args.start_nodes}) is above --max-nodes ({args.max_nodes})")
@@ -450,7 +450,7 @@ def effective_options(args: argparse.Namespace):
 
     from hta import config
 
-    layers = []
+    layers: list[tuple[str, Mapping[str, Any]]] = []
     cfg = getattr(args, "config", None) or (Path(os.environ["HTA_CONFIG"]) if os.environ.get("HTA_CONFIG") else None)
     if cfg is not None:
         layers.append((f"config file {cfg}", config.read_file(cfg)))
@@ -460,7 +460,8 @@ def effective_options(args: argparse.Namespace):
     if env:
         layers.append(("the environment", env))
     given = {key: getattr(args, dest) for key, dest in
-             ((k, k.replace("-", "_")) for k in config.KEYS) if key not in ("workflow", "makeflow-args") and hasattr(args, dest)}
+             ((k, k.replace("-", "_")) for k in config.KEYS)
+             if key not in ("workflow", "makeflow-args") and hasattr(args, dest)}
     extra = list(args.makeflow_args)
     if extra:
         given["makeflow-args"] = [*(layers[-1][1].get("makeflow-args", []) if layers else []), *extra]

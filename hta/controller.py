@@ -32,17 +32,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from hta.accounting import CoreSample
 from hta.backends.base import CPU_UTILIZATION, WorkerBackend
 from hta.model import LatencyStats, Observation, Resources, ScaleDecision
+from hta.observation import ObservationBuilder, UpcomingSource
 from hta.policies.base import Policy
 from hta.scaling_log import CategoriesRecord, DecisionRecord, ObservationRecord, ScalingLogWriter, WorkerRecord
 from resource_monitor.categories import CategoryLearner
 from workqueue_bridge.monitor_summaries import TaskSummary
-from hta.observation import ObservationBuilder, UpcomingSource
 from workqueue_bridge.snapshot import MasterSnapshot
 
 log = logging.getLogger("hta.controller")
@@ -236,7 +237,7 @@ class Controller:
                 failures, self.last_error = 0, None
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 — a controller outlives its dependencies' errors
+            except Exception as exc:
                 failures += 1
                 self.step_failures += 1
                 message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -246,5 +247,5 @@ class Controller:
                 self.last_error = message
             try:
                 await asyncio.wait_for(finished.wait(), self.config.poll_interval_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass

@@ -70,7 +70,7 @@ class LatencyStats(BaseModel):
         """One connected worker's latency; ``phases`` as its backend measured them."""
         (self.samples if self.waited_for_node(phases) else self.room_samples).append(latency_s)
 
-    def frozen(self) -> "LatencyStats":
+    def frozen(self) -> LatencyStats:
         """A copy that later :meth:`add` calls leave alone (what an observation carries): the
         sample lists copied, not deep-copied float by float."""
         return self.model_copy(update={"samples": list(self.samples), "room_samples": list(self.room_samples)})

@@ -4,7 +4,7 @@ production controller and, through it, by the simulator."""
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from hta.model import (
     CategoryModel,
@@ -20,9 +20,14 @@ from hta.model import (
 from workqueue_bridge.dispatch import allocation_request
 from workqueue_bridge.snapshot import MasterSnapshot
 from workqueue_bridge.status_json import WorkerStatus
-from workqueue_bridge.task_table import (at_the_counts, snapshot_running, snapshot_waiting, still_running,
-                                         task_request, without_tasks)
-
+from workqueue_bridge.task_table import (
+    at_the_counts,
+    snapshot_running,
+    snapshot_waiting,
+    still_running,
+    task_request,
+    without_tasks,
+)
 
 #: builds the DAG lookahead from (waiting group of each task id, running task ids)
 UpcomingSource = Callable[[Mapping[int, str], set[int]], list[UpcomingTasks]]
@@ -117,7 +122,7 @@ class ObservationBuilder:
             for tid in w.task_ids:
                 gid = group_of.get(tid) if tid not in known else None
                 g = by_id.get(gid) if gid is not None else None
-                if g is None or moved.get(g.id, 0) >= g.count:
+                if g is None or g.id is None or moved.get(g.id, 0) >= g.count:
                     continue
                 known.add(tid)  # (once, however many workers list it)
                 first_seen[tid] = self._dispatched_seen.get(tid, now)
@@ -128,7 +133,8 @@ class ObservationBuilder:
                 moved[g.id] = moved.get(g.id, 0) + 1
         self._dispatched_seen = first_seen
         if moved:
-            waiting = [g.model_copy(update={"count": g.count - moved[g.id]}) if g.id in moved else g for g in waiting]
+            waiting = [g.model_copy(update={"count": g.count - moved[g.id]}) if g.id is not None and g.id in moved
+                       else g for g in waiting]
         return out, waiting, set(first_seen)
 
     def _running(self, snap: MasterSnapshot, by_addr: Mapping[str, WorkerStatus],
@@ -150,7 +156,7 @@ class ObservationBuilder:
             if task is None:
                 alloc = task_request(t)
                 whole = alloc == Resources() and w is not None
-                if whole:
+                if whole and w is not None:
                     alloc = Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb)
                 task = RunningTask(task_id=t.task_id, category=t.category, allocation=alloc, started_at=started,
                                    worker=wid, whole_worker=whole)

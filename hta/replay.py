@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, IO
+from typing import IO, Any
 
 from hta.backends.base import WorkerBackend
 from hta.controller import Controller, ControllerConfig
@@ -99,7 +100,7 @@ class RecordingUpcoming:
     def __init__(self, inner, tape: Tape):
         self.inner, self.tape = inner, tape
 
-    def __call__(self, waiting_group_of: dict[int, str], running: set[int]) -> list[UpcomingTasks]:
+    def __call__(self, waiting_group_of: Mapping[int, str], running: set[int]) -> list[UpcomingTasks]:
         ups = self.inner(waiting_group_of, running)
         self.tape.put("upcoming", _dump(ups))
         return ups
@@ -228,7 +229,7 @@ class _Played:
     def poll(self) -> list[TaskSummary]:
         return [TaskSummary.model_validate(s) for s in self.tape.take("summaries")]
 
-    def upcoming(self, waiting_group_of: dict[int, str], running: set[int]) -> list[UpcomingTasks]:
+    def upcoming(self, waiting_group_of: Mapping[int, str], running: set[int]) -> list[UpcomingTasks]:
         return [UpcomingTasks.model_validate(u) for u in self.tape.take("upcoming")]
 
     def clock(self) -> float:

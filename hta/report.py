@@ -195,11 +195,11 @@ def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png"
         supply = [o.supply_cores for o in obs]
         in_use = [o.in_use_cores for o in obs]
         demand = [o.demand_cores for o in obs]
-        u, sp, d = in_use + in_use[-1:], supply + supply[-1:], demand + demand[-1:]
+        u, sp, dm = in_use + in_use[-1:], supply + supply[-1:], demand + demand[-1:]
         # zero-height where there is none: a step fill with `where` drops single steps
         ax.fill_between(t, u, [max(a, b) for a, b in zip(sp, u)], step="post", color="tab:orange", alpha=0.22,
                         lw=0, label="waste (cores paid, unused)")
-        ax.fill_between(t, sp, [max(a, b) for a, b in zip(d, sp)], step="post", color="tab:red", alpha=0.12,
+        ax.fill_between(t, sp, [max(a, b) for a, b in zip(dm, sp)], step="post", color="tab:red", alpha=0.12,
                         lw=0, hatch="///", label="shortage (cores wanted, not there)")
         for key, label, color in (("demand_cores", "demand", "tab:red"), ("supply_cores", "supply", "tab:blue"),
                                   ("in_use_cores", "in use", "tab:green")):

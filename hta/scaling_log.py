@@ -13,7 +13,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Annotated, IO, Literal, Union
+from typing import IO, Annotated, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
@@ -155,7 +155,7 @@ class ScalingLogWriter:
                     n = os.write(self._fd, view)
                     view = view[n:]
                 self._good += len(data)
-            else:
+            elif self._stream is not None:
                 self._stream.write(line)
                 self._stream.flush()
         except OSError as exc:

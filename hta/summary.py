@@ -109,8 +109,8 @@ def paid_intervals(workers: list[WorkerRecord],
         if key == "":
             continue
         if key not in spans:
-            own = wid not in node_of and node_cores and wid in cores
-            spans[key] = (t0, t1, min(1.0, cores[wid] / node_cores) if own else 1.0)
+            share = min(1.0, cores[wid] / node_cores) if wid not in node_of and node_cores and wid in cores else 1.0
+            spans[key] = (t0, t1, share)
             continue
         s0, s1, _ = spans[key]
         spans[key] = (min(s0, t0), None if s1 is None or t1 is None else max(s1, t1), 1.0)
@@ -144,7 +144,7 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
     # for a node (pods bound at once beside others only when none did; LatencyStats)
     timed = [w for w in connected if w.latency_s is not None]
     measured = [w for w in timed if LatencyStats.waited_for_node(w.phases)] or timed
-    lat = [w.latency_s for w in measured]
+    lat = [w.latency_s for w in measured if w.latency_s is not None]
     phase_names = sorted({k for w in measured for k in w.phases})
     phases = {
         k: statistics.median([w.phases[k] for w in measured if k in w.phases]) for k in phase_names

@@ -16,7 +16,8 @@ import os
 import re
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import urllib3
 from kubernetes import client, config
@@ -73,7 +74,7 @@ def load_client(kubeconfig: str | None = None) -> client.ApiClient:
         raise K8sError(f"invalid kubeconfig {where}: {first} (pass --kubeconfig FILE, or set KUBECONFIG)") from None
     except K8sError:
         raise
-    except Exception as exc:  # yaml errors and the like
+    except Exception as exc:  # noqa: BLE001 — yaml errors and the like
         raise K8sError(f"invalid kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}: "
                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} (pass --kubeconfig "
                        f"FILE, or set KUBECONFIG)") from None
@@ -170,5 +171,5 @@ async def acall(fn: Callable[..., Any], *args: Any, budget_s: float = STEP_BUDGE
                                                   **kwargs))
     try:  # the thread ends by the deadline too (its timeouts are cut to it); this is a safety net
         return await asyncio.wait_for(asyncio.shield(fut), left + 2.0)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise K8sError(f"{kwargs['what']}: no answer within {budget_s:g}s (gave up for now)") from None

@@ -34,10 +34,10 @@ from kubernetes import client
 from hta.backends.base import CPU_UTILIZATION, WorkerBackend
 from hta.backends.lifecycle import Lifecycle, WorkerLife, running_by_worker
 from hta.model import PendingWorker, Resources
+from hta.node.worker import worker_command
 from hta.scaling_log import WorkerRecord
 from k8s.api import STEP_BUDGET_S, CallCounter, K8sError, acall, call, load_client
 from k8s.informer import PodInformer, PodState
-from hta.node.worker import worker_command
 from k8s.pods import DEFAULT_IMAGE, RUN_LABEL, worker_pod
 from workqueue_bridge.snapshot import MasterSnapshot
 
@@ -180,6 +180,13 @@ class KubernetesBackend(WorkerBackend):
         return self.lifecycle.fatal
 
     @property
+    def core(self) -> client.CoreV1Api:
+        """The API client, once :meth:`connect` has made it."""
+        if self.api is None:
+            raise K8sError("not connected to the Kubernetes API server yet")
+        return self.api
+
+    @property
     def start_failures(self) -> int:
         return self.lifecycle.start_failures
 
@@ -187,7 +194,7 @@ class KubernetesBackend(WorkerBackend):
     def connect(self) -> None:
         """Load configuration and check access (blocking; one-line K8sError on failure)."""
         self.api = client.CoreV1Api(load_client(self.kubeconfig))
-        call(self.api.list_namespaced_pod, self.namespace, label_selector=self.selector, limit=1,
+        call(self.core.list_namespaced_pod, self.namespace, label_selector=self.selector, limit=1,
              counter=self.counter, attempts=3, what=f"list pods in namespace {self.namespace!r}")
         self._check_create()
         self.metrics = client.CustomObjectsApi(self.api.api_client)
@@ -209,7 +216,7 @@ class KubernetesBackend(WorkerBackend):
                          self.image, worker_command("127.0.0.1:9123", disk_mb=1024, idle_timeout_s=60),
                          self.host_network)
         try:
-            call(self.api.create_namespaced_pod, self.namespace, pod, dry_run="All", counter=self.counter,
+            call(self.core.create_namespaced_pod, self.namespace, pod, dry_run="All", counter=self.counter,
                  attempts=3, what=f"create a worker pod in namespace {self.namespace!r} (a dry run)")
         except K8sError as exc:
             if " 404 " in f" {exc} " and "namespaces" in str(exc):
@@ -244,7 +251,7 @@ class KubernetesBackend(WorkerBackend):
             await asyncio.to_thread(self.connect)
         self.master_host = self.master_host or master_host
         self._port = master_port
-        self.informer = PodInformer(self.api, self.namespace, self.selector, self.counter)
+        self.informer = PodInformer(self.core, self.namespace, self.selector, self.counter)
         self.informer.start()
         await asyncio.to_thread(self.informer.synced.wait, 30)
         self._adopt(self.informer.snapshot())
@@ -331,7 +338,7 @@ class KubernetesBackend(WorkerBackend):
                 continue
             if stuck[0] != "unschedulable":
                 return stuck[1]
-            if st.cpu <= shape.cores + 1e-9 and st.memory_mb <= shape.memory_mb + 1e-9:
+            if st is not None and st.cpu <= shape.cores + 1e-9 and st.memory_mb <= shape.memory_mb + 1e-9:
                 return stuck[1]
         return None
 
@@ -357,7 +364,7 @@ class KubernetesBackend(WorkerBackend):
             async with gate:
                 t = self._now()
                 try:
-                    await acall(self.api.create_namespaced_pod, self.namespace, pod, deadline=deadline,
+                    await acall(self.core.create_namespaced_pod, self.namespace, pod, deadline=deadline,
                                 budget_s=self.api_budget_s, counter=self.counter, what=f"create pod {name}")
                 except K8sError as exc:
                     if " 409 " in f" {exc} ":
@@ -376,7 +383,7 @@ class KubernetesBackend(WorkerBackend):
         if errors:  # those created are tracked; the next decision asks again for the rest
             self._create_error = str(errors[0])
             raise errors[0]
-        return [n for n in done if n]
+        return [n for n in done if isinstance(n, str)]
 
     # -- observation ---------------------------------------------------------------
     def _rel(self, unix: float | None) -> float | None:
@@ -480,9 +487,10 @@ class KubernetesBackend(WorkerBackend):
             return
         if not live or any(tr.state == "connected" or tr.stuck_since is None for tr in live):
             return
-        youngest = max(live, key=lambda tr: tr.stuck_since)
-        if time.time() - youngest.stuck_since >= self.start_timeout_s:
-            self.lifecycle.give_up(self._fatal_line(*youngest.stuck))
+        stuck = [(tr.stuck_since, tr.stuck) for tr in live if tr.stuck_since is not None and tr.stuck is not None]
+        since, why = max(stuck, key=lambda s: s[0])
+        if time.time() - since >= self.start_timeout_s:
+            self.lifecycle.give_up(self._fatal_line(*why))
             log.info("%s", self.fatal)  # the run ends with this line
 
     def _announce(self, tr: Tracked, st: PodState | None = None) -> None:
@@ -540,7 +548,7 @@ class KubernetesBackend(WorkerBackend):
     async def _delete(self, name: str, *, deadline: float | None = None, grace_s: int | None = None) -> None:
         kwargs = {} if grace_s is None else {"grace_period_seconds": grace_s}
         try:
-            await acall(self.api.delete_namespaced_pod, name, self.namespace, deadline=deadline,
+            await acall(self.core.delete_namespaced_pod, name, self.namespace, deadline=deadline,
                         budget_s=self.api_budget_s, counter=self.counter, what=f"delete pod {name}", **kwargs)
         except K8sError as exc:
             if " 404 " not in f" {exc} ":
@@ -615,7 +623,7 @@ class KubernetesBackend(WorkerBackend):
         return self.lifecycle.flush()
 
     async def _list_names(self, budget_s: float) -> list[str]:
-        pods = await acall(self.api.list_namespaced_pod, self.namespace, label_selector=self.selector,
+        pods = await acall(self.core.list_namespaced_pod, self.namespace, label_selector=self.selector,
                            budget_s=budget_s, counter=self.counter, what="list pods")
         return [p.metadata.name for p in pods.items]
 
@@ -669,7 +677,7 @@ def routable_address(kubeconfig: str | None, host_network: bool) -> str:
         cfg = client.Configuration()
         config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         host = urlparse(cfg.host).hostname or "127.0.0.1"
-    except Exception:
+    except Exception:  # noqa: BLE001 — no usable kubeconfig: fall back to this host's name
         host = None
     if host in ("127.0.0.1", "localhost", "::1"):
         if host_network:

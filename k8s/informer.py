@@ -114,27 +114,28 @@ class PodInformer:
         return now
 
     def _apply(self, kind: str, pod: client.V1Pod, now: float) -> None:
-        name = pod.metadata.name
+        meta, spec = pod.metadata or client.V1ObjectMeta(), pod.spec or client.V1PodSpec(containers=[])
+        name, uid = str(meta.name), str(meta.uid)
         with self.lock:
             st = self.pods.get(name)
-            if st is None or st.uid != pod.metadata.uid:
-                created = _ts(pod.metadata.creation_timestamp)
-                st = self.pods[name] = PodState(name=name, uid=pod.metadata.uid, created=created)
-                for c in pod.spec.containers or []:
+            if st is None or st.uid != uid:
+                created = _ts(meta.creation_timestamp)
+                st = self.pods[name] = PodState(name=name, uid=uid, created=created)
+                for c in spec.containers or []:
                     req = (c.resources.requests or {}) if c.resources else {}
                     st.cpu += _cpu(req.get("cpu"))
                     st.memory_mb += _mib(req.get("memory"))
             st.seen.append((now, kind))
             status = pod.status or client.V1PodStatus()
             st.phase = status.phase or st.phase
-            st.deleting = pod.metadata.deletion_timestamp is not None
+            st.deleting = meta.deletion_timestamp is not None
             conditions = {c.type: c for c in status.conditions or []}
             sched = conditions.get("PodScheduled")
-            if pod.spec.node_name and st.node is None:
-                st.node = pod.spec.node_name
+            if spec.node_name and st.node is None:
+                st.node = spec.node_name
                 api_t = _ts(sched.last_transition_time) if sched is not None and sched.status == "True" else None
                 st.scheduled_at = self._when(now, api_t)
-            if pod.spec.node_name:
+            if spec.node_name:
                 st.unschedulable = None
             elif sched is not None and sched.status == "False" and sched.reason == "Unschedulable":
                 st.unschedulable = sched.message or "unschedulable"

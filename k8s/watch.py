@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client, watch
 
@@ -75,7 +76,7 @@ def list_and_watch(
                 rv = obj.metadata.resource_version
                 on_event(ev["type"], obj)
             backoff = RETRY_MIN_S
-        except Exception as exc:  # 410 Gone, connection reset, timeout, 5xx...
+        except Exception as exc:  # noqa: BLE001 — 410 Gone, connection reset, timeout, 5xx...
             if stop.is_set():
                 break
             rv = None  # relist: whatever happened while we were not watching comes from the list

@@ -7,8 +7,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from resource_monitor.model import CategoryModel
-from workqueue_bridge.resources import Resources
 from workqueue_bridge.monitor_summaries import TaskSummary
+from workqueue_bridge.resources import Resources
 
 
 def percentile(values: list[float], q: float) -> float:

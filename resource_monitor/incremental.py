@@ -15,8 +15,8 @@ from __future__ import annotations
 import bisect
 import math
 
-from resource_monitor.model import CategoryModel
 from resource_monitor.categories import CategoryLearner
+from resource_monitor.model import CategoryModel
 from workqueue_bridge.monitor_summaries import TaskSummary
 
 

@@ -3,15 +3,21 @@
 #   ./scripts/test.sh          the full suite (what CI runs): builds the local Kubernetes
 #                              control plane first if it is missing (8-17 min cold, cached)
 #   ./scripts/test.sh --fast   the edit loop: no cluster build, no real makeflow runs or pods
-#                              (pytest -m "not slow and not cluster"), under 3 minutes
-# Any other arguments go to pytest.
+#                              (pytest -m "not slow and not cluster")
+#   ./scripts/test.sh -m bound the lower bound's thousands of extra random seeds
+# Both lint (ruff) and type-check (mypy) first. Any other arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
 cd "$root"
+# lint and type-check first: a few seconds (mypy keeps its cache in .mypy_cache)
+.venv/bin/ruff check --quiet .
+.venv/bin/mypy
+# two workers: the tests that start a control plane share one (tests/conftest.py)
+parallel=(-n 2 --dist loadgroup)
 if [ "${1:-}" = "--fast" ]; then
   shift
-  exec .venv/bin/python -m pytest -m "not slow and not cluster" "$@"
+  exec .venv/bin/python -m pytest "${parallel[@]}" -m "not slow and not cluster" "$@"
 fi
 testcluster/build.sh
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest "${parallel[@]}" "$@"

@@ -65,7 +65,7 @@ def wait_for(what: str, check, timeout: float = 60.0) -> None:
         try:
             if check():
                 return
-        except Exception:
+        except Exception:  # noqa: BLE001 — not up yet: ask again
             pass
         time.sleep(0.2)
     raise SystemExit(f"cluster: {what} did not become ready within {timeout:.0f}s (logs: {STATE}/logs)")

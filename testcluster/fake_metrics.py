@@ -27,7 +27,7 @@ import ssl
 import subprocess
 import tempfile
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from aiohttp import web
@@ -57,7 +57,7 @@ def self_signed(d: Path, ip: str) -> tuple[Path, Path]:
 
 
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class FakeMetricsServer:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from workqueue_bridge.processes import die_with_parent
 from k8s.watch import list_and_watch
+from workqueue_bridge.processes import die_with_parent
 
 log = logging.getLogger("pod-runner-fake-kubelet")
 SELECTOR = "hta.io/run"

@@ -94,7 +94,7 @@ class Provisioner:
             if not self.stop.wait(delay):
                 try:
                     self.add_node()
-                except Exception as exc:  # keep going: the next loop retries
+                except Exception as exc:  # noqa: BLE001 — keep going: the next loop retries
                     log.warning("could not add a node: %s", exc)
             with self.lock:
                 self.provisioning -= 1
@@ -201,7 +201,7 @@ class Provisioner:
         while not self.stop.is_set():
             try:
                 self.step()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 — an API error: the next loop retries
                 log.warning("step failed: %s", exc)
             self.stop.wait(0.3)
 

@@ -12,11 +12,19 @@ import pytest
 
 from hta.policies.registry import make_policy
 from hta.scaling_log import ScalingLogWriter
-from hta.sim.oracle import (NodeSecondsFloor, barriers, critical_path_s, least_mean_runtime_s,
-                            mean_node_seconds_floor, node_seconds_floor, oracle_runtime_s, phases)
+from hta.sim.cluster import ClusterModel
+from hta.sim.oracle import (
+    NodeSecondsFloor,
+    barriers,
+    critical_path_s,
+    least_mean_runtime_s,
+    mean_node_seconds_floor,
+    node_seconds_floor,
+    oracle_runtime_s,
+    phases,
+)
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload, WorkloadError, parse_wfformat, topological_order
-from hta.sim.cluster import ClusterModel
 
 POLICIES = ["observe", "static", "max-then-drain", "hta", "factory", "hpa-20", "keda-2", "hta-cost",
             "hta:worker_shape=node", "hta-time:worker_shape=node", "hta:probe_split=1", "hta-time"]
@@ -351,7 +359,8 @@ def wave_case(rng: random.Random) -> tuple[Workload, ClusterModel]:
     for i in range(n):
         rt = (round(base * rng.uniform(0.85, 1.15), 2) if rng.random() < 0.9
               else rng.choice([0.0, round(base * rng.uniform(0.1, 2), 2)]))
-        tasks.append(SimTask(f"t{i}", rng.choice(["a", "b"]), rt, cores=cores if rng.random() < 0.9 else rng.choice([1, 2, 3]),
+        own = cores if rng.random() < 0.9 else rng.choice([1, 2, 3])
+        tasks.append(SimTask(f"t{i}", rng.choice(["a", "b"]), rt, cores=own,
                              memory_mb=rng.choice([100, 512, 4000, 9000]), parents=["split"] if split else []))
     return Workload("waves", tasks, declared=rng.random() < 0.4), cluster
 

@@ -3,17 +3,15 @@
 import json
 
 import pytest
+from conftest import DATA
 
-from hta.model import CategoryModel, Resources
+from hta.model import CategoryModel, LatencyStats, Resources
+from hta.observation import ObservationBuilder
 from workqueue_bridge.makeflow_log import MakeflowLog, NodeState
 from workqueue_bridge.monitor_summaries import SummaryDirectory, parse_summary
-from hta.observation import ObservationBuilder
-from workqueue_bridge.task_table import group_waiting
 from workqueue_bridge.snapshot import MasterSnapshot
 from workqueue_bridge.status_json import clean_category, parse_queue_status, parse_task_status, parse_worker_status
-from hta.model import LatencyStats
-
-from conftest import DATA
+from workqueue_bridge.task_table import group_waiting
 
 
 def load(name):
@@ -247,15 +245,15 @@ def test_rules_rebuilt_after_a_restart_are_not_re_runs(tmp_path):
     from workqueue_bridge.makeflow_log import MakeflowLog
 
     t = 1_795_000_000_000_000
-    lines = ["# STARTED %d" % t,
-             "%d 0 1 1 2 1 0 0 0 3" % (t + 1), "%d 0 2 1 2 0 1 0 0 3" % (t + 2),  # 0 runs, completes
-             "%d 1 1 2 1 1 1 0 0 3" % (t + 3), "%d 1 2 2 1 0 2 0 0 3" % (t + 4),  # 1 runs, completes
-             "%d 2 1 3 0 1 2 0 0 3" % (t + 5),  # 2 runs ... and makeflow is killed
+    lines = [f"# STARTED {t}",
+             f"{t + 1} 0 1 1 2 1 0 0 0 3", f"{t + 2} 0 2 1 2 0 1 0 0 3",  # 0 runs, completes
+             f"{t + 3} 1 1 2 1 1 1 0 0 3", f"{t + 4} 1 2 2 1 0 2 0 0 3",  # 1 runs, completes
+             f"{t + 5} 2 1 3 0 1 2 0 0 3",  # 2 runs ... and makeflow is killed
              # the next makeflow: 1's output was deleted (COMPLETE → WAITING), 2 was left running
-             "%d 1 0 2 1 0 2 0 0 3" % (t + 10), "%d 2 0 3 2 0 1 0 0 3" % (t + 11),
-             "# STARTED %d" % (t + 12),
-             "%d 1 1 4 1 1 1 0 0 3" % (t + 13), "%d 1 2 4 1 0 2 0 0 3" % (t + 14),
-             "%d 2 1 5 0 1 2 0 0 3" % (t + 15), "%d 2 2 5 0 0 3 0 0 3" % (t + 16)]
+             f"{t + 10} 1 0 2 1 0 2 0 0 3", f"{t + 11} 2 0 3 2 0 1 0 0 3",
+             f"# STARTED {t + 12}",
+             f"{t + 13} 1 1 4 1 1 1 0 0 3", f"{t + 14} 1 2 4 1 0 2 0 0 3",
+             f"{t + 15} 2 1 5 0 1 2 0 0 3", f"{t + 16} 2 2 5 0 0 3 0 0 3"]
     (tmp_path / "W.makeflowlog").write_text("\n".join(lines) + "\n")
     log = MakeflowLog(tmp_path / "W.makeflowlog")
     log.poll()

@@ -1,10 +1,10 @@
 """Category learning from resource-monitor summaries."""
 
+from conftest import DATA
+
 from hta.model import Resources
 from resource_monitor.categories import CategoryLearner, first_allocation
 from workqueue_bridge.monitor_summaries import SummaryDirectory, TaskSummary
-
-from conftest import DATA
 
 
 def s(cat, wall, cores=0.5, mem=10, disk=1, status=0):

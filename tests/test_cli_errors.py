@@ -9,13 +9,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import HTA, ROOT, run_hta, wait
+
 from hta.policies.registry import make_policy
 from hta.scaling_log import ScalingLogWriter
+from hta.sim.cluster import ClusterModel, unrunnable
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload, load_workload
-from hta.sim.cluster import ClusterModel, unrunnable
 
 
 @pytest.fixture

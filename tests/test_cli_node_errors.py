@@ -5,7 +5,6 @@ for SIGTERM; hta worker exits 0 when a SIGTERM drains it), and nothing left behi
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 import subprocess
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import HTA, run_hta, wait
 from test_cli_errors import one_error_line
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_hta
 
-from conftest import ROOT, run_hta
 from hta import config
 from hta.errors import UsageError
 from hta.makeflow_shim import hta_argv, wants_hta
@@ -35,7 +35,8 @@ def test_layers_flags_win_over_environment_over_file(tmp_path: Path):
 def test_toml_and_the_printed_configuration_is_a_valid_config_file(tmp_path: Path):
     (tmp_path / "c.toml").write_text('policy = "factory"\nworker-cores = 2\nmakeflow-args = ["-j", "2"]\n')
     got = effective("--config", str(tmp_path / "c.toml"), "W", "--", "-R")
-    assert (got["policy"], got["worker-cores"], got["makeflow-args"], got["workflow"]) == ("factory", 2, ["-j", "2", "-R"], "W")
+    assert (got["policy"], got["worker-cores"], got["makeflow-args"], got["workflow"]) == \
+        ("factory", 2, ["-j", "2", "-R"], "W")
     (tmp_path / "again.yaml").write_text(yaml.safe_dump(got))
     assert effective("--config", str(tmp_path / "again.yaml")) == got
 
@@ -113,7 +114,8 @@ def test_the_real_makeflow_is_found_past_the_shim(tmp_path: Path, monkeypatch):
     shim.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     found = real_makeflow()
-    assert found is not None and Path(found) != shim and "hta.makeflow_shim" not in Path(found).read_text(errors="replace")[:2048]
+    assert found is not None and Path(found) != shim
+    assert "hta.makeflow_shim" not in Path(found).read_text(errors="replace")[:2048]
 
 
 @pytest.mark.slow

@@ -7,19 +7,19 @@ from __future__ import annotations
 import asyncio
 import socket
 
+from conftest import Master, wait
+
 from hta.controller import Controller, ControllerConfig
 from hta.model import ScaleDecision
 from hta.scaling_log import ScalingLogWriter
 from hta.sim.backend import SimBackend
+from hta.sim.cluster import ClusterModel
 from hta.sim.master import SimMaster, SimMonitor
 from hta.sim.run import run_now
 from hta.sim.workload import SimTask, Workload
-from hta.sim.cluster import ClusterModel
 from hta.sim.world import World
 from resource_monitor.categories import CategoryLearner
 from workqueue_bridge.status import MasterStatusClient
-
-from conftest import Master, wait
 
 
 class Asks:

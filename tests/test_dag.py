@@ -2,11 +2,11 @@
 
 import shutil
 
+from conftest import DATA
+
 from hta.model import Resources
 from workqueue_bridge.dag import load_dag, node_states, read_rules, upcoming_tasks
 from workqueue_bridge.makeflow_log import MakeflowLog, NodeState
-
-from conftest import DATA
 
 
 def test_dag_from_real_makeflow_viz(tmp_path):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from golden_estimates import LARGE, OPTIONS, PATH, POLICIES, answers, digest, large_observation
+
 from hta.estimator import QueueDrainEstimator, expected_remaining, outrun_categories
 from hta.estimator.forecast import runtime_of
 from hta.model import Observation

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import HTA, cctools_processes, run_hta, wait
 
 pytestmark = pytest.mark.slow

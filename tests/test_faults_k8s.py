@@ -14,9 +14,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import HTA, ROOT, cctools_processes, run_hta, wait
 from kubernetes import client, config
 
-from conftest import HTA, ROOT, cctools_processes, run_hta, wait
 from testcluster.pod_runner import pod_processes
 
 pytestmark = [pytest.mark.cluster]
@@ -141,7 +141,7 @@ def test_a_worker_connected_before_the_watch_saw_its_pod_run_still_gets_its_phas
             assert await asyncio.to_thread(wait, lambda: core.read_namespaced_pod(name, "default").status.phase
                                            in ("Running", "Failed", "Succeeded"), 120, 0.2)
             worker = WorkerStatus(address="127.0.0.1:4000", hostname=name, cores=1, memory_mb=100, disk_mb=100)
-            snap = lambda: MasterSnapshot(taken_at=b._now(), queue=QueueStatus(), tasks=[], workers=[worker])  # noqa: E731
+            snap = lambda: MasterSnapshot(taken_at=b._now(), queue=QueueStatus(), tasks=[], workers=[worker])
             t_connect = b._now()
             first = await b.refresh(snap(), t_connect)
             counted = b.worker_ids()

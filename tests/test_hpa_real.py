@@ -23,12 +23,12 @@ import subprocess
 import time
 
 import pytest
+from conftest import ROOT, wait
 from kubernetes import client, config
 
-from conftest import ROOT, wait
 from hta.model import LatencyStats, Observation, Resources, WorkerInfo
-from hta.policies.registry import make_policy
 from hta.policies.hpa import HPAPolicy
+from hta.policies.registry import make_policy
 from testcluster import fake_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]

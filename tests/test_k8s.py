@@ -11,9 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from kubernetes import client, config
-
 from conftest import HTA, ROOT, cctools_processes, run_hta, wait
+from kubernetes import client, config
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 

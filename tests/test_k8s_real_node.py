@@ -13,9 +13,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, run_hta, wait
 from kubernetes import client, config
 
-from conftest import ROOT, run_hta, wait
 from testcluster import real_node
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]

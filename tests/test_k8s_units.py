@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import threading
+import time
+
 import pytest
+from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
 from hta.model import Resources
-from k8s.api import K8sError, call, load_client
 from hta.node.worker import CONNECT_TIMEOUT_S, worker_command
+from k8s.api import K8sError, call, load_client
 from k8s.pods import run_id_for, worker_pod
 
 
@@ -72,13 +78,6 @@ def test_missing_kubeconfig_is_one_line(tmp_path):
 
 
 # -- one API error must not freeze or end the control loop --------------------
-
-import asyncio
-import socket
-import threading
-import time
-
-from kubernetes import client as k8s_client
 
 
 def _api_at(port: int) -> k8s_client.CoreV1Api:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from test_bound import random_cluster, random_workload
 
 from hta.sim.list_schedule import list_schedule_s
 from hta.sim.oracle import oracle_runtime_s
 from hta.sim.workload import SimTask, Workload, topological_order
-from test_bound import random_cluster, random_workload
 
 
 def test_first_come_first_served_loses_to_the_critical_path_first_where_the_bound_is_reached():

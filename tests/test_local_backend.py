@@ -8,6 +8,7 @@ import time
 
 import aiohttp
 import pytest
+from conftest import Master, cctools_processes
 
 from hta.backends.lifecycle import MAX_START_FAILURES
 from hta.backends.local import LocalBackend
@@ -15,8 +16,6 @@ from hta.model import Resources
 from workqueue_bridge.snapshot import MasterSnapshot
 from workqueue_bridge.status import MasterStatusClient
 from workqueue_bridge.status_json import QueueStatus
-
-from conftest import Master, cctools_processes
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +28,7 @@ async def poll_until(master, backend, cond, timeout=30.0):
     while time.monotonic() < deadline:
         try:
             snap = await master.snapshot(time.time())
-        except (asyncio.TimeoutError, aiohttp.ClientError):
+        except (TimeoutError, aiohttp.ClientError):
             snap = None  # not answering yet: poll again
         if snap is not None:
             events += await backend.refresh(snap, time.monotonic())

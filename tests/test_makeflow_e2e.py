@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import HTA, cctools_processes, run_hta, wait
 
 pytestmark = pytest.mark.slow

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import HTA, wait
 
 from hta.node.capacity import effective_capacity, parse_cpuset
 from hta.node.css.daemon import CSSConfig, CSSDaemon, Targets
 from hta.node.css.monitor import BACKENDS, available
 from hta.node.css.plan import classify, ctbra, equal_allocation
-
-from conftest import HTA, wait
 
 GIB = 2**30
 #: every futex counter, each a real workload run for seconds: perf (the one ``auto`` picks
@@ -182,7 +181,9 @@ def test_css_classifies_real_workloads_and_pins(backend, tmp_path):
         cpu.wait()
 
 
-PARKED = "import threading, time\nfor _ in range(50): threading.Thread(target=threading.Event().wait, daemon=True).start()\ntime.sleep(60)"
+PARKED = ("import threading, time\n"
+          "for _ in range(50): threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+          "time.sleep(60)")
 
 
 @pytest.mark.parametrize("backend", BACKENDS_FAST_TIER_FIRST)

@@ -5,8 +5,17 @@ from collections import Counter
 import pytest
 
 from hta.estimator import EstimatorOptions, QueueDrainEstimator
-from hta.model import (CategoryModel, LatencyStats, Observation, PendingWorker, Resources, RunningTask, UpcomingTasks,
-                       TaskGroup, WorkerInfo)
+from hta.model import (
+    CategoryModel,
+    LatencyStats,
+    Observation,
+    PendingWorker,
+    Resources,
+    RunningTask,
+    TaskGroup,
+    UpcomingTasks,
+    WorkerInfo,
+)
 from hta.policies import make_policy
 from hta.policies.hta_policy import HTAPolicy
 
@@ -558,7 +567,8 @@ def test_busy_latencies_bounds_the_busy_time_asked_of_long_tasks():
     busy = obs(workers=[worker("w1", running=1, busy_cores=1)], waiting=[TaskGroup(category="a", count=40, request=ONE)],
                running=[RunningTask(task_id=1, category="long", allocation=ONE, started_at=100.0, worker="w1")],
                categories={"a": cat("a", 100.0), "long": cat("long", 1000.0)}, max_workers=50)
-    assert QueueDrainEstimator(EstimatorOptions(busy_runtimes=4, busy_latencies=15)).estimate(busy, 10.0).workers_needed == 13
+    capped = QueueDrainEstimator(EstimatorOptions(busy_runtimes=4, busy_latencies=15)).estimate(busy, 10.0)
+    assert capped.workers_needed == 13
     # never less than one runtime: at L = 50 s, b = 1 would ask 50 s and buy the packed 15;
     # it asks 100 s, as the default does (5 idle workers start 10 tasks, 30 wait: 13)
     five = obs(workers=[worker(f"w{i}") for i in range(5)], waiting=[TaskGroup(category="a", count=40, request=ONE)],
@@ -676,7 +686,8 @@ def test_presets_and_estimator_settings_by_name():
     assert make_policy("hta-cost").options.busy_latencies == 2 and make_policy("hta").options.busy_latencies == 0
     tuned = make_policy("hta:busy_runtimes=3,check_s=2")
     assert tuned.estimator.options.busy_runtimes == 3 and tuned.check_s == 2
-    for bad, says in [("hta-fast", "presets are hta-time, hta-cost"), ("hta:busy_runtimes=0", "must be a number > 0"), ("hta:busy_runtimes=inf", "must be a number > 0"),
+    for bad, says in [("hta-fast", "presets are hta-time, hta-cost"), ("hta:busy_runtimes=0", "must be a number > 0"),
+                      ("hta:busy_runtimes=inf", "must be a number > 0"),
                       ("hta-cost:tail_aware=maybe", "is not a bool"),
                       ("hta:unmeasured_per_worker=0.5", "must be a number ≥ 1"),
                       ("hta:busy_latencies=-1", "busy_latencies must be a number ≥ 0"),
@@ -726,9 +737,9 @@ def test_workers_a_stage_will_want_are_held_through_a_straggler_not_bought_back(
     # Montage's shape: 20 tasks of 100 s, one of them a 1,500 s straggler; 20 more wait for
     # all of them. Drained while the straggler runs, the workers are bought back when it
     # ends and the second stage waits a latency; held (as the default does), it starts at once.
+    from hta.sim.cluster import ClusterModel
     from hta.sim.run import Simulation
     from hta.sim.workload import SimTask, Workload
-    from hta.sim.cluster import ClusterModel
 
     first = [SimTask(f"a{i}", "a", 1500.0 if i == 0 else 100.0) for i in range(20)]
     tasks = first + [SimTask(f"b{i}", "b", 100.0, parents=[t.id for t in first]) for i in range(20)]

@@ -6,9 +6,9 @@ from __future__ import annotations
 from hta.model import LatencyStats, Observation, PendingWorker, Resources, RunningTask, TaskGroup, WorkerInfo
 from hta.policies import make_policy
 from hta.policies.keda_job import KEDAJobPolicy, jobs_to_create
+from hta.sim.cluster import ClusterModel
 from hta.sim.run import Simulation
 from hta.sim.workload import load_workload
-from hta.sim.cluster import ClusterModel
 
 NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)
 

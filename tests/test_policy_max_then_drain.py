@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from hta.model import (LatencyStats, Observation, PendingWorker, Resources, RunningTask, TaskGroup, UpcomingTasks,
-                       WorkerInfo)
+from hta.model import (
+    LatencyStats,
+    Observation,
+    PendingWorker,
+    Resources,
+    RunningTask,
+    TaskGroup,
+    UpcomingTasks,
+    WorkerInfo,
+)
 from hta.policies.registry import make_policy
 from hta.scaling_log import ScalingLogWriter
+from hta.sim.cluster import ClusterModel
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload
-from hta.sim.cluster import ClusterModel
 
 NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)
 

@@ -11,12 +11,12 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import run_hta
+
 from hta.policies.base import check_signals
 from hta.policies.registry import make_policy
-from hta.sim.workload import SimTask, Workload
 from hta.sim.cluster import ClusterModel
+from hta.sim.workload import SimTask, Workload
 from hta.sim.world import World
 
 

@@ -16,7 +16,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_hta
 
 README = (ROOT / "README.md").read_text()

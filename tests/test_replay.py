@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import run_hta
+
 from hta.policies.registry import make_policy
 from hta.replay import ReplayDiverged, replay
 from hta.scaling_log import read_records

@@ -8,21 +8,28 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, wait
 
-from hta.model import (LatencyStats, Observation, PendingWorker, Resources, RunningTask, ScaleDecision,
-                       TaskGroup, WorkerInfo)
+from hta.model import (
+    LatencyStats,
+    Observation,
+    PendingWorker,
+    Resources,
+    RunningTask,
+    ScaleDecision,
+    TaskGroup,
+    WorkerInfo,
+)
 from hta.policies.factory import FactoryPolicy
-from hta.policies.registry import make_policy
 from hta.policies.hpa import HPAPolicy
 from hta.policies.hta_policy import HTAPolicy
 from hta.policies.keda import KEDAPolicy
+from hta.policies.registry import make_policy
 from hta.scaling_log import ScalingLogWriter
-from hta.sim.oracle import critical_path_s, oracle_runtime_s
-from hta.sim.workload import SimTask, Workload, WorkloadError, load_workload, parse_wfformat
-from hta.sim.run import Simulation
 from hta.sim.cluster import ClusterModel
-
-from conftest import ROOT, wait
+from hta.sim.oracle import critical_path_s, oracle_runtime_s
+from hta.sim.run import Simulation
+from hta.sim.workload import SimTask, Workload, WorkloadError, load_workload, parse_wfformat
 
 NODE = Resources(cores=3, memory_mb=15000, disk_mb=100000)
 
@@ -467,14 +474,16 @@ def test_simulate_command_json_and_logs(tmp_path: Path):
     assert len(list(tmp_path.glob("*.jsonl"))) == 4
     # the node·s floor at each policy's mean runtime: below what it paid, and the same
     # figure hta.sim.oracle gives for those runtimes
+    from hta.sim.cluster import ClusterModel
     from hta.sim.oracle import mean_node_seconds_floor, node_seconds_floor
     from hta.sim.workload import load_workload
-    from hta.sim.cluster import ClusterModel
 
     floors = [node_seconds_floor(load_workload("io-bound", s), ClusterModel()) for s in (0, 1)]
     for policy, floor in data["oracle"]["node_s_floor_at_mean_runtime"].items():
         mine = [x for x in data["runs"] if x["policy"] == policy]
-        mean = lambda k: sum(x[k] for x in mine) / len(mine)  # noqa: E731
+
+        def mean(k: str, mine: list = mine) -> float:
+            return sum(x[k] for x in mine) / len(mine)
         assert 0 < floor <= mean("node_s")
         assert floor == pytest.approx(mean_node_seconds_floor(floors, mean("runtime_s")), rel=1e-3)
     bad = subprocess.run([hta, "simulate", "--policies", "hta,nope"], capture_output=True, text=True)
@@ -499,7 +508,8 @@ def test_estimator_agrees_with_algorithm1_on_small_inputs():
 def test_a_seed_gives_the_same_run_in_every_process():
     # KEDA deletes busy workers, whose tasks go back to the queue: their order must not
     # depend on Python's per-process string hashing
-    code = ("from hta.sim.run import Simulation; from hta.sim.cluster import ClusterModel; from hta.sim.workload import load_workload; "
+    code = ("from hta.sim.run import Simulation; from hta.sim.cluster import ClusterModel; "
+            "from hta.sim.workload import load_workload; "
             "from hta.policies.registry import make_policy; "
             "r = Simulation(load_workload('blast-3stage', 0), make_policy('keda-3'), ClusterModel(horizon_s=4000), "
             "seed=0).run(); print(r.waste_core_s, r.lost_work_core_s, r.tasks_done)")
@@ -644,8 +654,8 @@ def test_an_idle_factory_worker_reads_its_timer_every_5_s():
 def test_no_node_seconds_floor_for_a_policy_whose_runs_were_cut_off():
     # "observe" never scales: on io-bound it is cut off at 30 × the bound, so its runtime
     # is the cutoff, not a finishing time, and a floor there would be no floor
-    from hta.sim.compare import _floor, compare
     from hta.sim.cluster import ClusterModel
+    from hta.sim.compare import _floor, compare
 
     c = compare("io-bound", ["observe", "hta"], 1, ClusterModel(max_nodes=200))
     assert c.by_policy()["observe"][0].exit_code != 0

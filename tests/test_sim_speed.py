@@ -17,8 +17,8 @@ import pytest
 from hta.model import Resources
 from workqueue_bridge.dag import Dag, Rule, UpcomingIndex, upcoming_tasks
 from workqueue_bridge.makeflow_log import NodeState
-from workqueue_bridge.task_table import index_segments, index_waiting, waiting_segments
 from workqueue_bridge.status_json import TaskStatus
+from workqueue_bridge.task_table import index_segments, index_waiting, waiting_segments
 
 REQS = [Resources(), Resources(cores=1, memory_mb=100), Resources(cores=2)]
 
@@ -97,8 +97,8 @@ def test_waiting_by_runs_of_ids_is_waiting_task_by_task(seed):
 
 @pytest.mark.parametrize("seed", range(30))
 def test_incremental_learner_builds_the_same_models(seed):
-    from resource_monitor.incremental import IncrementalCategoryLearner
     from resource_monitor.categories import CategoryLearner
+    from resource_monitor.incremental import IncrementalCategoryLearner
     from workqueue_bridge.monitor_summaries import TaskSummary
 
     rng = random.Random(seed)

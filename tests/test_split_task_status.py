@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from workqueue_bridge.task_table import split_task_status, waiting_segments
 from workqueue_bridge.status_json import parse_task_status
+from workqueue_bridge.task_table import split_task_status, waiting_segments
 
 ODD = [None, 0, 1, 1.0, True, 2, "2", "", "x", -1, 1000, 2000.5, float("nan"), [1], {"a": 1}]
 

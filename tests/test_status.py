@@ -20,15 +20,24 @@ from hta.controller import Controller
 from hta.model import LatencyStats
 from hta.policies.registry import make_policy
 from hta.scaling_log import DecisionRecord, ScalingLogWriter, WorkerRecord
-from hta.sim.run import Simulation, run_now
-from hta.summary import summarize
-from hta.sim.workload import SimTask, Workload
 from hta.sim.cluster import ClusterModel
+from hta.sim.run import Simulation, run_now
+from hta.sim.workload import SimTask, Workload
 from hta.status.metrics import METRICS, latency_buckets
-from hta.status.panel import (LiveView, short_name, StatusError, decision_line, fetch_status, render, status_url,
-                              verbosity_from_flags, worker_line)
+from hta.status.panel import (
+    LiveView,
+    StatusError,
+    decision_line,
+    fetch_status,
+    render,
+    short_name,
+    status_url,
+    verbosity_from_flags,
+    worker_line,
+)
 from hta.status.server import StatusServer
 from hta.status.snapshot import RunInfo, build_snapshot, decision_kind, thin_series
+from hta.summary import summarize
 
 INFO = RunInfo(workflow="workflows/blast/Makeflow", policy="hta", backend="simulated", started_at=1_700_000_000.0)
 

@@ -10,7 +10,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import HTA, run_hta, wait
 
 pytestmark = pytest.mark.slow

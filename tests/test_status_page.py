@@ -23,11 +23,11 @@ from pathlib import Path
 import aiohttp
 import psutil
 import pytest
-
 from conftest import ROOT
+from test_status import INFO, simulated_controller
+
 from hta.status.server import StatusServer
 from hta.status.snapshot import build_snapshot
-from test_status import INFO, simulated_controller
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: the README's figure, rewritten only when asked (HTA_UPDATE_SCREENSHOT=1): a test run leaves the tree clean
@@ -48,7 +48,7 @@ async def until(cond, timeout: float, what: str):
         return v
     try:
         return await asyncio.wait_for(poll(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
 
 
@@ -157,7 +157,7 @@ async def test_live_page_draws_the_run_without_console_errors(chromium: str):
             try:
                 await cdp.evaluate("new Promise(ok => { const f = () => (window.htaPage && htaPage.updates >= 2) "
                                    "? ok(true) : setTimeout(f, 50); f(); })", timeout=30)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pytest.fail(f"the page never showed a status; console: {cdp.problems()[:3]}")
             page = await cdp.evaluate("""(() => {
                 const paths = [...document.querySelectorAll('#chart path.series')];
@@ -194,7 +194,7 @@ async def test_live_page_draws_the_run_without_console_errors(chromium: str):
             assert cdp.problems() == []
             try:
                 await cdp.send("Browser.close", timeout=5)
-            except (asyncio.TimeoutError, ConnectionError):
+            except (TimeoutError, ConnectionError):
                 pass  # the fixture stops it by its pid anyway
             await cdp.close()
         finally:

@@ -10,17 +10,16 @@ import json
 import subprocess
 import sys
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 import pytest
+from conftest import DATA, ROOT
 
 from hta.model import LatencyStats, Resources, TaskGroup
 from hta.observation import ObservationBuilder
 from workqueue_bridge.snapshot import MasterSnapshot
 from workqueue_bridge.status import MasterStatusClient, task_table_mark
 from workqueue_bridge.status_json import TaskStatus, parse_task_status
-
-from conftest import DATA, ROOT
 
 SHAPE = Resources(cores=4, memory_mb=8000, disk_mb=16000)
 
@@ -265,9 +264,9 @@ def test_a_kept_table_loses_what_was_dispatched_since_to_the_workers_and_the_cou
     # the table (read a while ago) has tasks 1-10 of align waiting; since, worker a took 1
     # and 2, and 3 more were dispatched and done between two reads: the counts say 5 wait.
     # Seen on a loaded master: a kept table showed 168 waiting and 0 running while 60 ran
-    from workqueue_bridge.task_table import SegmentMap
     from workqueue_bridge.snapshot import LiveSnapshot, MasterSnapshot
     from workqueue_bridge.status_json import CategoryStatus, QueueStatus, TaskStatus, WorkerStatus
+    from workqueue_bridge.task_table import SegmentMap
 
     tasks = [TaskStatus(task_id=i, state="waiting", category="align", cores=1, memory_mb=500) for i in range(1, 11)]
     seen: list[Mapping] = []
@@ -335,8 +334,8 @@ def test_a_kept_table_loses_the_newest_tasks_the_master_dispatched_since():
     # align waits in g0 (older, 1 core) and g2 (newer, 2 cores), blast in g1; since the read
     # two align tasks were dispatched and have ended: the master dispatches the newest first
     # (workqueue_bridge/dispatch.py), so they were g2's, not g0's
-    from workqueue_bridge.task_table import at_the_counts
     from workqueue_bridge.status_json import CategoryStatus
+    from workqueue_bridge.task_table import at_the_counts
 
     one, two = Resources(cores=1), Resources(cores=2)
     groups = [TaskGroup(category="align", count=3, request=one, id="g0"),

@@ -9,9 +9,9 @@ from hta.accounting import node_seconds
 from hta.model import CategoryModel, LatencyStats, Observation, PendingWorker, Resources, TaskGroup, WorkerInfo
 from hta.policies import make_policy
 from hta.scaling_log import ScalingLogWriter, WorkerRecord
+from hta.sim.cluster import ClusterModel
 from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload
-from hta.sim.cluster import ClusterModel
 from hta.sim.world import World
 from hta.summary import paid_intervals
 

@@ -32,7 +32,8 @@ compared with.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Protocol, TypeVar
+from collections.abc import Iterable
+from typing import Protocol, TypeVar
 
 from workqueue_bridge.resources import Resources
 

@@ -10,8 +10,8 @@ what the master itself knows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from workqueue_bridge.makeflow_log import MakeflowLog, NodeState
 from workqueue_bridge.monitor_summaries import TaskSummary

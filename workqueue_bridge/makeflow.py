@@ -29,9 +29,7 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +38,7 @@ from workqueue_bridge.dag import Rule
 from workqueue_bridge.makeflow_args import MakeflowArgs, real_makeflow
 from workqueue_bridge.monitor_summaries import TaskSummary, parse_summary
 from workqueue_bridge.processes import die_with_parent, stop
+
 
 class MakeflowError(RuntimeError):
     """makeflow could not start or failed; the message is one line for the user."""
@@ -169,7 +168,9 @@ class MakeflowRun:
         self.port: int | None = None
         self.proc: asyncio.subprocess.Process | None = None
         self.output_path = self.run_dir / "makeflow.out"
-        self.log_path = args.log_path
+        log_path = args.log_path
+        assert log_path is not None  # (a workflow is named: its log is)
+        self.log_path: Path = log_path
         #: why makeflow runs without the resource monitor (None: it runs with it)
         self.monitor_off = args.monitor_breaker()
         own = args.last("monitor")
@@ -214,7 +215,8 @@ class MakeflowRun:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.command(), cwd=self.cwd, stdout=out, stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent(MAKEFLOW_PARENT_DEATH_SIGNAL),
+                stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=die_with_parent(MAKEFLOW_PARENT_DEATH_SIGNAL),
             )
         finally:
             out.close()

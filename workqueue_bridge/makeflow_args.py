@@ -106,7 +106,7 @@ class MakeflowArgs:
     dag_from_argv: bool = False
 
     @classmethod
-    def parse(cls, argv: list[str], cwd: Path | None = None) -> "MakeflowArgs":
+    def parse(cls, argv: list[str], cwd: Path | None = None) -> MakeflowArgs:
         """Read ``argv`` (makeflow's arguments, without the program name) as getopt does."""
         out = cls(cwd=Path(cwd) if cwd else Path.cwd())
         positional: list[str] = []

@@ -44,7 +44,7 @@ def _value(d: dict, key: str) -> float:
     if isinstance(v, list) and v:
         v = v[0]
     try:
-        return float(v)
+        return float(v)  # type: ignore[arg-type]  # anything else is refused below
     except (TypeError, ValueError):
         return 0.0
 

@@ -42,7 +42,7 @@ async def stop(proc: asyncio.subprocess.Process, grace_s: float, signals: int = 
             await asyncio.wait_for(proc.wait(), grace_s)
         except ProcessLookupError:
             pass
-        except asyncio.TimeoutError:
+        except TimeoutError:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:

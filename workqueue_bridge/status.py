@@ -18,10 +18,15 @@ import aiohttp
 
 from workqueue_bridge import cctools_json
 from workqueue_bridge.snapshot import LiveSnapshot, MasterSnapshot
-from workqueue_bridge.status_json import (QueueStatus, TaskStatus, WorkerStatus, parse_queue_status,
-                                          parse_task_status, parse_worker_status)
+from workqueue_bridge.status_json import (
+    QueueStatus,
+    TaskStatus,
+    WorkerStatus,
+    parse_queue_status,
+    parse_task_status,
+    parse_worker_status,
+)
 from workqueue_bridge.task_table import TaskTable
-
 
 #: /queue_status counters that move whenever a task enters or leaves the master's task table
 #: or changes state: submitted and dispatched only grow (a submission, a dispatch); without
@@ -88,7 +93,7 @@ class MasterStatusClient:
         self.task_reads = 0
         self.stale_reuses = 0
 
-    async def __aenter__(self) -> "MasterStatusClient":
+    async def __aenter__(self) -> MasterStatusClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -5,13 +5,21 @@ kept table brought up to date by newer counts."""
 from __future__ import annotations
 
 import bisect
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from workqueue_bridge.queue import TaskGroup
 from workqueue_bridge.resources import Resources
 from workqueue_bridge.snapshot import MasterSnapshot
-from workqueue_bridge.status_json import (CategoryStatus, TaskStatus, WorkerStatus, clean_category, declared, num,
-                                          parse_task_status)
+from workqueue_bridge.status_json import (
+    CategoryStatus,
+    TaskStatus,
+    WorkerStatus,
+    clean_category,
+    declared,
+    num,
+    parse_task_status,
+)
 
 
 def task_request(task: TaskStatus) -> Resources:
@@ -46,7 +54,7 @@ def index_waiting(tasks: list[TaskStatus]) -> tuple[list[TaskGroup], dict[int, s
             groups[-1].count += 1
         else:
             groups.append(TaskGroup(category=t.category, count=1, request=req, id=f"g{len(groups)}"))
-        group_of[t.task_id] = groups[-1].id
+        group_of[t.task_id] = f"g{len(groups) - 1}"
     return groups, group_of
 
 
@@ -73,7 +81,7 @@ class SegmentMap(Mapping[int, str]):
             raise KeyError(task_id)
         return g
 
-    def get(self, task_id, default=None):  # type: ignore[override]
+    def get(self, task_id, default=None):
         g = self._find(task_id)
         return default if g is None else g
 
@@ -135,8 +143,9 @@ def split_task_status(data: Any) -> tuple[list[TaskStatus], list[WaitingSegment]
             if isinstance(raw_category, str):
                 categories[raw_category] = category
         raw: tuple | None = (t.get("cores"), t.get("memory"), t.get("disk"))
+        req: Resources | None = None
         try:  # values equal as keys (1, 1.0, True, "1") are equal to declared() too
-            req = requests.get(raw)
+            req = requests.get(raw) if raw is not None else None
         except TypeError:  # an unhashable value: worked out, not kept
             req, raw = None, None
         if req is None:  # what task_request gives the TaskStatus parse_task_status would make
@@ -161,7 +170,7 @@ def index_segments(segments: list[WaitingSegment]) -> tuple[list[TaskGroup], Seg
             groups[-1].count += hi - lo + 1
         else:
             groups.append(TaskGroup(category=category, count=hi - lo + 1, request=req, id=f"g{len(groups)}"))
-        spans.append((lo, hi, groups[-1].id))
+        spans.append((lo, hi, f"g{len(groups) - 1}"))
     return groups, SegmentMap(spans)
 
 
@@ -231,7 +240,7 @@ def at_the_counts(groups: list[TaskGroup], counts: list[CategoryStatus],
         if g.count > cut:
             out.append(g if not cut else g.model_copy(update={"count": g.count - cut}))
     out.reverse()
-    taken = {g.id for g in groups}  # (the gone ones' too: no id twice)
+    taken = {g.id for g in groups if g.id is not None}  # (the gone ones' too: no id twice)
     for c in counts:
         n = c.waiting - held.get(c.name, 0)
         if n <= 0:
@@ -243,7 +252,7 @@ def at_the_counts(groups: list[TaskGroup], counts: list[CategoryStatus],
             gid += 1
         taken.add(f"g{gid}")
         out.append(TaskGroup(category=c.name, count=n, request=request, id=f"g{gid}"))
-    return out, taken - {g.id for g in out} - {None}
+    return out, taken - {g.id for g in out if g.id is not None}
 
 
 def still_running(t: TaskStatus, w: WorkerStatus | None) -> bool:

@@ -49,11 +49,11 @@ import psutil
 from hta.backends.base import CPU_UTILIZATION, WorkerBackend
 from hta.backends.lifecycle import Lifecycle, WorkerLife, running_by_worker
 from hta.model import PendingWorker, Resources
-from workqueue_bridge.resources import whole_cores
 from hta.node.worker import worker_command
-from workqueue_bridge.processes import die_with_parent, stop
 from hta.scaling_log import WorkerRecord
 from workqueue_bridge.makeflow import exit_description
+from workqueue_bridge.processes import die_with_parent, stop
+from workqueue_bridge.resources import whole_cores
 from workqueue_bridge.snapshot import MasterSnapshot
 
 log = logging.getLogger("hta.local")
@@ -74,7 +74,7 @@ class LocalWorker:
     launcher: asyncio.Task | None = None
     state: str = "provisioning"  # provisioning | starting | connected | stopping | gone
     workdir: Path | None = None
-    cpu: "CpuMeter" = field(default_factory=lambda: CpuMeter())
+    cpu: CpuMeter = field(default_factory=lambda: CpuMeter())
     log_path: Path | None = None
     life: WorkerLife = field(default_factory=WorkerLife)
 
@@ -222,7 +222,7 @@ class LocalBackend(WorkerBackend):
         return min(MAX_BACKOFF_S, 2.0 ** (self.start_failures - 1))
 
     async def request(self, n: int, shape: Resources, now: float) -> list[str]:
-        ids = []
+        ids: list[str] = []
         if self.fatal:
             return ids
         for _ in range(n):
@@ -255,6 +255,7 @@ class LocalBackend(WorkerBackend):
         """``hta worker`` in its own workdir, its output in its log."""
         w.workdir = self.run_dir / "workers" / w.id
         w.workdir.mkdir(parents=True, exist_ok=True)
+        assert w.log_path is not None  # (set when it was asked for)
         out = open(w.log_path, "wb")
         try:
             w.proc = await asyncio.create_subprocess_exec(
@@ -330,7 +331,8 @@ class LocalBackend(WorkerBackend):
             elif self.lifecycle.dropped(w.life, snap.taken_at):
                 # the master gave up on it (keepalive): a stopped or hung worker. Its tasks are
                 # back in the master's queue; kill it so it cannot come back as a stranger.
-                kill_tree(w.proc.pid)
+                if w.proc is not None:
+                    kill_tree(w.proc.pid)
                 rec = self._lost(w, now, w.life.missing_since or snap.taken_at,
                                  "stopped answering the master (stalled or hung): killed and replaced")
                 log.warning("worker %s stopped answering the master: killed it; its %d task(s) run again "
@@ -386,6 +388,8 @@ class LocalBackend(WorkerBackend):
     def _sample_task_memory(self, w: LocalWorker) -> None:
         """Peak resident memory of each task's process tree; a task is the worker's child
         whose working directory is its sandbox ``t.<task id>``."""
+        if w.proc is None:
+            return
         try:
             tops = [c for p in psutil.Process(w.proc.pid).children() for c in p.children()]
         except psutil.Error:
@@ -467,7 +471,8 @@ class LocalBackend(WorkerBackend):
             try:
                 await w.launcher
             except asyncio.CancelledError:
-                if asyncio.current_task().cancelling():  # _stop itself was cancelled, not only the launch
+                me = asyncio.current_task()
+                if me is not None and me.cancelling():  # _stop itself was cancelled, not only the launch
                     raise
             except Exception:  # noqa: BLE001 — the launch's own failure: it is stopped either way
                 pass

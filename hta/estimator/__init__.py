@@ -19,9 +19,17 @@ the play is event-driven and aggregated. Reading order:
 - :mod:`hta.estimator.options`: the options and the answer.
 """
 
-from hta.estimator.forecast import (OUTLIER_FACTOR, OUTRUN_MARGIN, OVERDUE_FRACTION, barrier_wait,
-                                    batch_last_runtime, expected_remaining, outrun_categories, past_outrun_margin,
-                                    runtime_cdf)
+from hta.estimator.forecast import (
+                                    OUTLIER_FACTOR,
+                                    OUTRUN_MARGIN,
+                                    OVERDUE_FRACTION,
+                                    barrier_wait,
+                                    batch_last_runtime,
+                                    expected_remaining,
+                                    outrun_categories,
+                                    past_outrun_margin,
+                                    runtime_cdf,
+)
 from hta.estimator.options import Estimate, EstimatorOptions
 from hta.estimator.queue_drain import QueueDrainEstimator
 

@@ -10,7 +10,7 @@ when a barrier waiting on all of them is released (:func:`barrier_wait`).
 from __future__ import annotations
 
 import bisect
-from typing import Callable
+from collections.abc import Callable
 
 from hta.model import CategoryModel, Observation
 

@@ -30,8 +30,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple, Union, assert_never
 
-from hta.estimator.forecast import (batch_last_runtime, expected_remaining, outrun_categories, past_outrun_margin,
-                                    runtime_of)
+from hta.estimator.forecast import (
+    batch_last_runtime,
+    expected_remaining,
+    outrun_categories,
+    past_outrun_margin,
+    runtime_of,
+)
 from hta.estimator.options import EstimatorOptions
 from hta.estimator.play_queue import PlayGroup, PlayQueue
 from hta.estimator.releases import BarrierMemo, Releases, TaskReleased, barrier_times

@@ -110,8 +110,8 @@ def effective_capacity(
         d = _dir(root, "", groups.get("", "/"))
         cpu_max = _read(d / "cpu.max")
         if cpu_max and not cpu_max.startswith("max"):
-            q, p = cpu_max.split()[:2]
-            limits.append((int(q) / int(p), f"{d / 'cpu.max'} ({cpu_max})"))
+            quota, period = cpu_max.split()[:2]
+            limits.append((int(quota) / int(period), f"{d / 'cpu.max'} ({cpu_max})"))
         cs = _read(d / "cpuset.cpus.effective") or _read(d / "cpuset.cpus")
         if cs:
             limits.append((float(len(parse_cpuset(cs))), f"{d / 'cpuset.cpus.effective'} ({cs})"))

@@ -14,7 +14,7 @@ run it where the backend cannot measure it, instead of feeding it zeros.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from hta.model import Observation, ScaleDecision
 

@@ -169,7 +169,7 @@ class FactoryPolicy:
         expiries = [w.idle_since + idle_for for w in obs.workers
                     if w.idle and w.idle_since is not None and w.id not in gone]
         wake = min(expiries + [now + idle_for])
-        if wake < self._next_cycle:
+        if self._next_cycle is None or wake < self._next_cycle:
             self._asked, at = "idle", wake
         else:
             self._asked, at = "cycle", self._next_cycle

@@ -124,7 +124,7 @@ class HPAPolicy:
         if not ready:  # "did not receive metrics for targeted pods": no change, none recorded
             desired = max(current, self.behaviour.min_replicas)
             return replica_change(obs, current, desired, "no ready pods: no metrics")
-        desired, usage = self.replicas(sum(w.cpu_utilization for w in ready), len(ready), missing,
+        desired, usage = self.replicas(sum(w.cpu_utilization or 0.0 for w in ready), len(ready), missing,
                                        len(obs.pending), current)
         desired = self.behaviour.bound(obs.time, current, desired, obs.max_workers)
         return replica_change(obs, current, desired, f"cpu {usage}% vs target {self.target_percent:g}%")

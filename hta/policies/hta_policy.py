@@ -49,7 +49,7 @@ PRESETS: dict[str, str] = {
 }
 
 
-def make_hta(spec: str = "hta") -> "HTAPolicy":
+def make_hta(spec: str = "hta") -> HTAPolicy:
     """``hta`` or one of its :data:`PRESETS`; any other ``hta-…`` is a one-line ValueError."""
     if spec == "hta":
         return HTAPolicy()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import Callable
 
 from hta.policies.base import Policy
 from hta.policies.factory import FactoryPolicy

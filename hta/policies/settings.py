@@ -49,6 +49,7 @@ def configure(policy: Policy, spec: str, settings: str) -> Policy:
                              f"{', '.join(sorted(holders))}")
         holder = holders[key]
         current = getattr(holder, key)
+        value: bool | str | int | float
         try:
             if isinstance(current, bool):
                 word = text.strip().lower()
@@ -66,11 +67,13 @@ def configure(policy: Policy, spec: str, settings: str) -> Policy:
             example = current if isinstance(current, float) and math.isfinite(current) else 1
             nonfinite = f"{key}={text!r} is not a finite number: give a number, e.g. {key}={example:g}"
         setattr(holder, key, value)
-    if "name" in {f.name for f in dataclasses.fields(policy)}:  # (a dataclass: a setting was found in it)
+    # (a dataclass: a setting was found in it)
+    if "name" in {f.name for f in dataclasses.fields(policy)}:  # type: ignore[arg-type]
         policy.name = spec  # the run record names the settings
-    if callable(getattr(policy, "validate", None)):
+    validate = getattr(policy, "validate", None)
+    if callable(validate):
         try:
-            policy.validate()
+            validate()
         except ValueError as exc:
             raise ValueError(f"policy {spec!r}: {exc}") from None
     if nonfinite is not None:  # (a nan timeout never expires; a nan interval never comes)

@@ -59,7 +59,7 @@ class TimeScaled:
         self.k = k
         #: the run record names the scale, so a report can put the run in the experiment's time
         self.name = f"{policy.name}@{k:g}"
-        self.needs = getattr(policy, "needs", frozenset())
+        self.needs: frozenset[str] = getattr(policy, "needs", frozenset())
 
     @property
     def worker_lifetime(self):

@@ -42,25 +42,25 @@ def algorithm1(obs: Observation, horizon_s: float) -> tuple[int, list[str]]:
     free = [[w.free.cores, w.free.memory_mb, w.free.disk_mb] for w in workers]
     cap = [[w.capacity.cores, w.capacity.memory_mb, w.capacity.disk_mb] for w in workers]
     used = [False] * len(workers)
-    arrive = []  # pending workers: (arrival second, index)
+    arrive: list[tuple[float, int]] = []  # pending workers: (arrival second, index)
     for p in obs.pending:
         cap.append([p.shape.cores, p.shape.memory_mb, p.shape.disk_mb])
         free.append([0.0, 0.0, 0.0])
         used.append(False)
         arrive.append((max(0.0, p.requested_at + horizon_s - obs.time), len(cap) - 1))
     index = {w.id: i for i, w in enumerate(workers)}
-    running = []  # [remaining seconds, worker, cores, memory, disk]
+    running: list[list[float]] = []  # [remaining seconds, worker, cores, memory, disk]
     for t in obs.running:
         rt = runtime(t.category)
-        if rt is None or (t.worker or "") not in index:
+        if rt is None or t.worker is None or t.worker not in index:
             continue
-        left = expected_remaining(obs.time - t.started_at, models[t.category])
+        remaining = expected_remaining(obs.time - t.started_at, models[t.category])
         a = t.allocation
-        running.append([left, index[t.worker], a.cores, a.memory_mb, a.disk_mb])
-    queue = []  # one entry per waiting task: [category, cores, memory, disk, whole]
+        running.append([remaining, index[t.worker], a.cores, a.memory_mb, a.disk_mb])
+    queue: list[tuple[str, float, float, float, bool]] = []  # one entry per waiting task
     for g in obs.waiting:
         for _ in range(g.count):
-            queue.append([g.category, g.request.cores, g.request.memory_mb, g.request.disk_mb, g.whole_worker])
+            queue.append((g.category, g.request.cores, g.request.memory_mb, g.request.disk_mb, g.whole_worker))
 
     for second in range(0, int(horizon_s) + 1):
         for at, i in arrive:
@@ -70,12 +70,14 @@ def algorithm1(obs: Observation, horizon_s: float) -> tuple[int, list[str]]:
         for r in running:
             r[0] -= 1 if second > 0 else 0
             if r[0] <= 0 and second > 0:
-                f = free[r[1]]
-                f[0] += r[2]; f[1] += r[3]; f[2] += r[4]
+                f = free[int(r[1])]
+                f[0] += r[2]
+                f[1] += r[3]
+                f[2] += r[4]
             else:
                 still.append(r)
         running = still
-        left = []
+        left: list[tuple[str, float, float, float, bool]] = []
         for task in queue:
             cat, c, m, d, whole = task
             placed = False
@@ -87,7 +89,9 @@ def algorithm1(obs: Observation, horizon_s: float) -> tuple[int, list[str]]:
                     else:
                         continue
                 if c <= f[0] + 1e-9 and m <= f[1] + 1e-9 and d <= f[2] + 1e-9:
-                    f[0] -= c; f[1] -= m; f[2] -= d
+                    f[0] -= c
+                    f[1] -= m
+                    f[2] -= d
                     used[i] = True
                     rt = runtime(cat)
                     running.append([rt if rt is not None else math.inf, i, c, m, d])
@@ -98,7 +102,7 @@ def algorithm1(obs: Observation, horizon_s: float) -> tuple[int, list[str]]:
         queue = left
 
     need = 0.0
-    for cat, c, m, d, whole in queue:
+    for _cat, c, m, d, whole in queue:
         if whole:
             need += 1
             continue

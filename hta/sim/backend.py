@@ -76,6 +76,7 @@ class SimBackend(WorkerBackend):
             if node.id in self._reported or node.gone:
                 continue
             self._reported.add(node.id)
+            assert node.connected_at is not None  # (newly connected)
             if node.id in self._initial:
                 self._record(node, "connected", node.connected_at)
                 continue

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 import simpy
@@ -315,7 +315,8 @@ class SimCluster:
         host.workers.add(node.id)
         host.empty_since = None
 
-    def _provision(self, node: SimNode, delay: float):  # type: ignore[no-untyped-def]  (a simpy process)
+    def _provision(self, node: SimNode, delay: float) -> Generator[simpy.Event, object, None]:
+        """A simpy process: the worker connects ``delay`` from now."""
         yield self.env.timeout(delay)
         self._connect(node)
 

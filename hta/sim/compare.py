@@ -18,10 +18,10 @@ from hta.console import PipeConsole
 from hta.plural import counted
 from hta.policies.registry import make_policy
 from hta.scaling_log import ScalingLogWriter
-from hta.sim.oracle import NodeSecondsFloor, mean_node_seconds_floor, node_seconds_floor
-from hta.sim.workload import load_workload
-from hta.sim.run import Simulation
 from hta.sim.cluster import ClusterModel, unrunnable
+from hta.sim.oracle import NodeSecondsFloor, mean_node_seconds_floor, node_seconds_floor
+from hta.sim.run import Simulation
+from hta.sim.workload import load_workload
 from hta.summary import RunSummary
 
 #: a run slower than this many times the oracle bound is cut off and marked unfinished
@@ -75,7 +75,7 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
             out: Path | None = None) -> Comparison:
     cluster = cluster or ClusterModel()
     names = [make_policy(p).name for p in policies]  # fail fast on a bad name
-    for p, name in zip(policies, names):
+    for name in names:
         if names.count(name) > 1:  # (its runs would be counted as more seeds of one row)
             twice = [q for q, n in zip(policies, names) if n == name]
             raise ValueError(f"policy {name!r} is named {len(twice)} times ({', '.join(twice)}): name each policy once")

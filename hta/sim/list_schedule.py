@@ -39,9 +39,9 @@ import heapq
 from statistics import fmean
 from typing import Literal
 
+from hta.sim.cluster import ClusterModel
 from hta.sim.oracle import _durations
 from hta.sim.workload import SimTask, Workload, topological_order
-from hta.sim.cluster import ClusterModel
 
 Order = Literal["newest-first", "fifo", "critical-path", "category-path"]
 

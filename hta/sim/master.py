@@ -15,7 +15,8 @@ runtime and peak reach the controller only through a completed task's summary.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from hta.model import Resources, UpcomingTasks
 from hta.sim.cluster import SimNode
@@ -23,12 +24,12 @@ from hta.sim.world import World
 from workqueue_bridge.dag import Dag, Rule, UpcomingIndex
 from workqueue_bridge.dispatch import allocation_request, is_whole_worker
 from workqueue_bridge.monitor_summaries import TaskSummary
-from workqueue_bridge.task_table import WaitingSegment, task_request
 from workqueue_bridge.snapshot import MasterSnapshot
 from workqueue_bridge.status_json import CategoryStatus, QueueStatus, TaskStatus, WorkerStatus
+from workqueue_bridge.task_table import WaitingSegment, task_request
 
 
-def _declared(request: Resources) -> dict[str, float | None]:
+def _declared(request: Resources) -> dict[str, Any]:
     """The task fields the master reports for an allocation (None: not declared, a whole worker)."""
     if is_whole_worker(request):
         return {"cores": None, "memory_mb": None, "disk_mb": None}

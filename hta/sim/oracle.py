@@ -70,13 +70,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from statistics import fmean
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
+from statistics import fmean
 
-from hta.sim.workload import SimTask, Workload, topological_order
 from hta.sim.cluster import ClusterModel, min_draw_s
-
+from hta.sim.workload import SimTask, Workload, topological_order
 
 #: heads tried per phase by :meth:`Phase.end_by_chains` (each a pass over the phase's tasks)
 CHAIN_HEADS = 48
@@ -361,7 +360,7 @@ class NodeSecondsFloor:
             return math.inf
         return self.busy_node_s + self.latency_s * need / (deadline_s - self.latency_s)
 
-    def scaled(self, time_k: float, cost_k: float | None = None) -> "NodeSecondsFloor":
+    def scaled(self, time_k: float, cost_k: float | None = None) -> NodeSecondsFloor:
         """The same floor in other units: every time × ``time_k``, every node·s × ``cost_k``
         (default ``time_k``), so ``scaled(t, c).at(t × T) == c × at(T)``; the starting
         nodes run c / t as many node·s a second. A mean over runs of unequal size weighs

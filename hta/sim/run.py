@@ -18,18 +18,19 @@ not.
 
 from __future__ import annotations
 
-from typing import Any, Coroutine, TypeVar
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from hta.controller import Controller, ControllerConfig
 from hta.policies.base import Policy
 from hta.scaling_log import EndRecord, RunRecord, ScalingLogWriter
 from hta.sim.backend import SimBackend
-from resource_monitor.incremental import IncrementalCategoryLearner
+from hta.sim.cluster import ClusterModel
 from hta.sim.master import SimLookahead, SimMaster, SimMonitor
 from hta.sim.workload import Workload
-from hta.sim.cluster import ClusterModel
 from hta.sim.world import World
 from hta.summary import RunSummary, end_run
+from resource_monitor.incremental import IncrementalCategoryLearner
 
 T = TypeVar("T")
 
@@ -71,6 +72,7 @@ class Simulation:
 
     def _tearing_down(self) -> bool:
         w = self.world
+        assert w.finished_at is not None  # (asked only once the workflow has ended)
         return (w.env.now < w.finished_at + self.cluster.teardown_s
                 and self.backend.live() > self.cluster.start_nodes)
 
@@ -106,11 +108,13 @@ class Simulation:
 
     def _end(self) -> RunSummary:
         world, end = self.world, self.world.env.now
-        complete = world.finished_at is not None
+        finished_at = world.finished_at
+        complete = finished_at is not None
         return end_run(self.log, t=end, stopped=run_now(self.backend.stop_all(end)),
                        categories=self.controller.learner.models(), end=EndRecord(
                            t=round(end, 3), exit_code=0 if complete else 1,
-                           runtime_s=round(world.finished_at if complete else end, 3), tasks_done=len(world.makeflow.done),
+                           runtime_s=round(finished_at if finished_at is not None else end, 3),
+                           tasks_done=len(world.makeflow.done),
                            tasks_failed=0 if complete else len(world.queue.tasks) - len(world.makeflow.done),
                            tasks_retried=world.queue.retries, lost_work_core_s=round(world.queue.lost_work, 3)),
                        source=str(self.log.path) if self.log.path else None)

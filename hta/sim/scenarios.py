@@ -9,8 +9,17 @@ from __future__ import annotations
 
 import random
 
-from hta.model import (CategoryModel, LatencyStats, Observation, PendingWorker, Resources, RunningTask,
-                       TaskGroup, UpcomingTasks, WorkerInfo)
+from hta.model import (
+    CategoryModel,
+    LatencyStats,
+    Observation,
+    PendingWorker,
+    Resources,
+    RunningTask,
+    TaskGroup,
+    UpcomingTasks,
+    WorkerInfo,
+)
 
 
 def scenario(n_waiting: int, n_workers: int, seed: int = 0, categories: int = 3,

@@ -22,6 +22,7 @@ had done is counted as lost.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from hta.sim.workload import SimTask
 from resource_monitor.incremental import IncrementalCategoryLearner
 from workqueue_bridge.dispatch import allocated, allocation_request, fit_count
 from workqueue_bridge.monitor_summaries import TaskSummary
+from workqueue_bridge.status_json import TaskStatus
 
 
 class _Room(NamedTuple):
@@ -142,7 +144,7 @@ class SimRun:
     alloc: Resources
     token: int
     #: what the master reports of it (built once: it does not change while it runs)
-    status: object | None = None
+    status: TaskStatus | None = None
     #: the cores its threads keep busy within its quota (what a CPU metric reads of it)
     busy_cores: float = 0.0
 
@@ -279,8 +281,12 @@ class SimWorkQueue:
         overhead = self.model.task_overhead_by_category_s.get(t.category, self.model.task_overhead_s)
         duration = t.runtime_s * (0.5 if killed else slow) + overhead
         ev = self.env.timeout(duration)
-        ev.callbacks.append(lambda _ev, tid=t.id, tok=run.token, bad=killed: self._finish(tid, tok, bad))
+        ev.callbacks.append(functools.partial(self._finished, t.id, run.token, killed))
         self.on_change()
+
+    def _finished(self, tid: str, token: int, failed: bool, _event: simpy.Event) -> None:
+        """A simpy callback: the run of ``tid`` started with ``token`` ends."""
+        self._finish(tid, token, failed)
 
     def _finish(self, tid: str, token: int, failed: bool) -> None:
         r = self.runs.get(tid)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,7 +79,8 @@ def io_bound(seed: int = 0, n: int = 200) -> dict:
     return _instance("io-bound", tasks)
 
 
-GENERATORS = {"blast-3stage": blast_3stage, "io-bound": io_bound, "blast-3stage-2core": blast_3stage_2core}
+GENERATORS: dict[str, Callable[[int], dict]] = {"blast-3stage": blast_3stage, "io-bound": io_bound,
+                                                "blast-3stage-2core": blast_3stage_2core}
 
 
 def _wf(tid, name, runtime, cores, avg_cpu, mem_mb, parents) -> dict:
@@ -151,25 +153,25 @@ def parse_wfformat(data: dict, name: str | None = None) -> Workload:
         raw = wf.get("tasks") or wf.get("jobs") or []
     if not raw:
         raise WorkloadError("the workflow has no tasks")
-    tasks = []
+    tasks: list[SimTask] = []
     for t in raw:
         tid = str(t.get("id") or t.get("name"))
         runtime = t.get("runtimeInSeconds", t.get("runtime"))
         if runtime is None:
             raise WorkloadError(f"task {tid!r} has no runtimeInSeconds/runtime")
-        mem = t.get("memoryInBytes")
-        mem_mb = mem / 2**20 if mem else (t.get("memory") / 1024 if t.get("memory") else DEFAULT_MEMORY_MB)
+        mem, mem_kb = t.get("memoryInBytes"), t.get("memory")
+        mem_mb = mem / 2**20 if mem else (mem_kb / 1024 if mem_kb else DEFAULT_MEMORY_MB)
         cores = int(t.get("coreCount", t.get("cores", DEFAULT_CORES)) or DEFAULT_CORES)
         # avgCPU is a percentage of one core (WfCommons); over 100 means several cores
         avg = float(t.get("avgCPU", DEFAULT_AVG_CPU) or DEFAULT_AVG_CPU)
         util = avg / 100.0 / cores if avg > 100 else avg / 100.0
         tasks.append(SimTask(tid, str(t.get("name", tid)).split("_ID")[0], float(runtime), cores, mem_mb,
                              min(1.0, max(0.0, util)), [str(x) for x in t.get("parents", [])]))
-    ids = {t.id for t in tasks}
-    for t in tasks:
-        missing = [p for p in t.parents if p not in ids]
+    ids = {task.id for task in tasks}
+    for task in tasks:
+        missing = [p for p in task.parents if p not in ids]
         if missing:
-            raise WorkloadError(f"task {t.id!r} names unknown parent {missing[0]!r}")
+            raise WorkloadError(f"task {task.id!r} names unknown parent {missing[0]!r}")
     wl = Workload(name or data.get("name", "workflow"), tasks)
     topological_order(wl)  # refuses a cycle here, in one line, before anything runs
     return wl

@@ -157,9 +157,9 @@ def render(s: StatusSnapshot) -> RenderableType:
         acts = [f"add {d.add}"] if d.add else []
         acts += [f"drain {', '.join(d.drain)}"] if d.drain else []
         acts += [f"remove {', '.join(d.remove)}"] if d.remove else []
-        c = s.decision_counts
+        counts = s.decision_counts
         facts.add_row("last decision", Text.assemble((f"t={d.t:.1f}s {'; '.join(acts) or 'hold'}", "bold"),
-                                                     f" — {c['up']} up, {c['down']} down so far"))
+                                                     f" — {counts['up']} up, {counts['down']} down so far"))
         facts.add_row("reason", Text(d.reason, style="italic"))
     parts: list[RenderableType] = [tasks, Text(""), facts]
     if s.last_error:
@@ -176,7 +176,7 @@ class LiveView:
     terminal. Plain lines go to ``stream`` (stderr by default). ``quiet`` shows no
     panel and prints errors only."""
 
-    def __init__(self, controller: "Controller", info: RunInfo, console: Console | None = None,
+    def __init__(self, controller: Controller, info: RunInfo, console: Console | None = None,
                  mode: Mode | None = None, verbosity: Verbosity = "normal", *, stream: IO[str] | None = None,
                  refresh_s: float = 0.5):
         self.controller = controller
@@ -220,7 +220,7 @@ class LiveView:
         """Wait one refresh; True once ``finished`` is set."""
         try:
             await asyncio.wait_for(finished.wait(), self.refresh_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
@@ -290,7 +290,7 @@ async def fetch_status(url: str, timeout_s: float = 5.0) -> StatusSnapshot:
                 body = await r.read()
     except StatusError:
         raise
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise StatusError(f"{target} did not answer within {timeout_s:g} s") from None
     except aiohttp.InvalidURL:
         raise BadURL(f"{url!r} is not a URL (give http://HOST:PORT/ as hta makeflow printed it)") from None
@@ -324,7 +324,7 @@ async def watch(url: str, console: Console, interval_s: float = 1.0, stop: async
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), interval_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             if stop.is_set():
                 break

@@ -13,7 +13,8 @@ print. It only reads: nothing a request does changes the run.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client.exposition import choose_encoder
@@ -40,8 +41,8 @@ class StatusServer:
         self._runner: web.AppRunner | None = None
 
     @classmethod
-    def for_controller(cls, controller: "Controller", info: RunInfo, host: str = "127.0.0.1",
-                       port: int = 0) -> "StatusServer":
+    def for_controller(cls, controller: Controller, info: RunInfo, host: str = "127.0.0.1",
+                       port: int = 0) -> StatusServer:
         return cls(lambda: build_snapshot(controller, info), host=host, port=port)
 
     def app(self) -> web.Application:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 FORMAT = "hta-status/1"
 
 DecisionKind = Literal["up", "down", "none"]
+DECISION_KINDS: tuple[DecisionKind, ...] = ("up", "down", "none")
 
 
 class RunInfo(BaseModel):
@@ -119,7 +120,7 @@ class StatusSnapshot(BaseModel):
     #: the last decisions, oldest first
     decisions: list[DecisionView] = Field(default_factory=list)
     #: every decision so far, by kind
-    decision_counts: dict[DecisionKind, int] = Field(default_factory=lambda: {"up": 0, "down": 0, "none": 0})
+    decision_counts: dict[DecisionKind, int] = Field(default_factory=lambda: dict.fromkeys(DECISION_KINDS, 0))
     #: the last worker events, oldest first
     worker_events: list[WorkerRecord] = Field(default_factory=list)
     #: every worker event so far, by event
@@ -186,7 +187,7 @@ def thin_series(samples: list[CoreSample], now: float, max_points: int = 600) ->
     return pts
 
 
-def _tasks(controller: "Controller") -> TaskCounts:
+def _tasks(controller: Controller) -> TaskCounts:
     obs = controller.last_observation
     if obs is None:
         return TaskCounts()
@@ -207,7 +208,7 @@ def _tasks(controller: "Controller") -> TaskCounts:
                       failed=obs.tasks_failed, categories=sorted(per.values(), key=lambda c: c.name))
 
 
-def _workers(controller: "Controller") -> list[WorkerView]:
+def _workers(controller: Controller) -> list[WorkerView]:
     obs = controller.last_observation
     if obs is None:
         return []
@@ -219,7 +220,7 @@ def _workers(controller: "Controller") -> list[WorkerView]:
     return out
 
 
-def build_snapshot(controller: "Controller", info: RunInfo, *, last: int = 20, now: float | None = None,
+def build_snapshot(controller: Controller, info: RunInfo, *, last: int = 20, now: float | None = None,
                    max_points: int = 600) -> StatusSnapshot:
     """The run as it is now: ``last`` decisions and worker events, the series thinned to
     ``max_points``. ``now`` (seconds since the run started) defaults to the controller's clock."""

@@ -104,7 +104,7 @@ class MakeflowOptions(BaseModel):
         wf = args.workflow_path
         if wf is None:
             raise UsageError("no workflow given: hta makeflow WORKFLOW (or MAKEFLOW in an --argv file)")
-        shown = args.dagfile
+        shown = args.dagfile or str(wf)
         if wf.is_dir():
             inside = " (it holds one: " + str(Path(shown) / "Makeflow") + ")" if (wf / "Makeflow").is_file() else ""
             raise UsageError(f"workflow {shown!r} is a folder: give the path to a Makeflow file{inside}")

@@ -21,17 +21,19 @@ import logging
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hta.backends import RunContext, make_backend
 from hta.backends.base import WorkerBackend
-from hta.controller import Controller, ControllerConfig
+from hta.controller import Controller, ControllerConfig, MasterSource, SummarySource
 from hta.errors import UsageError
 from hta.interrupts import SIGNALS, quiet_in_loop, raising, take_received
+from hta.observation import UpcomingSource
 from hta.policies.base import Policy, check_signals
 from hta.policies.registry import make_policy
-from hta.scaling_log import EndRecord, RunRecord, ScalingLogWriter, WorkerRecord
+from hta.scaling_log import EndRecord, RunRecord, WorkerRecord
 from hta.submit.failure_watch import FailureWatch
 from hta.submit.options import STALL_TIMEOUT_S, MakeflowOptions, check_not_empty
 from hta.submit.run_dir import RunLock, new_run_log, open_scaling_log, paths_for, point_latest_at
@@ -40,8 +42,14 @@ from hta.summary import RunSummary, end_run
 from resource_monitor.incremental import IncrementalCategoryLearner
 from workqueue_bridge.dag import Lookahead, load_dag
 from workqueue_bridge.log_summaries import LogSummaries
-from workqueue_bridge.makeflow import PORT_WAIT_S, MakeflowError, MakeflowRun, check_installed, port_free, \
-    wait_port_free
+from workqueue_bridge.makeflow import (
+    PORT_WAIT_S,
+    MakeflowError,
+    MakeflowRun,
+    check_installed,
+    port_free,
+    wait_port_free,
+)
 from workqueue_bridge.makeflow_args import MakeflowArgs
 from workqueue_bridge.makeflow_log import MakeflowLog
 from workqueue_bridge.monitor_summaries import SummaryDirectory
@@ -114,16 +122,27 @@ async def _master_answers(master: MasterStatusClient, mf: MakeflowRun, stop: asy
             await asyncio.sleep(0.1)
 
 
-def _recording(deps: dict, path: Path, config: ControllerConfig, policy: Policy, epoch: float) -> dict:
-    from hta import replay
+@dataclass
+class ControllerDeps:
+    """What the controller reads and acts through, in a real run."""
 
-    tape = replay.Tape(path)
-    replay.record_header(tape, config, policy, epoch)
-    return dict(master=replay.RecordingMaster(deps["master"], tape),
-                backend=replay.RecordingBackend(deps["backend"], tape),
-                summaries=replay.RecordingSummaries(deps["summaries"], tape),
-                upcoming=replay.RecordingUpcoming(deps["upcoming"], tape) if deps["upcoming"] else None,
-                clock=replay.RecordingClock(deps["clock"], tape))
+    master: MasterSource
+    backend: WorkerBackend
+    summaries: SummarySource
+    upcoming: UpcomingSource | None
+    clock: Callable[[], float]
+
+    def recorded(self, path: Path, config: ControllerConfig, policy: Policy, epoch: float) -> ControllerDeps:
+        """The same, each answer written to ``path`` for :func:`hta.replay.replay`."""
+        from hta import replay
+
+        tape = replay.Tape(path)
+        replay.record_header(tape, config, policy, epoch)
+        return ControllerDeps(master=replay.RecordingMaster(self.master, tape),
+                              backend=replay.RecordingBackend(self.backend, tape),
+                              summaries=replay.RecordingSummaries(self.summaries, tape),
+                              upcoming=replay.RecordingUpcoming(self.upcoming, tape) if self.upcoming else None,
+                              clock=replay.RecordingClock(self.clock, tape))
 
 
 async def submit(
@@ -249,7 +268,7 @@ class Submission:
             self.exit_code = 128 + self.signalled[0]
             self.error = (f"interrupted by {signal_name(self.signalled[0])} while starting; stopped everything "
                           f"it had started")
-        except Exception as exc:  # MakeflowError and anything unexpected: clean up, then report
+        except Exception as exc:  # noqa: BLE001 — MakeflowError and anything unexpected: clean up, then report
             self.error = str(exc) or type(exc).__name__
         finally:
             await self._stop_everything()
@@ -293,12 +312,14 @@ class Submission:
         async with MasterStatusClient("127.0.0.1", port) as master:
             if not await _master_answers(master, self.mf, self.stop):  # it found nothing to do and left
                 raise _NoMaster()
-            deps = dict(master=master, backend=self.backend, summaries=self.summaries, upcoming=upcoming,
-                        clock=time.time)
+            assert self.summaries is not None
+            deps = ControllerDeps(master=master, backend=self.backend, summaries=self.summaries, upcoming=upcoming,
+                                  clock=time.time)
             if self.record is not None:
-                deps = _recording(deps, self.record, self.config, self.policy, self.epoch)
+                deps = deps.recorded(self.record, self.config, self.policy, self.epoch)
             controller = Controller(policy=self.policy, learner=self.learner, scaling_log=self.writer,
-                                    config=self.config, epoch=self.epoch, **deps)
+                                    config=self.config, epoch=self.epoch, master=deps.master, backend=deps.backend,
+                                    summaries=deps.summaries, upcoming=deps.upcoming, clock=deps.clock)
             finished = asyncio.Event()
             ctl = asyncio.create_task(controller.run(finished))
             viewing = asyncio.create_task(show(controller, self.view, self.policy, self.backend, self.workflow,

@@ -21,7 +21,7 @@ for s, (w, per) in enumerate(zip(widths, pers), start=1):
     chunks = [f"q{s}.{c}" for c in range(1, w + 1)]
     hits = [f"hits{s}.{c}" for c in range(1, w + 1)]
     inputs = f"split.py {progs} db.fa" + ("" if prev == "-" else f" {prev}")
-    out += [f"CATEGORY=split", "CORES=1", "MEMORY=200", "DISK=200", "",
+    out += ["CATEGORY=split", "CORES=1", "MEMORY=200", "DISK=200", "",
             f"{' '.join(chunks)}: {inputs}",
             f"\tpython3 split.py db.fa {w} {per} {s} {prev} q{s}", "",
             "CATEGORY=align", "CORES=1", "MEMORY=300", "DISK=200", ""]

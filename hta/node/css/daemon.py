@@ -242,7 +242,7 @@ class CSSDaemon:
         while not self.stop_event.is_set():
             try:
                 self.step()
-            except Exception as exc:  # keep managing: a task ending mid-step is normal
+            except Exception as exc:  # noqa: BLE001 — keep managing: a task ending mid-step is normal
                 log.warning("CSS step failed: %s", exc)
             self.stop_event.wait(self.config.interval_s)
         self.close()

@@ -194,6 +194,7 @@ class BpftraceMonitor(_Accumulated):
 
     def _read(self) -> None:
         pat = re.compile(r"@c\[(\d+)\]: (\d+)")
+        assert self.proc.stdout is not None  # (Popen with stdout=PIPE)
         for line in self.proc.stdout:
             if line.startswith("Attaching"):
                 self.ready.set()
@@ -376,7 +377,7 @@ class ProcSampler(_Accumulated):
             try:
                 for name in ("syscall", "status"):
                     fds.append(os.open(f"/proc/{pid}/task/{tid}/{name}", os.O_RDONLY))
-                self.threads[tid] = _SampledThread(c, *fds, switches=_voluntary_switches(fds[1]))
+                self.threads[tid] = _SampledThread(c, fds[0], fds[1], switches=_voluntary_switches(fds[1]))
             except (OSError, ValueError):
                 for fd in fds:  # the thread ended meanwhile
                     os.close(fd)
