@@ -13,7 +13,7 @@ cd "$root"
 # lint and type-check first: a few seconds (mypy keeps its cache in .mypy_cache)
 .venv/bin/ruff check --quiet .
 .venv/bin/mypy
-# two workers: the tests that start a control plane share one (tests/conftest.py)
+# two workers; the modules that start a control plane share one (xdist_group "cluster")
 parallel=(-n 2 --dist loadgroup)
 if [ "${1:-}" = "--fast" ]; then
   shift

@@ -17,16 +17,9 @@ DATA = Path(__file__).resolve().parent / "data"
 HTA = [str(ROOT / ".venv" / "bin" / "hta")] if (ROOT / ".venv" / "bin" / "hta").exists() else ["hta"]
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``bound`` (thousands of random seeds of the lower bound's property, beyond
-    the fixed sample every run has) run only when asked for: ``-m bound``. Tests marked
-    ``cluster`` each start a local control plane: under pytest-xdist (``-n 2 --dist
-    loadgroup``, as scripts/test.sh runs) they share one worker, one control plane at a time,
-    while the other worker runs everything else."""
-    for item in items:
-        if item.get_closest_marker("cluster") is not None:
-            item.add_marker(pytest.mark.xdist_group("cluster"))
+    the fixed sample every run has) run only when asked for: ``-m bound``."""
     if "bound" in (config.getoption("markexpr") or ""):
         return
     kept = [i for i in items if i.get_closest_marker("bound") is None]
