@@ -110,7 +110,10 @@ def main() -> None:
     for wl in ("blast-3stage", "io-bound"):
         for name, make in variants.items():
             rs = [Simulation(load_workload(wl, s), make(), seed=s).run() for s in range(args.seeds)]
-            f = lambda k: statistics.fmean(getattr(r, k) for r in rs)
+
+            def f(k: str, rs: list = rs) -> float:
+                return statistics.fmean(getattr(r, k) for r in rs)
+
             print(f"  {wl:13s} {name:22s} runtime {f('runtime_s'):7,.0f} s  waste {f('waste_core_s'):8,.0f}"
                   f" (idle {f('idle_waste_core_s'):7,.0f})"
                   f"  shortage {f('shortage_core_s'):9,.0f}  node {f('node_s'):8,.0f}")

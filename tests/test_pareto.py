@@ -1,22 +1,18 @@
-"""bench/pareto.py's dominance logic and goals, on hand-made points (no simulation)."""
+"""The Pareto bench's dominance logic and goals (:mod:`hta.evaluation.pareto`), on hand-made points (no simulation)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
+from hta.evaluation import file_order, pareto
+from hta.evaluation import worker_shape as ws
 from hta.policies.hta_policy import PRESETS
 
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("pareto", ROOT / "bench" / "pareto.py")
-pareto = importlib.util.module_from_spec(spec)
-sys.modules["pareto"] = pareto  # dataclasses look their module up
-spec.loader.exec_module(pareto)
 P = pareto.Point
 
 
@@ -339,10 +335,6 @@ def test_worker_shape_bench_names_each_shape_by_what_differs_from_the_settings_o
     worker-shape bench would compare hta-cost's probes with themselves."""
     from hta.policies import make_policy
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    ws_spec = importlib.util.spec_from_file_location("worker_shape", ROOT / "bench" / "worker_shape.py")
-    ws = importlib.util.module_from_spec(ws_spec)
-    ws_spec.loader.exec_module(ws)
     for setting in ws.SETTINGS:
         for shape, (worker_shape, probe_split) in ws.SHAPES.items():
             p = make_policy(ws.shaped(setting, shape))
@@ -355,11 +347,7 @@ def test_worker_shape_bench_names_each_shape_by_what_differs_from_the_settings_o
 
 
 def _file_order():
-    sys.path.insert(0, str(ROOT / "bench"))
-    fo_spec = importlib.util.spec_from_file_location("file_order", ROOT / "bench" / "file_order.py")
-    fo = importlib.util.module_from_spec(fo_spec)
-    fo_spec.loader.exec_module(fo)
-    return fo
+    return file_order
 
 
 def test_file_order_bench_sorts_the_rules_longest_tail_first_by_what_each_order_knows():

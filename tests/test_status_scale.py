@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 
 import pytest
-from conftest import DATA, ROOT
+from conftest import DATA
 
 from hta.model import LatencyStats, Resources, TaskGroup
 from hta.observation import ObservationBuilder
@@ -85,7 +85,6 @@ class Reads:
 #: waits about a second); it submits and cancels tasks when told on stdin, between waits
 MASTER = """
 import select, sys
-sys.path.insert(0, sys.argv[1])
 from workqueue_bridge.wq import load
 wq = load()
 q = wq.WorkQueue(port=0)
@@ -114,7 +113,7 @@ while True:
 
 class ChildMaster:
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-c", MASTER, str(ROOT)], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-c", MASTER], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         self.port = int(self.proc.stdout.readline())
 

@@ -1,0 +1,896 @@
+"""Every rival setting against HTA's, on three axes, where sizing matters.
+
+For each workload × cluster it runs, over seeds, every setting a user would try:
+
+- HPA on CPU, targets 10, 20, 30, 50, 80 %;
+- KEDA ScaledJob (``keda-job``), 1, 2, 3, 5, 10 tasks per job, maxReplicaCount = the
+  cluster's cap; and the ScaledObject variant ``keda-3`` (flagged: it deletes busy pods);
+- work_queue_factory, 1–3 tasks per worker × idle timeout 60 / 300 / 900 s;
+- max-then-drain; static (the cap, asked for at the first decision);
+- HTA: its default and its two named presets (``hta.policies.hta_policy.PRESETS``):
+  ``hta-time`` (no tail awareness: buy for all that still waits at the horizon; keep an
+  idle worker for work that never-measured tasks release too, where the default keeps
+  one only for work no never-measured task comes before, within 30 latencies past it) and
+  ``hta-cost`` (buy a worker only if the backlog keeps it busy for 4 task runtimes or 2
+  latencies, whichever is less but at least one runtime, cut to what the waiting tasks
+  measured, a third of a node for a never-measured task),
+
+and prints one table (mean over seeds: runtime, waste during the run and after its end,
+node-seconds, shortage; each seed's times scaled by the median critical path over its own
+and its costs by the median work over its own, so that every seed weighs alike,
+``SeedScale``) with the references: the lower bound (``hta.sim.oracle``), the
+maximum cluster from t = 0 and the best fixed size in hindsight (the static size, present
+from t = 0, with the fewest node-seconds among those within 10 % of the maximum cluster's
+runtime), and the node-seconds floor (``hta.sim.oracle.mean_node_seconds_floor``: the
+fewest node-seconds any policy pays at a given mean runtime; drawn on each front). Then
+the goals:
+
+1. every rival setting R is dominated by some HTA setting H: runtime(H) ≤ 1.02 ×
+   runtime(R), waste(H) ≤ waste(R), node-seconds(H) ≤ node-seconds(R) (waste = during +
+   after the end). A rival that left the workflow unfinished on some seed is listed apart,
+   as no competitor;
+2. HTA's default within 1.10 × the bound on runtime;
+3. HTA's default ≥ 25 % fewer node-seconds than max-then-drain, at ≤ 1.02 × its runtime.
+
+Each non-dominated rival is printed with, for each HTA setting, the axes on which it
+loses and the figures, and the least runtime at which any policy is as cheap (the
+floor): how far out on the front a setting must sit to dominate it. A goal 3 that no
+policy can meet (the floor at 1.02 × max-then-drain's runtime is above 75 % of its
+node-seconds) is said so, with the figures. Each front is drawn (node-seconds × runtime)
+into ``--out``. Exit 1 if any goal misses anywhere.
+
+Workloads: ``blast-3stage``, ``io-bound`` and five WfCommons recipes (Montage,
+Epigenomics, 1000Genome, SoyKB, Cycles), generated per seed with the ``wfcommons``
+package (``pip install -e '.[bench]'``) at ``--tasks`` tasks (600; the recipes give
+a few fewer). WfCommons 1.6 instances carry runtimes and 1 core per task, no ``avgCPU``
+nor memory: the simulator's defaults apply (100 % CPU, 512 MB).
+
+    .venv/bin/python bench/pareto.py --quick             # 1 seed, 3 workloads (minutes)
+    .venv/bin/python bench/pareto.py --seeds 5 --out /tmp/pareto
+    .venv/bin/python bench/pareto.py --seeds 5 --out /tmp/pareto --preset hta-cost:busy_runtimes=3 --preset hta-cost
+
+``--preset SPEC`` (at most twice) holds HTA's default and these settings against the
+rivals in place of ``hta-time`` and ``hta-cost``: what the goals would say with other
+presets (docs/decisions/0014-presets.md). ``--sweep`` runs HTA's tuned settings (``SWEEP``)
+beside them and ranks every pair of the settings run by the rivals the default and the
+pair leave undominated (``covers``; not a goal): on fewest cases, then fewest rivals; which
+two presets would serve best, the presets' own rank, the best single setting, and the cases
+no pair clears.
+
+``--declared`` runs the same workloads with every task declaring its cores and memory
+(Makeflow's ``.MAKEFLOW CORES`` and ``MEMORY`` per category): no task takes a whole worker
+before its category is measured, for HTA and every rival alike (what the first wave
+costs: docs/decisions/0010-whole-worker-tasks.md).
+
+The simulator runs them in the world CCTools 8.0 is under ``makeflow -T wq``, which
+``hta makeflow`` runs (measured here: docs/decisions/0010-whole-worker-tasks.md): a task that
+declares nothing takes a whole worker, always, even once its category is measured
+(``ClusterModel.auto_allocation=False``). ``--packed`` runs the world where Work Queue sizes
+tasks itself: a measured category's tasks are allocated its
+peak and share a worker (what ``--allocation=throughput`` is documented to do); stored apart.
+
+Each run, once simulated, is appended to ``OUT/runs.jsonl``; a second call with the same
+``--out`` reuses it (a long run can be resumed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from hta.policies import make_policy
+from hta.policies.hta_policy import HTAPolicy
+from hta.sim.cluster import ClusterModel
+from hta.sim.compare import CUTOFF_FACTOR
+from hta.sim.list_schedule import Order as ListOrder
+from hta.sim.list_schedule import list_schedule_s
+from hta.sim.oracle import (
+    NodeSecondsFloor,
+    critical_path_s,
+    least_mean_runtime_s,
+    mean_node_seconds_floor,
+    min_latency_s,
+    node_seconds_floor,
+    oracle_runtime_s,
+)
+from hta.sim.run import Simulation
+from hta.sim.workload import Workload, load_workload
+
+RUNTIME_SLACK = 1.02
+BOUND_GOAL = 1.10
+MTD_SAVING = 0.25
+BEST_FIXED_WITHIN = 1.10
+
+HTA_SETTINGS = {"hta": "hta", "hta-time": "hta-time", "hta-cost": "hta-cost"}
+#: ``--sweep``: HTA's cost knobs around its default and ``hta-cost``, to show which rivals
+#: a user who tunes them would beat; not presets, so not counted in the goals.
+#: ``busy_runtimes`` (default 1, ``hta-cost`` 4) caps every purchase by how long the
+#: backlog keeps a worker busy (10 on whole nodes, then 5: the cost presets before this
+#: one); ``unmeasured_per_worker`` (default 1) buys one worker per that many never-measured
+#: tasks, the first wave only; ``hta-cost`` at 3, 5 and 10 task runtimes brackets its 4,
+#: without its bound of 2 latencies, and with that bound's rounds counted in the mean
+#: runtime; the default on whole nodes and with whole nodes for never-measured tasks only
+#: (no probes)
+SWEEP = {spec: spec for spec in [*(f"hta:busy_runtimes={k}" for k in (2, 3, 5, 10)), "hta:unmeasured_per_worker=2",
+                                 *(f"hta-cost:busy_runtimes={k}" for k in (3, 5, 10)),
+                                 "hta-cost:busy_latencies=0", "hta-cost:busy_latencies_runtime=mean",
+                                 "hta:worker_shape=node", "hta:probe_split=1"]}
+CLUSTERS = {"cap20": 20, "uncapped200": 200}
+WFCOMMONS = {"montage": "MontageRecipe", "epigenomics": "EpigenomicsRecipe", "1000genome": "GenomeRecipe",
+             "soykb": "SoykbRecipe", "cycles": "CyclesRecipe"}
+WORKLOADS = ["blast-3stage", "io-bound", *WFCOMMONS]
+QUICK_WORKLOADS = ["blast-3stage", "io-bound", "montage"]
+FIXED_SIZES = {20: [2, 5, 10, 15, 20], 200: [10, 25, 50, 100, 150, 200]}
+
+
+def rivals(max_nodes: int) -> dict[str, str]:
+    """Label → policy spec, every setting a user would try."""
+    out = {f"hpa-{t}": f"hpa-{t}" for t in (10, 20, 30, 50, 80)}
+    out.update({f"keda-job-{n}": f"keda-job:tasks_per_job={n},max_replicas={max_nodes}" for n in (1, 2, 3, 5, 10)})
+    out["keda-3 (ScaledObject)"] = "keda-3"
+    for per in (1, 2, 3):
+        for idle in (60, 300, 900):
+            out[f"factory-{per}x{idle}s"] = f"factory:tasks_per_worker={per},idle_timeout_s={idle}"
+    out["max-then-drain"] = "max-then-drain"
+    out["static"] = "static"
+    return out
+
+
+# -- dominance (pure; tests/test_pareto.py) -------------------------------------------------
+
+@dataclass
+class Point:
+    label: str
+    runtime_s: float
+    waste_core_s: float
+    node_s: float
+    waste_after_core_s: float = 0.0
+    shortage_core_s: float = 0.0
+    unfinished: int = 0
+
+
+def dominates(h: Point, r: Point, slack: float = RUNTIME_SLACK) -> bool:
+    return h.runtime_s <= slack * r.runtime_s and h.waste_core_s <= r.waste_core_s and h.node_s <= r.node_s
+
+
+def losses(h: Point, r: Point, slack: float = RUNTIME_SLACK) -> list[str]:
+    """Where ``h`` fails to dominate ``r``, with the figures."""
+    out = []
+    if h.runtime_s > slack * r.runtime_s:
+        out.append(f"runtime {h.runtime_s:,.0f} > {slack:g} × {r.runtime_s:,.0f} = {slack * r.runtime_s:,.0f} s")
+    if h.waste_core_s > r.waste_core_s:
+        out.append(f"waste {h.waste_core_s:,.0f} > {r.waste_core_s:,.0f} core·s")
+    if h.node_s > r.node_s:
+        out.append(f"node·s {h.node_s:,.0f} > {r.node_s:,.0f}")
+    return out
+
+
+def undominated(rival_points: list[Point], hta_points: list[Point]) -> list[Point]:
+    """Rival settings no HTA setting dominates (unfinished rivals are no competitors)."""
+    return [r for r in rival_points if not r.unfinished and not any(dominates(h, r) for h in hta_points)]
+
+
+@dataclass
+class Cover:
+    """What HTA's default and some other settings (one, or a pair) leave undominated, over every case."""
+    settings: tuple[str, ...]
+    #: case → labels of the rivals that neither the default nor these settings dominate
+    left: dict[str, list[str]]
+
+    @property
+    def cases_left(self) -> int:
+        return sum(1 for labels in self.left.values() if labels)
+
+    @property
+    def rivals_left(self) -> int:
+        return sum(len(labels) for labels in self.left.values())
+
+    def rank_key(self) -> tuple[int, int]:
+        return self.cases_left, self.rivals_left
+
+
+def covers(cases: dict[str, tuple[list[Point], dict[str, Point]]], candidates: list[str], size: int = 2) -> list[Cover]:
+    """For every ``size`` of ``candidates`` (HTA settings other than the default, run on every
+    case), the rivals left undominated by the default and them; ranked by the cases left with
+    any (a goal line each), then by the rivals left. ``cases``: case → (rival points, HTA
+    points by label, ``hta`` among them).
+
+    The goal holds the rivals against the default and two presets; this asks which two of the
+    settings run would serve best as those presets, and where no two of them can."""
+    out = [Cover(chosen, {case: [r.label for r in undominated(rivs, [htas["hta"], *(htas[k] for k in chosen)])]
+                          for case, (rivs, htas) in cases.items()})
+           for chosen in itertools.combinations(candidates, size)]
+    return sorted(out, key=lambda c: (*c.rank_key(), c.settings))
+
+
+def rank(cover: Cover, ranked: list[Cover]) -> int:
+    """1 + how many of ``ranked`` leave strictly fewer cases, or as many and fewer rivals (ties share a rank)."""
+    return 1 + sum(1 for c in ranked if c.rank_key() < cover.rank_key())
+
+
+def goals(hta: Point, bound_s: float, mtd: Point) -> list[tuple[str, bool, str]]:
+    """(goal, met, figures) for HTA's default against the bound and max-then-drain."""
+    return [
+        (f"HTA default runtime ≤ {BOUND_GOAL:g} × bound", hta.runtime_s <= BOUND_GOAL * bound_s,
+         f"{hta.runtime_s:,.0f} s vs {BOUND_GOAL:g} × {bound_s:,.0f} = {BOUND_GOAL * bound_s:,.0f} s "
+         f"({hta.runtime_s / bound_s:.2f} ×)"),
+        (f"HTA default node·s ≤ {1 - MTD_SAVING:g} × max-then-drain at runtime ≤ {RUNTIME_SLACK:g} ×",
+         hta.node_s <= (1 - MTD_SAVING) * mtd.node_s and hta.runtime_s <= RUNTIME_SLACK * mtd.runtime_s,
+         f"node·s {hta.node_s:,.0f} vs {mtd.node_s:,.0f} ({1 - hta.node_s / mtd.node_s:+.0%} saved), "
+         f"runtime {hta.runtime_s:,.0f} vs {mtd.runtime_s:,.0f} s ({hta.runtime_s / mtd.runtime_s:.3f} ×)"),
+    ]
+
+
+def why_missed(goal: int, bound_s: float, mtd: Point, at_least: float, allowed: float,
+               wq_s: float | None = None, cp_s: float | None = None, kp_s: float | None = None) -> str:
+    """What a missed goal line (0: the bound, 1: the saving) leaves room for: whether the
+    fastest policy, every node asked for at once, misses the bound too, and what Work
+    Queue's dispatch order alone costs (``wq_s``: its list schedule on the bound's own
+    capacity over time, :mod:`hta.sim.list_schedule`) beside the order no scaling policy
+    chooses, the critical path first (``cp_s``: how near the bound a schedule comes), and
+    the same with each task's runtime read as its category's mean (``kp_s``: the classic
+    priority on what is known of a task before it runs); how far above the node·s floor
+    the saving goal sits."""
+    if goal == 0:
+        order = (f"; Work Queue's newest-first order alone, on the bound's own capacity, takes "
+                 f"{wq_s / bound_s:.2f} ×" if wq_s is not None else "")
+        if wq_s is not None and cp_s is not None:
+            order += f", the critical path first {cp_s / bound_s:.2f} ×"
+            if kp_s is not None:
+                order += f" ({kp_s / bound_s:.2f} × by the categories' mean runtimes)"
+        if mtd.runtime_s > BOUND_GOAL * bound_s:
+            return (f" (max-then-drain, every node asked for at once, misses it too: {mtd.runtime_s / bound_s:.2f} ×"
+                    f"{order})")
+        return f" (max-then-drain meets it: {mtd.runtime_s / bound_s:.2f} ×{order})"
+    return f" (the floor leaves {1 - at_least / allowed:.1%} of room)"
+
+
+def saving_floor(floors: list, mtd: Point) -> tuple[float, float]:
+    """The fewest node·s any policy pays at a mean runtime within ``RUNTIME_SLACK`` ×
+    max-then-drain's (the floor), and the most goal 3 allows: above it, no policy meets
+    the goal, HTA or another."""
+    return mean_node_seconds_floor(floors, RUNTIME_SLACK * mtd.runtime_s), (1 - MTD_SAVING) * mtd.node_s
+
+
+# -- workloads and runs ---------------------------------------------------------------------
+
+def wfcommons_instance(name: str, seed: int, tasks: int, folder: Path) -> Path:
+    path = folder / f"{name}-{tasks}-seed{seed}.json"
+    if path.is_file():
+        return path
+    try:
+        import numpy
+        from wfcommons import WorkflowGenerator
+        from wfcommons.wfchef import recipes
+    except ImportError as exc:
+        sys.exit(f"bench/pareto.py: {name} needs the wfcommons package ({exc}); pip install -e '.[bench]'")
+    random.seed(seed)
+    numpy.random.seed(seed)
+    try:
+        recipe = getattr(recipes, WFCOMMONS[name]).from_num_tasks(tasks)
+        workflow = WorkflowGenerator(recipe).build_workflow()
+    except ValueError as exc:  # (wfcommons: too few tasks for the recipe's base graph)
+        sys.exit(f"{Path(sys.argv[0]).name}: cannot generate {name} at {tasks} tasks ({exc}): "
+                 f"ask for more with --tasks")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        workflow.write_json(path)
+    except OSError as exc:
+        sys.exit(f"{Path(sys.argv[0]).name}: cannot write {exc.filename or path} ({exc.strerror or exc}): "
+                 f"choose another --out")
+    return path
+
+
+def workload(name: str, seed: int, tasks: int, folder: Path) -> Workload:
+    if name in WFCOMMONS:
+        return load_workload(str(wfcommons_instance(name, seed, tasks, folder)))
+    return load_workload(name, seed)
+
+
+def run_one(wl_name: str, wl: Workload, spec: str, cluster: ClusterModel, seed: int, bound: float) -> dict:
+    c = cluster.model_copy(update={"horizon_s": min(cluster.horizon_s, CUTOFF_FACTOR * bound)})
+    t0 = time.perf_counter()
+    s = Simulation(wl, make_policy(spec), c, seed=seed).run(wl_name)
+    return {"runtime_s": s.runtime_s, "waste_core_s": s.waste_core_s, "waste_after_core_s": s.teardown_waste_core_s,
+            "node_s": s.node_s, "shortage_core_s": s.shortage_core_s, "finished": s.exit_code == 0,
+            "wall_s": round(time.perf_counter() - t0, 2)}
+
+
+#: how stored runs counted waste and shortage: 2 since a task that declares nothing counts
+#: its category's measured cores, not the whole worker it is given (the same runs'
+#: runtimes and node·s, not their waste). A line of another (or none, 1) is
+#: run again.
+ACCOUNTING = 2
+
+
+class Store:
+    """runs.jsonl: one run a line (unfinished ones too, marked), keyed by workload, cluster,
+    label, seed; only the lines of this ``tasks`` count (the WfCommons instances' size;
+    a line without one was written at the default, 600), of this ``declared`` and of this
+    ``whole_worker`` (a line without either was written without it), counted by this
+    :data:`ACCOUNTING`."""
+
+    def __init__(self, path: Path, tasks: int = 600, declared: bool = False, whole_worker: bool = False):
+        self.path = path
+        self.tasks = tasks
+        self.declared = declared
+        self.whole_worker = whole_worker
+        self.runs: dict[tuple, dict] = {}
+        #: stored runs of this world counted by another :data:`ACCOUNTING`: run again
+        self.outdated: set[tuple] = set()
+        if path.is_file():
+            for n, line in enumerate(path.read_text().splitlines(), start=1):
+                try:
+                    d = json.loads(line)
+                    key = (d["workload"], d["cluster"], d["label"], d["seed"])
+                except (ValueError, TypeError, KeyError):
+                    raise ValueError(f"{path}, line {n}, is not a stored run (cut short?): delete that line "
+                                     "or the file, or choose another --out") from None
+                if (d.get("tasks", 600) == tasks and d.get("declared", False) == declared
+                        and d.get("whole_worker", False) == whole_worker):
+                    if d.get("accounting", 1) == ACCOUNTING:
+                        self.runs[key] = d
+                    else:
+                        self.outdated.add(key)
+        self.outdated -= self.runs.keys()
+
+    def get(self, key: tuple, make, settings: str | None = None) -> dict:
+        """The stored run, or ``make()``'s, stored. ``settings`` (:func:`settings_of`) is what
+        an HTA label stood for when it ran: a run of a preset whose definition has changed
+        since, or stored before runs said (no ``settings``), is run again."""
+        if key not in self.runs or self.runs[key].get("settings") != settings:
+            d = {"workload": key[0], "cluster": key[1], "label": key[2], "seed": key[3], "tasks": self.tasks,
+                 "accounting": ACCOUNTING,
+                 **({"declared": True} if self.declared else {}),
+                 **({"whole_worker": True} if self.whole_worker else {}), **({"settings": settings} if settings else {}),
+                 **make()}
+            with self.path.open("a") as f:
+                f.write(json.dumps(d) + "\n")
+            self.runs[key] = d
+        return self.runs[key]
+
+
+def settings_of(spec: str) -> str | None:
+    """An HTA setting's every field (estimator options included), as text; None for a rival.
+    Stored beside its runs, so that a changed preset is never read from an older store. (A
+    field added to HTA's policy or estimator changes every setting's text: their stored runs
+    are run again, whether or not the field changes what they do.)"""
+    policy = make_policy(spec)
+    if not isinstance(policy, HTAPolicy):
+        return None
+    return repr({f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)
+                 if not f.name.startswith("_") and f.name != "name"})
+
+
+#: what a table or front of scaled means says of its figures
+SCALED = ", each seed's times × median critical path / its own, costs × median work / its own"
+
+
+def seed_size(w: Workload) -> tuple[float, float]:
+    """How long and how large a seed's workflow is, whatever the cluster: its critical path
+    (s; no cluster runs it sooner) and its work (core·s; no cluster pays less)."""
+    return critical_path_s(w), sum(t.runtime_s * t.cores for t in w.tasks)
+
+
+@dataclass(frozen=True)
+class SeedScale:
+    """What a seed's figures are multiplied by before the mean over seeds: times (runtime)
+    by the median critical path over its own, costs (node·s, waste, shortage) by the median
+    work over its own. Every seed then weighs alike, read as a seed of median length and
+    size, and a workload's rows on both clusters are in the same units. WfCommons draws
+    runtimes from wide distributions: Montage seed 2 drew one 44,657 s task, a critical
+    path of 46,154 s against 1,539–5,086 s for the other four, and a plain mean of seconds
+    was that one seed's."""
+
+    time: float = 1.0
+    cost: float = 1.0
+
+
+def seed_scales(sizes: list[tuple[float, float]]) -> list[SeedScale]:
+    """One :class:`SeedScale` a seed, from each seed's :func:`seed_size`."""
+    if any(not (length > 0 and work > 0) for length, work in sizes):
+        raise ValueError("a seed's workflow has no critical path or no work: nothing to scale it by")
+    length = statistics.median(n for n, _ in sizes)
+    work = statistics.median(w for _, w in sizes)
+    return [SeedScale(length / n, work / w) for n, w in sizes]
+
+
+def scale_references(scales: list[SeedScale], bounds: list[float], floors: list, *lists: list[float]) -> tuple:
+    """The case's references in the seeds' common units: the mean scaled bound, the floors
+    scaled (:meth:`~hta.sim.oracle.NodeSecondsFloor.scaled`), and each list of per-seed
+    times (the list schedules) scaled."""
+    bound = statistics.fmean(b * k.time for b, k in zip(bounds, scales, strict=True))
+    floors = [f.scaled(k.time, k.cost) for f, k in zip(floors, scales, strict=True)]
+    return (bound, floors, *([t * k.time for t, k in zip(ts, scales, strict=True)] for ts in lists))
+
+
+def mean_point(label: str, runs: list[dict], scales: list[SeedScale] | None = None) -> Point:
+    """The mean over seeds of each figure, seed i's scaled by ``scales[i]`` (:class:`SeedScale`)."""
+    w = [SeedScale()] * len(runs) if scales is None else scales
+    def m(key: str, costs: bool = True) -> float:
+        return statistics.fmean(r[key] * (x.cost if costs else x.time) for r, x in zip(runs, w, strict=True))
+    return Point(label, m("runtime_s", costs=False), m("waste_core_s"), m("node_s"), m("waste_after_core_s"),
+                 m("shortage_core_s"), sum(1 for r in runs if not r["finished"]))
+
+
+# -- report ----------------------------------------------------------------------------------
+
+#: the table's first column: the longest rival's name with "(5 unfinished)" fits
+LABEL_WIDTH = 36
+
+
+def row(p: Point, tag: str = "") -> str:
+    during = p.waste_core_s - p.waste_after_core_s
+    unf = f" ({p.unfinished} unfinished)" if p.unfinished else ""
+    name = p.label + unf
+    if len(name) > LABEL_WIDTH:  # its own line, the figures in their columns below it
+        return f"  {tag:1} {name}\n" + row(Point("", p.runtime_s, p.waste_core_s, p.node_s, p.waste_after_core_s,
+                                                      p.shortage_core_s), " ")
+    return (f"  {tag:1} {name:{LABEL_WIDTH}} {p.runtime_s:9,.0f} {during:11,.0f} {p.waste_after_core_s:10,.0f} "
+            f"{p.node_s:10,.0f} {p.shortage_core_s:12,.0f}")
+
+
+HEADER = (f"    {'setting':{LABEL_WIDTH}} {'runtime s':>9} {'waste run':>11} {'waste end':>10} {'node·s':>10} "
+          f"{'shortage':>12}")
+
+
+SHORT = {"busy_runtimes=": "busy ", "busy_latencies=": "latencies ", "busy_latencies_runtime=": "rounds in ",
+         "unmeasured_per_worker=": "unmeasured ", "worker_shape=learned,probe_split=3": "probes",
+         "worker_shape=node": "whole nodes", "probe_split=1": "no probes"}
+
+
+def short_label(spec: str) -> str:
+    """A tuned setting's name on a front: ``busy 3``, ``unmeasured 2``, ``hta-cost, busy 3``,
+    ``whole nodes``."""
+    policy, _, settings = spec.partition(":")
+    for key, word in SHORT.items():
+        settings = settings.replace(key, word)
+    return ", ".join([*([policy] if policy != "hta" else []), *settings.split(",")])
+
+
+class Mark(NamedTuple):
+    """A point on a front and its label."""
+    node_s: float
+    runtime_s: float
+    text: str
+    size: float
+    weight: str = "normal"
+
+
+#: a joint label breaks its line between names past this many characters (io-bound with 20 nodes: 12 settings
+#: on one point)
+LABEL_LINE = 48
+
+#: points this close on both log axes (1.5 %) share one label: apart, their labels would
+#: be drawn over each other (the factory at 2 and 3 tasks a worker, costing alike)
+SAME_POINT = 0.015
+
+
+def labels_of(marks: list[Mark]) -> list[Mark]:
+    """One label per group of points within :data:`SAME_POINT` of the group's first, at that
+    point: its members' names joined by " = " (by " ≈ " once any differs), in the group's
+    largest font; a line breaks before a name that would take it past :data:`LABEL_LINE`
+    characters (its trailing separator, or one long name, may)."""
+    groups: list[list[Mark]] = []
+    for m in marks:
+        for g in groups:
+            if (abs(math.log(max(m.node_s, 1e-9) / max(g[0].node_s, 1e-9))) <= SAME_POINT
+                    and abs(math.log(max(m.runtime_s, 1e-9) / max(g[0].runtime_s, 1e-9))) <= SAME_POINT):
+                g.append(m)
+                break
+        else:
+            groups.append([m])
+    out = []
+    for g in groups:
+        exact = all((m.node_s, m.runtime_s) == (g[0].node_s, g[0].runtime_s) for m in g)
+        names = list(dict.fromkeys(m.text for m in g))
+        big = max(g, key=lambda m: m.size)
+        sep = " = " if exact else " ≈ "
+        lines = [names[0]]
+        for name in names[1:]:
+            if len(lines[-1] + sep + name) > LABEL_LINE:
+                lines[-1] += sep.rstrip()
+                lines.append(name)
+            else:
+                lines[-1] += sep + name
+        out.append(Mark(g[0].node_s, g[0].runtime_s, "\n".join(lines), big.size, big.weight))
+    return out
+
+
+def draw(path: Path, title: str, htas: list[Point], rivs: list[Point], refs: dict[str, Point], bound: float,
+         free: list[Point], tuned: Sequence[Point] = (), floors: Sequence = (), scaled: bool = False) -> None:
+    """One case's front; ``scaled``: its means are of scaled figures (:class:`SeedScale`), as both axes say."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from adjustText import adjust_text
+
+    fig, ax = plt.subplots(figsize=(9, 6))
+    # log axes: the settings worth comparing crowd near the bound, the slowest rivals run 5-10x longer
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    colours = {"hpa": "tab:blue", "keda": "tab:orange", "factory": "tab:green", "max": "tab:purple",
+               "static": "tab:brown"}
+    marks: list[Mark] = []
+    for r in rivs:
+        if r.unfinished:
+            continue
+        c = next((v for k, v in colours.items() if r.label.startswith(k)), "grey")
+        ax.scatter(r.node_s, r.runtime_s, color=c, marker="o", s=60 if r in free else 25,
+                   edgecolors="red" if r in free else "none", linewidths=1.5)
+        marks.append(Mark(r.node_s, r.runtime_s, r.label.replace(" (ScaledObject)", " SO"), 6))
+    for h in htas:
+        ax.scatter(h.node_s, h.runtime_s, color="black", marker="*", s=160)
+        marks.append(Mark(h.node_s, h.runtime_s, h.label, 8, "bold"))
+    for t in tuned:
+        ax.scatter(t.node_s, t.runtime_s, color="black", marker="^", s=40)
+        marks.append(Mark(t.node_s, t.runtime_s, short_label(t.label), 7))
+    for name, p in refs.items():
+        ax.scatter(p.node_s, p.runtime_s, color="grey", marker="s", s=50)
+        marks.append(Mark(p.node_s, p.runtime_s, name, 7))
+    # HTA's own first, so a joint label starts with the preset a reader looks for
+    marks.sort(key=lambda m: m.weight != "bold")
+    texts = [ax.text(m.node_s, m.runtime_s, m.text, fontsize=m.size, weight=m.weight)
+             for m in labels_of(marks)]
+    ax.axhline(bound, color="grey", linestyle="--", linewidth=1)
+    ax.annotate("lower bound", (ax.get_xlim()[0], bound), fontsize=7, xytext=(2, 2), textcoords="offset points")
+    if floors:  # the node·s floor: no policy lies left of it (fewer node·s at that runtime)
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        ys = [max(bound, y0) * (y1 / max(bound, y0)) ** (i / 60) for i in range(61)]
+        xs = [mean_node_seconds_floor(floors, y) for y in ys]
+        ax.plot(xs, ys, color="grey", linestyle=":", linewidth=1.2)
+        ax.annotate("node·s floor", (xs[30], ys[30]), fontsize=7, xytext=(-4, 0), textcoords="offset points",
+                    color="dimgrey", ha="right", rotation=90)
+        ax.set_xlim(min(x0, min(xs) / 1.1), x1)
+        ax.set_ylim(y0, y1)
+    # labels pushed off each other and off the points, a thin line back to their point
+    adjust_text(texts, x=[m.node_s for m in marks], y=[m.runtime_s for m in marks], ax=ax,
+                expand=(1.1, 1.4), force_text=(0.8, 1.2), iter_lim=300,  # (not a time limit: the same figure each time)
+                arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
+    ax.set_xlabel(f"node·s paid (mean over seeds{', scaled' if scaled else ''}, log scale)")
+    ax.set_ylabel(f"runtime s (mean over seeds{', scaled' if scaled else ''}, log scale)")
+    ax.set_title(title.replace(", each seed", ",\neach seed").replace("; HTA's presets", ";\nHTA's presets")
+                 + "\ncircled red: not dominated by any HTA setting",
+                 fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="1 seed; blast-3stage, io-bound, montage")
+    ap.add_argument("--workloads", default=None, help=f"comma-separated, of: {', '.join(WORKLOADS)}")
+    ap.add_argument("--clusters", default=",".join(CLUSTERS), help=f"comma-separated, of: {', '.join(CLUSTERS)}")
+    ap.add_argument("--tasks", type=int, default=600, help="tasks per WfCommons instance (500–1,000)")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/hta-pareto"))
+    ap.add_argument("--markdown", type=Path, metavar="FILE",
+                    help="also write one summary table (a row per workload × cluster) as Markdown")
+    ap.add_argument("--preset", action="append", metavar="SPEC", default=[],
+                    help="hold HTA's default and this setting (at most two, e.g. hta-cost:busy_runtimes=3) "
+                         "against the rivals in place of hta-time and hta-cost: what the goals would say with "
+                         "other presets")
+    ap.add_argument("--declared", action="store_true",
+                    help="every task declares its cores and memory (Makeflow's .MAKEFLOW CORES and MEMORY per "
+                         "category): none takes a whole worker before its category is measured; stored apart")
+    ap.add_argument("--packed", action="store_true",
+                    help="a measured category's tasks are allocated its peak and share a worker (the simulator's "
+                         "world where Work Queue sizes tasks itself; makeflow -T wq gives every task that declares "
+                         "nothing a whole worker, CCTools 8.0); stored apart")
+    ap.add_argument("--sweep", action="store_true",
+                    help=f"also run HTA as {', '.join(SWEEP)} (tuned settings, "
+                         f"shown beside the presets, not counted in the goals)")
+    args = ap.parse_args(argv)
+    seeds = 1 if args.quick and args.seeds == 5 else args.seeds
+    if seeds < 1:
+        ap.error(f"--seeds {seeds}: at least 1 seed, e.g. --seeds 5")
+    names = args.workloads.split(",") if args.workloads else (QUICK_WORKLOADS if args.quick else WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS] + [c for c in args.clusters.split(",") if c not in CLUSTERS]
+    if unknown:
+        ap.error(f"unknown workload or cluster: {', '.join(unknown)}")
+    hta_settings = preset_settings(ap, args.preset)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        if args.markdown:  # before an hour of runs, not after
+            args.markdown.touch()
+    except OSError as exc:
+        ap.error(f"cannot write {exc.filename} ({exc.strerror}): choose another --out or --markdown")
+    store = open_store(ap, args.out, args.tasks, args.declared, whole_worker=not args.packed)
+    misses: list[str] = []
+    infeasible = 0  # goal lines no policy can meet
+    fastest_miss = 0  # runtime goal lines max-then-drain misses too
+    summary: list[str] = []
+    table: list[str] = []
+    started = time.perf_counter()
+    rival_runs = free_total = still_total = 0  # rival settings held against HTA's, left undominated
+    scaled_any = False  # some seed's figures were scaled (a case with seeds of unequal size)
+    sweep_cases: dict[str, tuple[list[Point], dict[str, Point]]] = {}  # case → rivals, HTA settings (--sweep)
+    for name in names:
+        for cname in args.clusters.split(","):
+            cap = CLUSTERS[cname]
+            cluster = ClusterModel(max_nodes=cap, auto_allocation=args.packed)
+            settings = {**hta_settings, **(SWEEP if args.sweep else {}), **rivals(cap)}
+            ids = {label: settings_of(spec) for label, spec in settings.items()}
+            per: dict[str, list[dict]] = {k: [] for k in settings}
+            fixed: dict[int, list[dict]] = {k: [] for k in FIXED_SIZES[cap]}
+            bounds: list[float] = []
+            floors: list[NodeSecondsFloor] = []
+            wqs: list[float] = []
+            cps: list[float] = []
+            kps: list[float] = []
+            sizes: list[tuple[float, float]] = []
+            latency = min_latency_s(cluster)
+            for seed in range(seeds):
+                wl = workload(name, seed, args.tasks, args.out / "workloads")
+                if args.declared:
+                    wl = dataclasses.replace(wl, declared=True)
+                bound = oracle_runtime_s(wl, cluster)
+                bounds.append(bound)
+                sizes.append(seed_size(wl))
+                floors.append(node_seconds_floor(wl, cluster))
+                orders: list[tuple[list[float], ListOrder]] = [(wqs, "newest-first"), (cps, "critical-path"),
+                                                               (kps, "category-path")]
+                for got, order in orders:  # on the bound's own capacity
+                    got.append(list_schedule_s(wl, cap * cluster.node_cores, order, cluster, more_at_s=latency,
+                                               start_cores=cluster.start_nodes * cluster.node_cores))
+                for label, spec in settings.items():
+                    per[label].append(store.get((name, cname, label, seed), settings=ids[label], make=
+                                                lambda: run_one(name, wl, spec, cluster, seed, bound)))
+                for k in FIXED_SIZES[cap]:
+                    c = ClusterModel(max_nodes=k, start_nodes=k, auto_allocation=args.packed)
+                    fixed[k].append(store.get((name, cname, f"fixed-{k}", seed),
+                                              lambda: run_one(name, wl, "static", c, seed, bound)))
+            scales = seed_scales(sizes)  # every seed weighs alike, in the same units on both clusters
+            scaled = any(k != SeedScale() for k in scales)
+            scaled_any |= scaled
+            bound, floors, wqs, cps, kps = scale_references(scales, bounds, floors, wqs, cps, kps)
+            wq, cp, kp = statistics.fmean(wqs), statistics.fmean(cps), statistics.fmean(kps)
+            per_seed = [r["runtime_s"] / b for r, b in zip(per["hta"], bounds)]
+            points = {label: mean_point(label, runs, scales) for label, runs in per.items()}
+            htas = [points[k] for k in hta_settings]
+            tuned = [points[k] for k in SWEEP if k in points and k not in hta_settings]
+            rivs = [p for k, p in points.items() if k not in hta_settings and k not in SWEEP]
+            fixed_pts = {k: mean_point(f"fixed {k} nodes from t=0", runs, scales) for k, runs in fixed.items()}
+            biggest = fixed_pts[cap]
+            best = min((p for p in fixed_pts.values() if p.runtime_s <= BEST_FIXED_WITHIN * biggest.runtime_s),
+                       key=lambda p: p.node_s)
+            free = undominated(rivs, htas)
+            rival_runs += len(rivs)
+            free_total += len(free)
+            still = [r for r in free if not any(dominates(t, r) for t in tuned)] if tuned else free
+            still_total += len(still)
+            if tuned:
+                sweep_cases[f"{name}/{cname}"] = (rivs, {p.label: p for p in [*htas, *tuned]})
+            title = (f"{name}, {cname} ({cap} nodes)" + (", every task declared" if args.declared else "")
+                     + (", measured tasks packed at their peak" if args.packed else "")
+                     + f", mean of {seeds} seed(s)" + (SCALED if scaled else "")
+                     + (f"; HTA's presets replaced by {' and '.join(list(hta_settings)[1:])}" if args.preset else ""))
+            print(f"\n{title}")
+            print(HEADER)
+            print(f"    {'lower bound':{LABEL_WIDTH}} {bound:9,.0f}")
+            hta = points["hta"]
+            floor_hta = mean_node_seconds_floor(floors, hta.runtime_s)
+            print(f"    {'node·s floor at HTA default runtime':{LABEL_WIDTH}} {hta.runtime_s:9,.0f} {'':11} {'':10} "
+                  f"{floor_hta:10,.0f}   (HTA default pays {hta.node_s / floor_hta:.2f} × it)")
+            print(row(biggest, "="))
+            print(row(best, "="))
+            for h in htas:
+                print(row(h, "H"))
+            for t in tuned:
+                print(row(t, "h"))
+            for r in rivs:
+                print(row(r, "*" if r in free else ""))
+            print("  (= static reference, H: HTA setting, h: HTA tuned (--sweep, not in the goals), "
+                  "*: rival setting no HTA setting dominates)")
+            print("  fixed sizes from t=0 (nodes: runtime s / node·s): "
+                  + ", ".join(f"{k}: {p.runtime_s:,.0f} / {p.node_s:,.0f}" for k, p in fixed_pts.items()))
+            unfinished = [r for r in rivs if r.unfinished]
+            if unfinished:
+                print("  unfinished within 30 × the bound (no competitor): "
+                      + ", ".join(f"{r.label} ({r.unfinished}/{seeds})" for r in unfinished))
+            for r in free:
+                cheap = least_mean_runtime_s(floors, r.node_s)  # above the bound: only a slower setting can match it
+                print(f"  not dominated: {r.label}" + (
+                    f" (as cheap as it, {r.node_s:,.0f} node·s, no policy runs under {cheap:,.0f} s: "
+                    f"{cheap / hta.runtime_s:.2f} × HTA default's runtime)" if cheap > bound * (1 + 1e-6) else ""))
+                for h in htas:
+                    print(f"      vs {h.label}: " + "; ".join(losses(h, r)))
+                by = [t.label for t in tuned if dominates(t, r)]
+                if tuned:
+                    print(f"      a tuned setting dominates it: {', '.join(by)}" if by else
+                          "      no tuned setting dominates it either")
+            mtd = points["max-then-drain"]
+            at_least, allowed = saving_floor(floors, mtd)
+            no_policy_saves = at_least > allowed
+            for i, (goal, met, figures) in enumerate(goals(hta, bound, mtd)):
+                if i == 0 and seeds > 1:
+                    figures += f"; per seed {min(per_seed):.2f}–{max(per_seed):.2f} ×"
+                print(f"  goal {'met ' if met else 'MISS'}: {goal}: {figures}")
+                if not met and i == 1 and no_policy_saves:
+                    why = (f"no policy can meet it: within {RUNTIME_SLACK:g} × {mtd.runtime_s:,.0f} s any pays "
+                           f"{at_least:,.0f} node·s at least (floor), the goal asks ≤ {allowed:,.0f}")
+                    print(f"            {why}")
+                    goal += f" ({why})"
+                    infeasible += 1
+                elif i == 1:
+                    print(f"            (any policy within {RUNTIME_SLACK:g} × its runtime pays {at_least:,.0f} node·s "
+                          f"at least (floor): the goal leaves {1 - at_least / allowed:.1%} "
+                          "of room above it)")
+                if not met and not (i == 1 and no_policy_saves):
+                    goal += why_missed(i, bound, mtd, at_least, allowed, wq, cp, kp)
+                    fastest_miss += i == 0 and mtd.runtime_s > BOUND_GOAL * bound
+                if not met:
+                    misses.append(f"{name}/{cname}: {goal}")
+            print(f"  reference, not a goal: the maximum cluster from t=0 (no latency paid) runs in "
+                  f"{biggest.runtime_s:,.0f} s = {biggest.runtime_s / bound:.2f} × the bound; HTA default "
+                  f"{points['hta'].runtime_s / biggest.runtime_s:.2f} × it; max-then-drain, every node asked for "
+                  f"at once, runs in {mtd.runtime_s / bound:.2f} × the bound "
+                  f"(HTA default {hta.runtime_s / mtd.runtime_s:.3f} × it)")
+            print(f"  reference, not a goal: on the bound's own capacity as one pool of cores (the starting node's, "
+                  f"all {cap}'s from the soonest a bought node comes, {latency:,.0f} s on each seed's own clock; no "
+                  f"packing, no first wave "
+                  f"on whole workers), Work Queue's newest-first order takes "
+                  f"{wq:,.0f} s = {wq / bound:.2f} × the bound (HTA default "
+                  f"{hta.runtime_s / wq:.3f} × it), the "
+                  f"critical path first {cp:,.0f} s = {cp / bound:.2f} ×, and {kp:,.0f} s = {kp / bound:.2f} × "
+                  f"with each task's runtime read as its category's mean (the classic priority on what is "
+                  f"known of a task before it runs; hta/sim/list_schedule.py)")
+            if free:
+                misses.append(f"{name}/{cname}: {len(free)} rival setting(s) not dominated: "
+                              + ", ".join(r.label for r in free))
+            png = args.out / f"front-{name}-{cname}{'-preset' if args.preset else ''}.png"  # (not HTA's fronts)
+            refs = {"max from t=0 (= best fixed)": biggest} if best is biggest else \
+                {"max from t=0": biggest, f"best fixed ({best.label.split()[1]})": best}
+            draw(png, title, htas, rivs, refs, bound, free, tuned, floors, scaled)
+            fig = lambda p: f"{p.runtime_s:,.0f} s / {p.node_s / 1000:,.1f}k / {p.waste_core_s / 1000:,.1f}k"
+            lines = goals(points["hta"], bound, points["max-then-drain"])
+            table.append(f"| {name} | {cap} | {bound:,.0f} | " + " | ".join(fig(h) for h in htas)
+                         + f" | {fig(points['max-then-drain'])} | {fig(best)} | {floor_hta / 1000:,.1f}k "
+                         + f"({hta.node_s / floor_hta:.2f}×) | {len(free)}"
+                         + (f" ({len(still)})" if tuned else "") + " | "
+                         + f"{points['hta'].runtime_s / bound:.2f}× {'✓' if lines[0][1] else '✗'} "
+                         + f"({points['hta'].runtime_s / biggest.runtime_s:.2f}×) | "
+                         + f"{points['hta'].runtime_s / wq:.3f}× ({wq / bound:.2f}×) | {cp / bound:.2f}× "
+                         + f"({kp / bound:.2f}×) | "
+                         + f"{1 - points['hta'].node_s / points['max-then-drain'].node_s:+.0%} at "
+                         + f"{points['hta'].runtime_s / points['max-then-drain'].runtime_s:.3f}× "
+                         + f"{'✓' if lines[1][1] else '✗'}"
+                         + (" (no policy can)" if not lines[1][1] and no_policy_saves else "")
+                         + " |")
+            summary.append(f"{name}/{cname}: {len(free)} not dominated"
+                           + (f" ({len(still)} by no tuned setting either)" if tuned else "") + f", front {png}")
+            print(f"  front: {png}", flush=True)
+    if args.markdown:
+        head = ("| workload | nodes | bound s | " + " | ".join(hta_settings) + " | max-then-drain | best fixed from t=0 | "
+                "node·s floor at hta's runtime (hta / it) | "
+                "rivals not dominated" + (" (by no tuned setting either)" if args.sweep else "")
+                + " | hta / bound ≤ 1.10 (hta / max cluster from t=0) "
+                + "| hta / Work Queue's order on the bound's capacity (it / bound) "
+                + "| critical path first on that capacity / bound (by the categories' mean runtimes) "
+                + "| hta node·s saved vs max-then-drain at ≤ 1.02× its runtime |")
+        args.markdown.write_text(f"Each cell: runtime / node·s / waste (core·s, during + after the run), mean of "
+                                 f"{seeds} seed(s)" + (SCALED + " (every seed weighs alike)" if scaled_any else "")
+                                 + ("; every task declares its cores and memory (--declared)" if args.declared else "")
+                                 + ("; measured tasks packed at their peak (--packed)" if args.packed else "")
+                                 + f".\n\n{head}\n|" + "---|" * (head.count("|") - 1) + "\n"
+                                 + "\n".join(table) + "\n")
+    print(f"\n{len(store.runs)} runs in {args.out / 'runs.jsonl'}; this call {time.perf_counter() - started:,.0f} s")
+    for s in summary:
+        print("  " + s)
+    print(f"  {free_total} of {rival_runs} rival settings not dominated by HTA's "
+          + ("default and presets" if not args.preset else "default and --preset settings")
+          + (f" ({still_total} by no tuned setting either)" if args.sweep else ""))
+    if sweep_cases:
+        print_covers(sweep_cases, list(hta_settings)[1:])
+    if args.preset:
+        print(f"\nHTA's presets replaced by {' and '.join(list(hta_settings)[1:])} (--preset): "
+              "not the goals' hta-time and hta-cost")
+    if misses:
+        print(f"\n{len(misses)} goal(s) missed" + (f", {infeasible} of them by every policy (the node·s floor)"
+                                                  if infeasible else "")
+              + (f", {fastest_miss} runtime one(s) by max-then-drain too" if fastest_miss else "") + ":")
+        for m in misses:
+            print("  " + m)
+        return 1
+    print("\nevery goal met")
+    return 0
+
+
+def print_covers(sweep_cases: dict[str, tuple[list[Point], dict[str, Point]]], presets: list[str],
+                 top: int = 3) -> None:
+    """Which two of the settings run (presets and ``--sweep``'s) would leave rivals undominated
+    beside the default on fewest cases, the presets' own rank, the best single setting, and the
+    cases no pair clears with the rivals no setting run dominates."""
+    candidates = [label for label in next(iter(sweep_cases.values()))[1] if label != "hta"]
+    pairs = covers(sweep_cases, candidates)
+    if not pairs:
+        return
+    said = lambda c: (f"{c.rivals_left} rival setting(s) on {c.cases_left} case(s)"
+                      + (": " + ", ".join(f"{case} {len(labels)}" for case, labels in c.left.items() if labels)
+                         if c.cases_left else ""))
+    print(f"\nwhich two of the {len(candidates)} HTA settings run beside the default (presets and --sweep's) "
+          "would leave rivals undominated on fewest cases, then fewest rivals (not a goal: the goal's presets "
+          "are fixed):")
+    for c in pairs[:top]:
+        print(f"  #{rank(c, pairs)} {' and '.join(c.settings)}: {said(c)}")
+    for c in pairs if presets else []:
+        if set(presets) <= set(c.settings):  # the presets' own pair, or one preset's best partner
+            what = f"the presets, {' and '.join(presets)}" if len(presets) == 2 else \
+                f"the preset {presets[0]} at its best, with {' and '.join(k for k in c.settings if k != presets[0])}"
+            print(f"  {what} (#{rank(c, pairs)} of {len(pairs)}): {said(c)}")
+            break
+    single = covers(sweep_cases, candidates, size=1)[0]
+    print(f"  the best one setting alone: {single.settings[0]}: {said(single)}")
+    stuck = [case for case in sweep_cases if all(c.left[case] for c in pairs)]
+    by_none = "; ".join(f"{case}: {', '.join(r.label for r in free)}" for case, (rivs, htas) in sweep_cases.items()
+                        if (free := undominated(rivs, list(htas.values()))))
+    if stuck:
+        print(f"  no pair clears {', '.join(stuck)}" + (f"; no setting run dominates {by_none}" if by_none else ""))
+
+
+def preset_settings(ap: argparse.ArgumentParser, presets: list[str]) -> dict[str, str]:
+    """HTA's settings held against the rivals: its default and named presets, or (``--preset``)
+    its default and at most two settings of the user's; a setting that is not one is one usage line."""
+    if not presets:
+        return dict(HTA_SETTINGS)
+    if len(presets) > 2:
+        ap.error(f"--preset {' '.join(presets)}: at most two settings besides HTA's default")
+    named = {settings_of(label): label for label in [*SWEEP, *HTA_SETTINGS]}  # stored under these names
+    out = {"hta": "hta"}
+    for spec in presets:
+        try:
+            policy = make_policy(spec)
+        except (ValueError, LookupError, ImportError) as exc:
+            ap.error(f"--preset {spec}: {exc}")
+        if not isinstance(policy, HTAPolicy):  # a rival as a preset would leave the rivals' table
+            ap.error(f"--preset {spec}: not an HTA setting; give hta, hta-time or hta-cost with settings, "
+                     "e.g. hta-cost:busy_runtimes=3")
+        label = named.get(settings_of(spec), spec)
+        if label in out:
+            ap.error(f"--preset {spec}: the same setting as {label}: give settings that differ from "
+                     "HTA's default and from each other")
+        out[label] = label if label in named.values() else spec
+    return out
+
+
+def open_store(ap: argparse.ArgumentParser, out: Path, tasks: int, declared: bool = False,
+               whole_worker: bool = False) -> Store:
+    """``OUT/runs.jsonl``, ``OUT`` made if missing; a folder that cannot be written or a
+    file that is not a store is one usage line."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        store = Store(out / "runs.jsonl", tasks, declared, whole_worker)
+        if store.outdated:
+            print(f"{len(store.outdated)} run(s) stored in {store.path} counted waste before a task that "
+                  "declares nothing counted its category's measured cores: they are run again", flush=True)
+        return store
+    except OSError as exc:
+        ap.error(f"cannot write {exc.filename} ({exc.strerror}): choose another --out")
+    except ValueError as exc:
+        ap.error(str(exc))
+
+
+def run_main(main_fn, name: str, interrupted: str = "interrupted") -> None:
+    """A bench's ``__main__``: its exit code; Ctrl-C is one line, a closed pipe (piped
+    into head) a quiet 141."""
+    try:
+        sys.exit(main_fn())
+    except KeyboardInterrupt:
+        sys.exit(f"{name}: {interrupted}")
+    except BrokenPipeError:
+        sys.stderr.close()
+        sys.exit(141)
+
