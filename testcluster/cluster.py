@@ -122,9 +122,12 @@ def https_ok(url: str) -> bool:
         return r.status == 200
 
 
+def already_up() -> bool:
+    f = STATE / "pids.json"
+    return f.exists() and any(alive(p) for p in json.loads(f.read_text()).values())
+
+
 def up(args: argparse.Namespace) -> None:
-    if (STATE / "pids.json").exists() and any(alive(p) for p in json.loads((STATE / "pids.json").read_text()).values()):
-        raise SystemExit(f"cluster: already up (state in {STATE}); run `cluster down` first")
     build = Path(__file__).with_name("build.sh")
     subprocess.run([str(build)], check=True)
     shutil.rmtree(STATE, ignore_errors=True)
@@ -306,7 +309,18 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--down-for", type=float, default=30.0, help="restart: seconds it stays down")
     a.set_defaults(func=apiserver)
     args = ap.parse_args(argv)
-    args.func(args)
+    if args.func is not up:
+        args.func(args)
+        return
+    if already_up():
+        raise SystemExit(f"cluster: already up (state in {STATE}); run `cluster down` first")
+    try:
+        up(args)
+    except BaseException:
+        # a cluster that did not come up leaves nothing running (processes, the real node's mounts)
+        if (STATE / "pids.json").exists():
+            down(args)
+        raise
 
 
 if __name__ == "__main__":
