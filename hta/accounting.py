@@ -18,6 +18,12 @@ workers can remove those; only fewer, fuller workers avoid them).
 
     idle waste = ∫ min(I, max(S − U, 0)) dt;   busy waste = waste − idle waste
 
+Shortage splits by the cap C (the most cores the run may have: ``--max-workers`` workers
+of the configured shape): the demand beyond it could never be served, however good the
+policy; that part is the user's choice, the rest the policy's.
+
+    shortage beyond the cap = ∫ max(D − max(C, U), 0) dt;   under the cap = shortage − beyond
+
 Teardown: the cluster a policy leaves behind after the workflow's last task ends is
 still paid for; :func:`split_totals` cuts waste (and the rest) at that moment, and
 :func:`node_seconds_after` counts the node time paid after it.
@@ -50,6 +56,8 @@ class Totals:
     supply_core_s: float
     in_use_core_s: float
     idle_waste_core_s: float = 0.0
+    #: the shortage beyond the cap (0 without one)
+    shortage_beyond_cap_core_s: float = 0.0
 
     @property
     def busy_waste_core_s(self) -> float:
@@ -60,18 +68,21 @@ class Totals:
         return self.in_use_core_s / self.supply_core_s if self.supply_core_s > 0 else None
 
 
-def integrate(samples: Iterable[CoreSample], end: float | None = None) -> Totals:
-    """Integrate step-function samples (sorted by time) up to ``end``."""
-    waste = shortage = supply = in_use = idle = 0.0
+def integrate(samples: Iterable[CoreSample], end: float | None = None, cap_cores: float | None = None) -> Totals:
+    """Integrate step-function samples (sorted by time) up to ``end``; ``cap_cores``: the
+    cap C, for the shortage beyond it."""
+    waste = shortage = supply = in_use = idle = beyond = 0.0
 
     def add(s: CoreSample, dt: float) -> None:
-        nonlocal waste, shortage, supply, in_use, idle
+        nonlocal waste, shortage, supply, in_use, idle, beyond
         free = max(s.supply - s.in_use, 0.0)
         waste += free * dt
         idle += min(s.idle, free) * dt
         shortage += max(s.demand - s.in_use, 0.0) * dt
         supply += s.supply * dt
         in_use += s.in_use * dt
+        if cap_cores is not None:
+            beyond += max(s.demand - max(cap_cores, s.in_use), 0.0) * dt
 
     prev: CoreSample | None = None
     for s in samples:
@@ -80,7 +91,7 @@ def integrate(samples: Iterable[CoreSample], end: float | None = None) -> Totals
         prev = s
     if prev is not None and end is not None and end > prev.t:
         add(prev, end - prev.t)
-    return Totals(waste, shortage, supply, in_use, idle)
+    return Totals(waste, shortage, supply, in_use, idle, beyond)
 
 
 def split_totals(samples: Iterable[CoreSample], at: float, end: float) -> tuple[Totals, Totals]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -129,6 +130,9 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
                    help="port of the run's status server (/status, /metrics, a live page; 0: any free port)")
     p.add_argument("--status-host", default="127.0.0.1", metavar="ADDR",
                    help="address the status server listens on (0.0.0.0: reachable from other hosts, e.g. in a pod)")
+    p.add_argument("--status-token", default=None, metavar="TOKEN",
+                   help="a token every reader of the status server must send (Authorization: Bearer TOKEN, or "
+                        "?token=TOKEN in the page's URL); set it when the server listens beyond this host")
     p.add_argument("--no-status", dest="status", action="store_false", default=True,
                    help="do not run the status server")
     p.add_argument("--config", type=Path, metavar="FILE",
@@ -219,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--interval", type=_seconds("--interval", 0.2), default=1.0, metavar="S",
                     help="with --watch: seconds between redraws (default 1)")
     st.add_argument("--format", choices=["panel", "json"], default="panel")
+    st.add_argument("--token", default=None, metavar="TOKEN",
+                    help="the run's status token, if it has one (default: $HTA_STATUS_TOKEN)")
     st.set_defaults(func=cmd_status)
 
     sc = sub.add_parser("completion", help="print a shell completion script",
@@ -278,12 +284,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     from hta.console import PipeConsole
     from hta.status.panel import BadURL, StatusError, fetch_status, render, watch
 
+    token = args.token or os.environ.get("HTA_STATUS_TOKEN") or None
     try:
         if args.watch:
-            if asyncio.run(watch(args.url, PipeConsole(), interval_s=args.interval)):
+            if asyncio.run(watch(args.url, PipeConsole(), interval_s=args.interval, token=token)):
                 print("hta: the run ended", file=sys.stderr)
         else:
-            snapshot = asyncio.run(fetch_status(args.url))
+            snapshot = asyncio.run(fetch_status(args.url, token=token))
             if args.format == "json":
                 print(snapshot.model_dump_json(indent=1))
             else:
@@ -377,13 +384,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not r.summary.complete:
             print(f"hta: warning: {r.path}: run in progress (no end record): reported up to its last record",
                   file=sys.stderr)
-    if args.format == "json":
-        print(render_json(runs, errors))
-    elif runs:
-        if args.format == "markdown":
-            print(render_markdown(runs), end="")
-        else:
-            render_table(runs, PipeConsole(width=80))
+    try:
+        if args.format == "json":
+            print(render_json(runs, errors))
+        elif runs:
+            if args.format == "markdown":
+                print(render_markdown(runs), end="")
+            else:
+                render_table(runs, PipeConsole(width=80))
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left (`hta report … | head`): the figures are still made
+        _stdout_to_devnull()
     if runs and args.plot:
         try:
             figures = plot(runs, args.plot, formats)
@@ -482,6 +493,36 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def hta_options_help() -> str:
+    """HTA's options as ``makeflow -T hta`` takes them: each with its environment variable and
+    config-file key, and its help (``makeflow -T hta --help`` prints this after makeflow's)."""
+    from hta import config
+
+    p = argparse.ArgumentParser(prog="hta makeflow", add_help=False)
+    _makeflow_options(p)
+    rows = []
+    for action in p._actions:
+        flag = next((o for o in action.option_strings if o.startswith("--")), None)
+        key = (flag or "")[2:]
+        negated = key.startswith("no-")
+        key = key[3:] if negated else key
+        if key not in config.KEYS:
+            continue
+        variable = config.variable_of(key) + ("=false" if negated else "")
+        rows.append((variable, key + (": false" if negated else ""), " ".join((action.help or "").split())))
+    width = max(len(v) for v, _, _ in rows)
+    lines = ["", "HTA (makeflow -T hta): makeflow runs as makeflow -T wq, and HTA starts and stops its workers.",
+             "HTA's options come from the environment or a config file (YAML or TOML) named by HTA_CONFIG:",
+             "  HTA_MAX_WORKERS=8 HTA_PROVISION_DELAY=3 makeflow -T hta Makeflow",
+             "  HTA_CONFIG=hta.yaml makeflow -T hta Makeflow        (hta.yaml holds e.g. `max-workers: 8`)",
+             "Flags on the hta makeflow form win over both: hta makeflow --max-workers 8 Makeflow", "",
+             f"  {'variable':<{width}}  config key: what it does"]
+    lines += [f"  {v:<{width}}  {k}: {h}" for v, k, h in rows]
+    lines += [f"  {'HTA_VERBOSE=1':<{width}}  every decision with its reasoning (hta makeflow -v)",
+              f"  {'HTA_QUIET=1':<{width}}  only errors and the summary (hta makeflow -q)", ""]
+    return "\n".join(lines)
+
+
 def cmd_makeflow(args: argparse.Namespace) -> int:
     """Run the workflow; SIGINT/SIGTERM as :mod:`hta.interrupts` says: before the run has
     ended, 128 + N and one line; after, the run's own outcome."""
@@ -493,10 +534,18 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
         from hta.summary_view import print_summary
 
         options = effective_options(args)
+        from hta import config
         from hta.status.panel import verbosity_from_flags
 
-        result = run_makeflow(options, verbosity=verbosity_from_flags(args.verbose, args.quiet))
+        verbose = args.verbose or config.truthy(os.environ.get("HTA_VERBOSE"))
+        quiet = args.quiet or config.truthy(os.environ.get("HTA_QUIET"))
+        result = run_makeflow(options, verbosity=verbosity_from_flags(verbose, quiet))
         hold_signals()  # the run has ended: what is printed next is its outcome
+        if result.never_started:  # nothing ran: makeflow's reason is the whole story
+            print(f"hta: error: {result.error}", file=sys.stderr)
+            return result.exit_code
+        if result.note and not quiet:
+            print(f"hta: makeflow: {result.note}", file=sys.stderr)
         try:
             print_summary(result.summary, result.scaling_log)
         except BrokenPipeError:  # the reader left (`hta makeflow … | head`): the run's result still stands

@@ -41,6 +41,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "worker-stall-timeout": ("", "stall_timeout_s"),
     "status-port": ("", "status_port"),
     "status-host": ("", "status_host"),
+    "status-token": ("", "status_token"),
     "status": ("", "status"),
     "makeflow-args": ("", "makeflow_args"),
     "idle-timeout": ("backend", "idle_timeout_s"),
@@ -57,7 +58,17 @@ KEYS: dict[str, tuple[str, str]] = {
 
 #: ``HTA_*`` variables HTA reads that are not options of ``hta makeflow`` (see
 #: :func:`misspelled_variables`): the k8s backend's start timeout, the identity of the pod HTA runs in
-OTHER_VARIABLES = frozenset({"HTA_K8S_START_TIMEOUT_S", "HTA_POD_NAME", "HTA_POD_UID"})
+OTHER_VARIABLES = frozenset({"HTA_K8S_START_TIMEOUT_S", "HTA_POD_NAME", "HTA_POD_UID", "HTA_VERBOSE", "HTA_QUIET"})
+
+
+def variable_of(key: str) -> str:
+    """The environment variable of an option: ``max-workers`` → ``HTA_MAX_WORKERS``."""
+    return f"HTA_{key.upper().replace('-', '_')}"
+
+
+def truthy(text: str | None) -> bool:
+    """``HTA_VERBOSE=1`` (or yes, true, on) asks for it; unset, empty, 0, no, false, off do not."""
+    return (text or "").strip().lower() in ("1", "yes", "true", "on")
 
 
 def key_of(name: str) -> str:

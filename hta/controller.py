@@ -204,16 +204,26 @@ class Controller:
     async def act(self, decision: ScaleDecision, obs: Observation, snap: MasterSnapshot, now: float) -> None:
         add, wait = self.clamp(decision, obs)
         self.next_decision_at = now + wait
+        wanted = decision.add if decision.wanted is None else max(decision.wanted, decision.add)
+        held_back = max(0, wanted - add)
+        held_by = f"--max-workers {obs.max_workers}" if held_back else None
+        asked = []
+        if add:
+            asked = await self.backend.request(add, decision.shape or self.config.worker_shape, now)
+            if len(asked) < add:  # the backend gave fewer: a quota, pods that cannot be scheduled
+                held_back += add - len(asked)
+                held_by = self.backend.holding_back() or f"the {self.backend.name} backend"
         record = DecisionRecord(
-            t=round(now, 3), add=add, drain=decision.drain, remove=decision.remove,
+            t=round(now, 3), add=len(asked), drain=decision.drain, remove=decision.remove,
             target=decision.target_workers, latency_s=round(obs.latency.estimate(), 3),
-            next_decision_s=round(wait, 3), reason=decision.reason,
+            next_decision_s=round(wait, 3), reason=decision.reason, held_back=held_back, held_by=held_by,
+            waiting=obs.waiting_count,
         )
         self.decisions.append(record)
         self.log.write(record)
-        log.info("t=%.1f add=%d drain=%s remove=%s: %s", now, add, decision.drain, decision.remove, decision.reason)
+        log.info("t=%.1f add=%d drain=%s remove=%s: %s", now, len(asked), decision.drain, decision.remove,
+                 decision.reason)
         if add:
-            await self.backend.request(add, decision.shape or self.config.worker_shape, now)
             self._record_workers(await self.backend.refresh(snap, now))
         if decision.drain:
             self._record_workers(await self.backend.drain(decision.drain, snap, now))
@@ -230,6 +240,7 @@ class Controller:
         tries again."""
         failures = 0
         while not finished.is_set():
+            failed: Exception | None = None
             try:
                 await self.step()
                 if failures:
@@ -237,15 +248,18 @@ class Controller:
                 failures, self.last_error = 0, None
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 — a controller outlives its dependencies' errors
                 failures += 1
                 self.step_failures += 1
-                message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                if message != self.last_error or failures % 60 == 0:
-                    log.warning("step failed (%s); retrying every %gs", message, self.config.poll_interval_s)
-                    log.debug("step failure", exc_info=True)
-                self.last_error = message
+                failed = exc
             try:
                 await asyncio.wait_for(finished.wait(), self.config.poll_interval_s)
             except TimeoutError:
                 pass
+            if failed is not None and not finished.is_set():
+                # (said once the run goes on: a master gone because makeflow ended is no error)
+                message = f"{type(failed).__name__}: {failed}" if str(failed) else type(failed).__name__
+                if message != self.last_error or failures % 60 == 0:
+                    log.warning("step failed (%s); retrying every %gs", message, self.config.poll_interval_s)
+                    log.debug("step failure", exc_info=failed)
+                self.last_error = message

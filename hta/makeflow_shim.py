@@ -36,6 +36,31 @@ def hta_argv(args: MakeflowArgs) -> list[str]:
     return ["makeflow", *workflow, "--", *args.without("batch-type")]
 
 
+def _hta_option_of(argv: list[str]) -> str | None:
+    """The first HTA option on a ``makeflow -T hta`` command line (``--max-workers``, in any
+    spelling), which makeflow's own reader refuses."""
+    from hta.config import KEYS
+
+    for a in argv:
+        name = a[2:].split("=", 1)[0] if a.startswith("--") else None
+        if name and name in KEYS and name not in ("workflow", "makeflow-args"):
+            return name
+    return None
+
+
+def print_help(real: str | None) -> int:
+    """makeflow's own help, then HTA's options as ``makeflow -T hta`` takes them."""
+    from hta.cli import hta_options_help
+
+    if real is not None:
+        import subprocess
+
+        out = subprocess.run([real, "--help"], capture_output=True, text=True)
+        sys.stdout.write(out.stdout + out.stderr)
+    sys.stdout.write(hta_options_help())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     real = real_makeflow()
@@ -43,9 +68,20 @@ def main(argv: list[str] | None = None) -> int:
         args = MakeflowArgs.parse(argv)
     except ArgsError as exc:
         if _names_hta(argv):  # the real makeflow would only say it does not know -T hta
-            print(f"makeflow: error: {exc}", file=sys.stderr)
+            hta_option = _hta_option_of(argv)
+            if hta_option is not None:
+                from hta.config import variable_of
+
+                print(f"makeflow: error: --{hta_option} is an HTA option, which makeflow -T hta takes from the "
+                      f"environment: {variable_of(hta_option)}=... makeflow -T hta ... (or {hta_option}: in a config "
+                      f"file named by HTA_CONFIG; makeflow -T hta --help lists them all)", file=sys.stderr)
+            else:
+                print(f"makeflow: error: {exc} (makeflow -T hta --help lists makeflow's options and HTA's)",
+                      file=sys.stderr)
             return 2
         args = None  # makeflow says it better
+    if args is not None and wants_hta(args) and args.has("help"):
+        return print_help(real)
     if args is not None and wants_hta(args):
         os.environ.pop("MAKEFLOW_BATCH_QUEUE_TYPE", None)
         from hta.cli import main as hta_main

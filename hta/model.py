@@ -205,6 +205,9 @@ class ScaleDecision(BaseModel):
     next_decision_s: float = 15.0
     target_workers: int | None = None
     reason: str = ""
+    #: workers the policy would add were there no cap (None: ``add``); what the cap (or the
+    #: backend) does not give is reported as held back, not as the policy's choice
+    wanted: int | None = None
 
     @property
     def acts(self) -> bool:

@@ -141,6 +141,9 @@ class RecordingBackend(WorkerBackend):
     def task_peak_memory_mb(self, task_id: int) -> float | None:
         return self.inner.task_peak_memory_mb(task_id)
 
+    def holding_back(self) -> str | None:
+        return self.inner.holding_back()
+
     async def start(self, master_host: str, master_port: int) -> None:
         await self.inner.start(master_host, master_port)
 

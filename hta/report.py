@@ -18,6 +18,7 @@ from rich.table import Table
 
 from hta.scaling_log import DecisionRecord, LogError, ObservationRecord, read_records
 from hta.summary import RunSummary, summarize
+from hta.summary_view import core_s
 
 
 @dataclass
@@ -86,15 +87,19 @@ def rows(s: RunSummary) -> list[tuple[str, str]]:
     return [
         ("status", status),
         ("runtime s", _f(s.runtime_s, 1)),
-        ("tasks done/failed/re-run", f"{s.tasks_done}/{s.tasks_failed}/{s.tasks_retried}"
-                                     + (f" ({s.tasks_done_before} done before this run)" if s.tasks_done_before else "")),
-        ("waste core·s", _f(s.waste_core_s)),
-        ("  on idle workers", _f(s.idle_waste_core_s)),
-        ("  after the workflow ended", _f(s.teardown_waste_core_s)),
-        ("shortage core·s", _f(s.shortage_core_s)),
-        ("node·s paid", _f(s.node_s)),
-        ("  node·s after it ended", _f(s.teardown_node_s)),
-        ("lost work core·s", _f(s.lost_work_core_s)),
+        ("tasks done/failed/retried", f"{s.tasks_done}/{s.tasks_failed}/{s.tasks_retried}"
+                                      + (f" ({s.tasks_done_before} done before this run)" if s.tasks_done_before else "")
+                                      + (f" ({s.tasks_resumed} resumed)" if s.tasks_resumed else "")),
+        ("waste core·s", core_s(s.waste_core_s, "")),
+        ("  on idle workers", core_s(s.idle_waste_core_s, "")),
+        ("  after the workflow ended", core_s(s.teardown_waste_core_s, "")),
+        ("shortage core·s", core_s(s.shortage_core_s, "")),
+        ("  under the cap (the policy's)", core_s(s.shortage_core_s - s.shortage_beyond_cap_core_s, "")),
+        ("  beyond the cap (the user's)", core_s(s.shortage_beyond_cap_core_s, "")
+         + (f" (cap: {s.max_workers} workers)" if s.max_workers else "")),
+        ("node·s paid", core_s(s.node_s, "")),
+        ("  node·s after it ended", core_s(s.teardown_node_s, "")),
+        ("lost work core·s", core_s(s.lost_work_core_s, "")),
         ("utilisation", "—" if s.utilization is None else f"{100 * s.utilization:.0f} %"),
         ("scale actions up/down", f"{s.scale_up_actions}/{s.scale_down_actions}"),
         ("workers req/conn/drain/rm", f"{s.workers_requested}/{s.workers_connected}/{s.workers_drained}/"
@@ -196,16 +201,31 @@ def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png"
         in_use = [o.in_use_cores for o in obs]
         demand = [o.demand_cores for o in obs]
         u, sp, dm = in_use + in_use[-1:], supply + supply[-1:], demand + demand[-1:]
+        cap = r.summary.cap_cores
         # zero-height where there is none: a step fill with `where` drops single steps
         ax.fill_between(t, u, [max(a, b) for a, b in zip(sp, u)], step="post", color="tab:orange", alpha=0.22,
                         lw=0, label="waste (cores paid, unused)")
-        ax.fill_between(t, sp, [max(a, b) for a, b in zip(dm, sp)], step="post", color="tab:red", alpha=0.12,
-                        lw=0, hatch="///", label="shortage (cores wanted, not there)")
-        for key, label, color in (("demand_cores", "demand", "tab:red"), ("supply_cores", "supply", "tab:blue"),
-                                  ("in_use_cores", "in use", "tab:green")):
+        under = [max(a, b) for a, b in zip([min(x, cap) for x in dm] if cap else dm, sp)]
+        ax.fill_between(t, sp, under, step="post", color="tab:red", alpha=0.12, lw=0, hatch="///",
+                        label="shortage under the cap (the policy's)" if cap else "shortage (cores wanted, not there)")
+        if cap:
+            beyond = [max(d, cap) for d in dm]
+            if any(b > cap + 1e-9 for b in beyond):
+                ax.fill_between(t, [max(cap, s) for s in sp], [max(b, s) for b, s in zip(beyond, sp)], step="post",
+                                color="tab:purple", alpha=0.10, lw=0, hatch="..",
+                                label="shortage beyond the cap (the cap's)")
+            ax.axhline(cap, color="tab:purple", ls=(0, (2, 3)), lw=1.2,
+                       label=f"cap: {r.summary.max_workers} workers (--max-workers)")
+        # supply wide and light under in use, demand dotted: where lines coincide each stays visible
+        for key, label, color, width, style, alpha in (
+                ("supply_cores", "supply", "tab:blue", 3.6, "-", 0.45),
+                ("in_use_cores", "in use", "tab:green", 1.3, "-", 1.0),
+                ("demand_cores", "demand", "tab:red", 1.4, (0, (4, 2)), 1.0)):
             v = [getattr(o, key) for o in obs]
-            ax.step(t, v + v[-1:], where="post", label=label, color=color, lw=1.4)
+            ax.step(t, v + v[-1:], where="post", label=label, color=color, lw=width, ls=style, alpha=alpha)
         top = max(max(o.demand_cores, o.supply_cores) for o in obs) or 1
+        if cap:
+            top = max(top, cap)
         for d in (x for x in r.records if isinstance(x, DecisionRecord)):
             if d.add:
                 ax.plot(d.t, top * 1.03, marker="^", color="tab:blue", ms=6)
@@ -214,8 +234,10 @@ def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png"
         ax.set_ylabel("cores")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # (cores: no 2.5 on a small run's axis)
         s = r.summary
-        ax.set_title(f"{r.label} — runtime {s.runtime_s:,.0f} s, waste {s.waste_core_s:,.0f}, "
-                     f"shortage {s.shortage_core_s:,.0f} core·s", fontsize=9)
+        past_cap = f" ({core_s(s.shortage_beyond_cap_core_s, '')} beyond the cap)" \
+            if s.shortage_beyond_cap_core_s >= 0.05 else ""
+        ax.set_title(f"{r.label} — runtime {s.runtime_s:,.0f} s, waste {core_s(s.waste_core_s, '')}, "
+                     f"shortage {core_s(s.shortage_core_s, '')}{past_cap} core·s", fontsize=9)
         ax.grid(alpha=0.3)
 
     for i, r in enumerate(runs):

@@ -66,6 +66,12 @@ class DecisionRecord(BaseModel):
     latency_s: float | None = None
     next_decision_s: float
     reason: str = ""
+    #: workers the policy wanted and did not get: the cap (``--max-workers``) or the backend
+    #: (a quota, pods that cannot be scheduled) held them back; ``held_by`` says which
+    held_back: int = 0
+    held_by: str | None = None
+    #: tasks waiting when it was made
+    waiting: int | None = None
 
 
 WorkerEventName = Literal["requested", "connected", "drained", "removed", "stopped", "lost", "failed"]
@@ -111,6 +117,8 @@ class EndRecord(BaseModel):
     #: of ``tasks_done``, those an earlier run of the workflow had completed (makeflow
     #: counts them done again when it resumes a workflow)
     tasks_done_before: int = 0
+    #: rules an earlier run had started and not completed that this one ran again
+    tasks_resumed: int = 0
 
 
 Record = Annotated[

@@ -41,6 +41,8 @@ class RunSummary(BaseModel):
     tasks_done_before: int = 0
     tasks_failed: int
     tasks_retried: int
+    #: rules an earlier run left unfinished that this one ran again (not failures)
+    tasks_resumed: int = 0
     waste_core_s: float
     #: the part of the waste on workers that ran nothing (drainable); the rest sat
     #: beside running tasks on busy workers
@@ -50,6 +52,12 @@ class RunSummary(BaseModel):
     run_waste_core_s: float = 0.0
     teardown_waste_core_s: float = 0.0
     shortage_core_s: float
+    #: the part of the shortage beyond the cap (demand past ``max_workers`` workers' cores):
+    #: the user's choice of cap, not the policy's miss
+    shortage_beyond_cap_core_s: float = 0.0
+    max_workers: int | None = None
+    #: the cap in cores: ``max_workers`` workers of the configured shape
+    cap_cores: float | None = None
     #: node·s paid (:func:`paid_intervals`: a node from its first worker's request until its
     #: last went, once however many share it), and the part of it paid after the workflow ended
     node_s: float
@@ -117,6 +125,22 @@ def paid_intervals(workers: list[WorkerRecord],
     return list(spans.values())
 
 
+def _peak_connected(workers: list[WorkerRecord]) -> int:
+    """The most workers connected at once, by their events: a short run's worker may connect
+    and leave between two observations, which would show none."""
+    now = peak = 0
+    on: set[str] = set()
+    for w in sorted(workers, key=lambda w: w.t):
+        if w.event == "connected" and w.worker not in on:
+            on.add(w.worker)
+            now += 1
+            peak = max(peak, now)
+        elif w.event in ("drained", "removed", "stopped", "lost") and w.worker in on:
+            on.discard(w.worker)
+            now -= 1
+    return peak
+
+
 def summarize(records: list, source: str | None = None) -> RunSummary:
     run = next((r for r in records if isinstance(r, RunRecord)), None)
     if run is None:
@@ -132,7 +156,8 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
     # the workflow's end: its runtime (since t = 0); an unfinished run has no teardown
     ended = min(end.runtime_s, t_end) if end is not None and end.exit_code == 0 else t_end
     samples = [CoreSample(o.t, o.supply_cores, o.in_use_cores, o.demand_cores, o.idle_cores) for o in obs]
-    totals = integrate(samples, t_end)
+    cap_cores = run.max_workers * run.worker_shape.cores if run.worker_shape.cores > 0 else None
+    totals = integrate(samples, t_end, cap_cores)
     during, teardown = split_totals(samples, ended, t_end)
 
     # (a local worker is a share of a node; a pod with no node named never got one: whole)
@@ -170,11 +195,15 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
         tasks_done_before=end.tasks_done_before if end else 0,
         tasks_failed=end.tasks_failed if end else (last_obs.tasks_failed if last_obs else 0),
         tasks_retried=end.tasks_retried if end else tasks_lost,
+        tasks_resumed=end.tasks_resumed if end else 0,
         waste_core_s=totals.waste_core_s,
         idle_waste_core_s=totals.idle_waste_core_s,
         run_waste_core_s=during.waste_core_s,
         teardown_waste_core_s=teardown.waste_core_s,
         shortage_core_s=totals.shortage_core_s,
+        shortage_beyond_cap_core_s=totals.shortage_beyond_cap_core_s,
+        max_workers=run.max_workers,
+        cap_cores=cap_cores,
         node_s=node_s,
         teardown_node_s=node_seconds_after(intervals, ended, t_end),
         lost_work_core_s=end.lost_work_core_s if end and end.lost_work_core_s else lost_core_s,
@@ -189,7 +218,7 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
         workers_connected=len(connected),
         workers_drained=sum(1 for w in workers if w.event == "drained"),
         workers_removed=sum(1 for w in workers if w.event == "removed"),
-        peak_workers=max((o.workers for o in obs), default=0),
+        peak_workers=max(max((o.workers for o in obs), default=0), _peak_connected(workers)),
         latency_count=len(lat),
         latency_median_s=statistics.median(lat) if lat else None,
         latency_p90_s=percentile(lat, 90) if lat else None,

@@ -25,8 +25,23 @@ def _shown_path(path: str | Path) -> str:
         return str(p)
 
 
+def core_s(v: float | None, unit: str = "core·s") -> str:
+    """A core·s (or node·s) figure as the summary and the report both show it: one decimal
+    below 100, whole above."""
+    if v is None:
+        return "—"
+    return f"{v:,.1f} {unit}".strip() if abs(v) < 100 else f"{v:,.0f} {unit}".strip()
+
+
+def _earlier(s: RunSummary) -> str:
+    """What an earlier run of the workflow had done: ``(9 before this run, 4 resumed)``."""
+    parts = ([f"{s.tasks_done_before} before this run"] if s.tasks_done_before else []) + \
+        ([f"{s.tasks_resumed} resumed from the run before"] if s.tasks_resumed else [])
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
-    lat = "none measured"
+    lat = "none measured" if not s.workers_connected else "not measured (no worker waited for a node to be made)"
     if s.latency_count:
         lat = f"median {_s(s.latency_median_s)}, p90 {_s(s.latency_p90_s)} ({counted(s.latency_count, 'worker')})"
     util = "—" if s.utilization is None else f"{100 * s.utilization:.0f} %"
@@ -34,24 +49,31 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
         ("workflow", _shown_path(s.workflow) if s.workflow else (s.workload or "—")),
         ("result", "complete" if s.exit_code == 0 else f"exit code {s.exit_code}"),
         ("runtime", _s(s.runtime_s)),
-        ("tasks", f"{s.tasks_done} done{f' ({s.tasks_done_before} before this run)' if s.tasks_done_before else ''}, "
-                  f"{s.tasks_failed} failed, {s.tasks_retried} re-run"),
+        ("tasks", f"{s.tasks_done} done{_earlier(s)}, {s.tasks_failed} failed, {s.tasks_retried} retried"),
         ("workers", f"{s.workers_requested} requested, {s.workers_connected} connected, "
                     f"{s.workers_drained} drained, peak {s.peak_workers}"),
         ("scale actions", f"{s.scale_up_actions} up, {s.scale_down_actions} down"),
         # the two parts overlap (idle workers after the end are both): "of it", not a sum
-        ("waste", f"{_s(s.waste_core_s, 'core·s')} ({_s(s.idle_waste_core_s, '')} of it on idle workers, "
-                  f"{_s(s.teardown_waste_core_s, '')} of it after the end)"),
-        ("shortage", _s(s.shortage_core_s, "core·s")),
-        ("node time paid", f"{_s(s.node_s, 'node·s')} ({_s(s.teardown_node_s, '')} after the end)"),
+        ("waste", f"{core_s(s.waste_core_s)} ({core_s(s.idle_waste_core_s, '')} of it on idle workers, "
+                  f"{core_s(s.teardown_waste_core_s, '')} of it after the end)"),
+        ("shortage", core_s(s.shortage_core_s) + _beyond(s)),
+        ("node time paid", f"{core_s(s.node_s, 'node·s')} ({core_s(s.teardown_node_s, '')} after the end)"),
         ("utilisation", util),
         ("preparation latency", lat),
     ]
     if s.tasks_lost or s.workers_failed:
         gone = [f"{s.workers_lost} worker(s) lost"] + ([f"{s.workers_failed} failed to start"] if s.workers_failed else [])
-        rows.insert(5, ("lost work", f"{s.tasks_lost} task(s) run again, {_s(s.lost_work_core_s, 'core·s')} "
+        rows.insert(5, ("lost work", f"{s.tasks_lost} task(s) run again, {core_s(s.lost_work_core_s)} "
                                      f"({', '.join(gone)})"))
     return rows
+
+
+def _beyond(s: RunSummary) -> str:
+    """The shortage's part beyond the cap, the user's choice: ``(12.0 of it beyond the cap,
+    --max-workers 4)``."""
+    if not s.shortage_beyond_cap_core_s or s.shortage_beyond_cap_core_s < 0.05:
+        return ""
+    return f" ({core_s(s.shortage_beyond_cap_core_s, '')} of it beyond the cap, --max-workers {s.max_workers})"
 
 
 def print_summary(s: RunSummary, log_path: Path | str | None = None, console: Console | None = None) -> None:

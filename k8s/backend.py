@@ -171,6 +171,8 @@ class KubernetesBackend(WorkerBackend):
         self._reported: set[str] = set()
         self._blocked_since: float | None = None
         self._blocked_why: str = ""
+        #: why the last request started fewer pods than asked (a quota, an unschedulable shape)
+        self._holding_back: str | None = None
         #: since when every pod create has failed (None: the last one worked), and the last error
         self._creates_failing_since: float | None = None
         self._create_error = ""
@@ -343,12 +345,17 @@ class KubernetesBackend(WorkerBackend):
         return None
 
     # -- scale up ------------------------------------------------------------------
+    def holding_back(self) -> str | None:
+        return self._holding_back
+
     async def request(self, n: int, shape: Resources, now: float) -> list[str]:
+        self._holding_back = None
         if self.fatal or n <= 0:
             return []
         blocked = self._shape_blocked(shape, self.informer.snapshot() if self.informer else {})
         if blocked:
             log.debug("not asking for %d pod(s): pods of this shape cannot start (%s)", n, blocked)
+            self._holding_back = f"pods of this shape cannot start: {blocked}"
             return []
         names = []
         for _ in range(n):
@@ -369,6 +376,10 @@ class KubernetesBackend(WorkerBackend):
                 except K8sError as exc:
                     if " 409 " in f" {exc} ":
                         return None  # a pod of that name exists already (adopted): skip it
+                    if " 403 " in f" {exc} " and "exceeded quota" in str(exc):
+                        self._holding_back = "the namespace's ResourceQuota: " + str(exc).split("exceeded quota", 1)[1] \
+                            .strip(" :")[:160]
+                        return None  # the quota holds it back: no fault of the run's
                     raise
             self._tracked[name] = Tracked(name, shape, t)
             self.lifecycle.record(WorkerRecord(t=round(t, 3), worker=name, event="requested", cores=shape.cores))

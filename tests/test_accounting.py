@@ -88,10 +88,10 @@ def test_the_summary_pays_a_local_half_node_worker_half_a_node_and_says_node_s()
     assert rows["waste"] == (f"{s.waste_core_s:,.1f} core·s ({s.idle_waste_core_s:,.1f} of it on idle workers, "
                              f"{s.teardown_waste_core_s:,.1f} of it after the end)")
     assert rows["preparation latency"].endswith("(1 worker)"), rows["preparation latency"]
-    assert rows["tasks"] == "1 done, 0 failed, 0 re-run"
+    assert rows["tasks"] == "1 done, 0 failed, 0 retried"
     # a resumed workflow: makeflow counts what an earlier run completed as done again
     resumed = summarize(records[:-1] + [records[-1].model_copy(update={"tasks_done": 4, "tasks_done_before": 3})])
-    assert dict(summary_rows(resumed))["tasks"] == "4 done (3 before this run), 0 failed, 0 re-run"
+    assert dict(summary_rows(resumed))["tasks"] == "4 done (3 before this run), 0 failed, 0 retried"
     # on Kubernetes a pod names its node when it connects; one that never did (Pending, then
     # removed) held no node to share: it is paid whole, not its share of one
     k8s = [records[0].model_copy(update={"backend": "k8s"}),

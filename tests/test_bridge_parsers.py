@@ -241,7 +241,7 @@ def test_idle_since_is_kept_across_reads_and_restarts_when_the_worker_works_agai
 
 def test_rules_rebuilt_after_a_restart_are_not_re_runs(tmp_path):
     """makeflow's recovery puts rules whose outputs were deleted back to WAITING before its
-    # STARTED line: rebuilding them is no re-run; a rule a killed run left RUNNING is."""
+    # STARTED line: rebuilding them is no re-run; a rule a killed run left RUNNING is resumed."""
     from workqueue_bridge.makeflow_log import MakeflowLog
 
     t = 1_795_000_000_000_000
@@ -257,6 +257,6 @@ def test_rules_rebuilt_after_a_restart_are_not_re_runs(tmp_path):
     (tmp_path / "W.makeflowlog").write_text("\n".join(lines) + "\n")
     log = MakeflowLog(tmp_path / "W.makeflowlog")
     log.poll()
-    assert log.retried == 1  # rule 2, not the rebuilt rule 1
+    assert (log.resumed, log.retried) == (1, 0)  # rule 2 the killed run left running, not the rebuilt rule 1
     # the progress line counts 3 complete; this run completed 1 and 2, so one was done before it
     assert (log.latest.complete, log.completed_this_run) == (3, 2)

@@ -105,7 +105,8 @@ def test_shim_names_a_bad_option_itself_under_dash_T_hta(capsys):
     from hta.makeflow_shim import main
 
     assert main(["-T", "hta", "--bogus", "W"]) == 2
-    assert capsys.readouterr().err.strip() == "makeflow: error: unknown makeflow option --bogus: see makeflow --help"
+    assert capsys.readouterr().err.strip() == ("makeflow: error: unknown makeflow option --bogus: see makeflow --help "
+                                               "(makeflow -T hta --help lists makeflow's options and HTA's)")
 
 
 def test_the_real_makeflow_is_found_past_the_shim(tmp_path: Path, monkeypatch):

@@ -193,7 +193,7 @@ def test_a_worker_killed_mid_task_is_reported_as_lost_and_rerun_work(tmp_path: P
     assert "killed by SIGKILL" in lost[0]["reason"]
     end = records(log)[-1]
     assert end["kind"] == "end" and end["tasks_retried"] == 1 and end["lost_work_core_s"] >= 2
-    assert "1 re-run" in out and "1 task(s) run again" in out, out
+    assert "1 retried" in out and "1 task(s) run again" in out, out
     assert len((wf / "runs.txt").read_text().split()) == 3, "the master ran the lost task again"
     assert not left_behind(wf)
 
@@ -423,7 +423,7 @@ def test_a_finished_workflow_run_again_says_nothing_is_left_in_one_line(tmp_path
     assert first.returncode == 0, first.stderr
     again = run_hta("makeflow", str(wf / "Makeflow"))
     assert again.returncode == 0
-    assert again.stderr.strip() == "hta: warning: makeflow: nothing left to do.", again.stderr
+    assert again.stderr.strip() == "hta: makeflow: nothing left to do.", again.stderr
     assert not left_behind(wf)
 
 
@@ -436,3 +436,47 @@ def test_a_reader_that_leaves_does_not_turn_a_finished_run_into_a_failure(tmp_pa
     err = p.stderr.read()
     assert p.wait(timeout=120) == 0, err
     assert "Traceback" not in err and (wf / "s0.txt").exists()
+
+
+def test_a_run_makeflow_refuses_before_its_master_is_one_line_and_leaves_no_log(tmp_path: Path):
+    # a missing input: makeflow's one line came after an all-zero summary table, and a
+    # scaling log was kept for a run that never ran
+    wf = workflow(tmp_path, "out.txt: in.txt\n\tcat in.txt > out.txt\n")
+    r = run_hta("makeflow", str(wf / "Makeflow"))
+    assert r.returncode == 1 and not r.stdout.strip(), r.stdout
+    line = error_line(r.stderr)
+    assert "before its master started" in line and "in.txt does not exist" in line, line
+    assert not list((wf / "Makeflow.hta").glob("runs/*.jsonl")) and not (wf / "Makeflow.scaling.jsonl").exists()
+    assert not left_behind(wf)
+
+
+def test_a_plain_makeflow_started_on_the_workflow_during_a_run_ends_it(tmp_path: Path):
+    # makeflow 8.0 takes no lock: a second one on the same workflow wrote the same log and
+    # outputs, two were corrupted, and HTA reported "complete", exit 0
+    wf = sleepy(tmp_path, n=4, seconds=6)
+    p = subprocess.Popen([*HTA, "makeflow", "-q", str(wf / "Makeflow")], cwd=wf, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait(lambda: running_tasks(wf / "Makeflow.scaling.jsonl") >= 1, 60, every=0.3)
+        plain = subprocess.run(["/usr/bin/makeflow", "-T", "local", "Makeflow"], cwd=wf, capture_output=True,
+                               text=True, timeout=120)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert plain.returncode == 0, plain.stderr
+    assert p.returncode == 1, err
+    assert "another makeflow" in error_line(err) and "takes no lock" in err
+    assert not left_behind(wf)
+
+
+def test_a_run_on_a_workflow_a_plain_makeflow_is_running_is_refused(tmp_path: Path):
+    wf = sleepy(tmp_path, n=1, seconds=20)
+    plain = subprocess.Popen(["/usr/bin/makeflow", "-T", "local", "Makeflow"], cwd=wf, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert wait(lambda: (wf / "runs.txt").exists(), 30, every=0.2)  # it runs the rule
+        r = run_hta("makeflow", str(wf / "Makeflow"))
+    finally:
+        os.killpg(plain.pid, signal.SIGKILL)  # (makeflow and the rule it runs)
+        plain.wait()
+    assert r.returncode == 2 and f"makeflow (pid {plain.pid}) is already running Makeflow" in error_line(r.stderr)

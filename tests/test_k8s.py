@@ -186,3 +186,26 @@ def test_hpa_is_refused_where_the_cluster_serves_no_cpu_metrics(cluster, core, b
     assert line.startswith("hta: error: policy hpa-50 needs the workers' measured CPU utilisation") \
         and "metrics.k8s.io" in line and "--policy hta" in line
     assert not hta_pods(core) and not (blast_copy / "Makeflow.makeflowlog").exists()
+
+
+def test_the_manifests_status_policy_and_service_are_taken_by_the_api_server(cluster, core):
+    """The NetworkPolicy that admits the workers to the master's port and the monitoring
+    namespace to the status port, and the status Service with its scrape annotations, as
+    the API server stores them (this cluster runs no network plugin that enforces them)."""
+    from kubernetes import utils
+
+    api = core.api_client
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="hta-manifests")))
+    try:
+        manifests = ROOT / "k8s" / "manifests"
+        for name in ("networkpolicy.yaml", "status-service.yaml"):
+            utils.create_from_yaml(api, str(manifests / name), namespace="hta-manifests")
+        policy = client.NetworkingV1Api(api).read_namespaced_network_policy("hta", "hta-manifests")
+        assert policy.spec.pod_selector.match_labels == {"app.kubernetes.io/name": "hta"}
+        rules = {r.ports[0].port: r._from[0] for r in policy.spec.ingress}
+        assert rules[9123].pod_selector.match_labels == {"app.kubernetes.io/name": "hta-worker"}
+        assert rules[8080].namespace_selector.match_labels == {"kubernetes.io/metadata.name": "monitoring"}
+        svc = core.read_namespaced_service("hta-status", "hta-manifests")
+        assert svc.metadata.annotations["prometheus.io/scrape"] == "true" and svc.spec.ports[0].port == 8080
+    finally:
+        core.delete_namespace("hta-manifests")

@@ -71,7 +71,7 @@ def test_makeflow_ending_without_a_master_is_a_success(tmp_path: Path):
     assert (tmp_path / "W.scaling.jsonl").resolve() == (tmp_path / "W.hta/runs/run-001.scaling.jsonl")
     assert end_of(tmp_path / "W.scaling.jsonl")["tasks_done"] == 2
     report = run_hta("report", "W", cwd=tmp_path)
-    assert report.returncode == 0 and re.search(r"tasks done/failed/re-run +│ 2/0/0 ", report.stdout), report.stdout
+    assert report.returncode == 0 and re.search(r"tasks done/failed/retried +│ 2/0/0 ", report.stdout), report.stdout
 
 
 def test_shared_fs_runs_without_the_monitor_and_still_learns_runtimes(tmp_path: Path):

@@ -169,6 +169,21 @@ def test_sigkill_of_hta_leaves_no_orphans(tmp_path: Path):
     assert not wait_gone(str(wf), timeout=20), "makeflow/workers outlived a SIGKILLed hta"
 
 
+def test_a_run_after_a_sigkilled_one_leaves_no_monitor_wrapper_behind(tmp_path: Path):
+    """A SIGKILLed HTA's makeflow dies with it and leaves its rules' resource_monitor_N_*
+    wrappers in the workflow's folder; the next run removes them with its own."""
+    wf = _sleep_workflow(tmp_path, n=2, seconds=8)
+    p = _start_and_wait_for_workers(wf)
+    assert wait(lambda: list(wf.glob("resource_monitor_*")), 30, every=0.2)  # the rules run
+    p.kill()
+    p.wait()
+    assert not wait_gone(str(wf), timeout=20)
+    assert list(wf.glob("resource_monitor_*")), "makeflow died with its wrappers in place"
+    again = run_hta("makeflow", "-q", str(wf / "Makeflow"), timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert not list(wf.glob("resource_monitor_*")), "the killed run's monitor wrappers were left behind"
+
+
 def test_missing_workflow_is_one_line_exit_2(tmp_path: Path):
     r = run_hta("makeflow", str(tmp_path / "nope" / "Makeflow"))
     assert r.returncode == 2

@@ -122,7 +122,7 @@ def test_tables_and_plots(tmp_path):
     assert all((tmp_path / "fig" / p).stat().st_size > 10_000 for p in pngs)
     assert (tmp_path / "fig" / "run1-hta.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = run_hta("report", "--format", "markdown", str(a))
-    assert md.returncode == 0 and "| waste core·s | 10 |" in md.stdout
+    assert md.returncode == 0 and "| waste core·s | 10.0 |" in md.stdout
 
 
 def test_figures_in_every_asked_format_and_runs_labelled(tmp_path):

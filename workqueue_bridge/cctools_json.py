@@ -6,7 +6,8 @@ escaping: a backslash as ``\\\\`` (as JSON does), but a quote as ``\\'``, which
 strict JSON refuses. :func:`loads` parses the text as it is, and only when that
 fails reads each escape in turn (so the second backslash of ``\\\\`` is never
 taken for the start of another): ``\\'`` becomes the quote it stood for, JSON's
-own escapes stay, and any other backslash is kept as a backslash."""
+own escapes stay, and any other backslash is kept as a backslash. ``makeflow_viz`` also
+writes a key with no value for a sub-workflow rule's arguments (``"args":,``), read as null."""
 
 from __future__ import annotations
 
@@ -28,9 +29,18 @@ def _repaired(m: re.Match[str]) -> str:
     return "\\\\" + c
 
 
+#: a key written with no value: ``"args":,`` or ``"args":}`` (the quote before it not escaped)
+_NO_VALUE = re.compile(r'(?<!\\)":(\s*)(?=[,}])')
+
+
 def loads(text: str) -> Any:
-    """``json.loads``, forgiving CCTools' escapes (see the module)."""
+    """``json.loads``, forgiving CCTools' escapes and empty values (see the module)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        return json.loads(_ESCAPE.sub(_repaired, text))
+        pass
+    repaired = _ESCAPE.sub(_repaired, text)
+    try:
+        return json.loads(repaired)
+    except json.JSONDecodeError:
+        return json.loads(_NO_VALUE.sub(r'":\1null', repaired))

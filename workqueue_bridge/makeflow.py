@@ -180,8 +180,6 @@ class MakeflowRun:
             self.monitor_dir = (self.workdir / own) if own else (self.run_dir / "monitor")
         #: makeflow did its job (e.g. --clean) and exited 0 without a master
         self.ended_without_master = False
-        #: the monitor wrappers already in makeflow's folder when this run started (not ours)
-        self._wrappers_before: set[Path] = set()
 
     def format_options(self) -> list[str]:
         return self.args.format_options()
@@ -210,7 +208,6 @@ class MakeflowRun:
         portfile.unlink(missing_ok=True)
         if self.requested_port and not port_free(self.requested_port):  # (hta makeflow waited for it already)
             raise MakeflowError(f"port {self.requested_port} is in use: choose another with --port")
-        self._wrappers_before = self._monitor_wrappers()
         out = open(self.output_path, "wb")
         try:
             self.proc = await asyncio.create_subprocess_exec(
@@ -318,14 +315,15 @@ class MakeflowRun:
     def remove_monitor_wrappers(self) -> list[Path]:
         """Remove the ``resource_monitor_<rule>_XXXXXX`` scripts this run's makeflow wrote in
         its folder and left there: makeflow deletes a rule's wrapper when the rule ends, not
-        the wrappers of rules it aborted (a Ctrl-C, a stopped run). Only files that were not
-        there when the run started and that run the monitor into this run's own folder
-        (HTA's ``WORKFLOW.hta/monitor``, not a ``--monitor`` one the user gave) go."""
+        the wrappers of rules it aborted (a Ctrl-C, a stopped run). Only files that run the
+        monitor into this workflow's own folder (HTA's ``WORKFLOW.hta/monitor``, not a
+        ``--monitor`` one the user gave) go, those an earlier run killed before it could clean
+        up included: the run's lock says no other HTA run of this workflow is running."""
         if self.monitor_dir is None or self.proc is None or self.args.last("monitor"):
             return []  # (a --monitor folder of the user's own may be another run's too: left alone)
         ours = f"--with-output-files={os.path.relpath(self.monitor_dir, self.workdir)}/"
         gone = []
-        for path in sorted(self._monitor_wrappers() - self._wrappers_before):
+        for path in sorted(self._monitor_wrappers()):
             try:
                 if path.is_file() and ours in path.read_text(errors="replace")[:4096]:
                     path.unlink()

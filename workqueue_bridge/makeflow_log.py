@@ -71,6 +71,8 @@ class MakeflowLog:
         self._offset = 0
         self.events: list[NodeEvent] = []
         self.started_at: float | None = None
+        #: every ``# STARTED`` mark, Unix time: each makeflow that opened this log writes one
+        self.starts: list[float] = []
         self.completed_at: float | None = None
         self.failed = False
         #: node → times it was started in the current run (re-runs show as > 1)
@@ -99,6 +101,7 @@ class MakeflowLog:
         for raw in chunk[: end + 1].decode(errors="replace").splitlines():
             if raw.startswith("# STARTED"):
                 self.started_at = int(raw.split()[2]) / 1e6
+                self.starts.append(self.started_at)
                 # what the previous run started and did not complete, this one runs again (a rule
                 # makeflow rebuilds because its outputs were deleted is not a re-run)
                 unfinished = (NodeState.RUNNING, NodeState.FAILED, NodeState.ABORTED)
@@ -132,10 +135,14 @@ class MakeflowLog:
 
     @property
     def retried(self) -> int:
-        """Rules started more than once in the current run, and rules a previous run (killed
-        or interrupted) had started without completing that this run starts again."""
-        again = sum(1 for n in self.submissions if n in self._unfinished)
-        return again + sum(n - 1 for n in self.submissions.values() if n > 1)
+        """Rules started more than once in the current run (makeflow's retries)."""
+        return sum(n - 1 for n in self.submissions.values() if n > 1)
+
+    @property
+    def resumed(self) -> int:
+        """Rules a previous run (killed or interrupted) had started without completing that
+        this run starts again: not failures, the work the last run left."""
+        return sum(1 for n in self.submissions if n in self._unfinished)
 
     def failed_for_good(self, now: float, quiet_s: float = 3.0, since: float = 0.0) -> list[NodeEvent]:
         """The last FAILED event of each node that failed in the current run (and after Unix

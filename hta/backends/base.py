@@ -78,6 +78,11 @@ class WorkerBackend(ABC):
         (what Kubernetes' HPA averages); None if this backend cannot measure it."""
         return None
 
+    def holding_back(self) -> str | None:
+        """Why the last :meth:`request` started fewer workers than asked (a quota, pods that
+        cannot be scheduled), in a few words; None if it did not, or cannot tell."""
+        return None
+
     def task_peak_memory_mb(self, task_id: int) -> float | None:
         """The most memory the processes of the master's task ``task_id`` were seen using, or
         None if this backend does not sample tasks (a task the resource monitor stopped has no

@@ -229,11 +229,11 @@ class HTAPolicy:
             est = self.estimator.estimate(sized.model_copy(update={"worker_shape": shape.advertised()}), latency)
         have = len(obs.workers) + len(obs.pending)
 
-        add = max(est.workers_needed, obs.min_workers - have, 0)
-        add = min(add, obs.room_for(shape))
+        wanted = max(est.workers_needed, obs.min_workers - have, 0)
+        add = min(wanted, obs.room_for(shape))
         may_scale_up = not self.stabilize or obs.time >= self._next_up_at or self._surprised(obs)
-        if add and not may_scale_up:
-            add = 0
+        if not may_scale_up:  # (a hold for stabilisation, not one the cap makes)
+            add = wanted = 0
         if add:
             self._next_up_at = obs.time + latency
             self._expected = (self._known(obs), est.releases)
@@ -264,6 +264,7 @@ class HTAPolicy:
             reason += f"; workers of 1/{split} node"
         return ScaleDecision(
             add=add,
+            wanted=wanted,
             shape=shape,
             drain=drain,
             next_decision_s=min(latency, self.check_s),

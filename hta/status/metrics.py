@@ -25,7 +25,8 @@ METRICS = (
     "hta_run_info", "hta_elapsed_seconds", "hta_tasks", "hta_tasks_done", "hta_tasks_failed", "hta_workers",
     "hta_cores", "hta_waste_core_seconds", "hta_idle_waste_core_seconds", "hta_shortage_core_seconds",
     "hta_preparation_latency_seconds", "hta_preparation_latency_estimate_seconds", "hta_decisions",
-    "hta_worker_events", "hta_step_failures", "hta_step_failing",
+    "hta_worker_events", "hta_step_failures", "hta_step_failing", "hta_max_workers", "hta_at_cap",
+    "hta_held_back_workers",
 )
 
 
@@ -100,6 +101,13 @@ class SnapshotCollector(Collector):
         yield CounterMetricFamily("hta_step_failures", "Controller steps that failed (an API error of the master "
                                   "or the backend)", value=s.step_failures)
         yield GaugeMetricFamily("hta_step_failing", "1 while the last step failed", value=1 if s.last_error else 0)
+        if s.cap is not None:
+            yield GaugeMetricFamily("hta_max_workers", "The most workers the run may have (--max-workers)",
+                                    value=s.cap.max_workers)
+            yield GaugeMetricFamily("hta_at_cap", "1 while every worker the cap allows is there or on its way "
+                                    "and tasks still wait", value=1 if s.cap.at_cap else 0)
+            yield GaugeMetricFamily("hta_held_back_workers", "Workers the last decision wanted and the cap (or the "
+                                    "backend) held back", value=s.cap.held_back)
 
 
 def make_registry(source: Callable[[], StatusSnapshot]) -> CollectorRegistry:

@@ -51,6 +51,7 @@ PAGE = r"""<!doctype html>
   .kind.up { background:#dafbe1; color:#1a7f37; } .kind.down { background:#fff1e5; color:#bc4c00; }
   .kind.none { background:#eaeef2; color:#656d76; }
   .empty { color:var(--muted); font-style:italic; }
+  .v.capped { color:#8250df; }
 </style>
 </head>
 <body>
@@ -72,7 +73,8 @@ PAGE = r"""<!doctype html>
     <h2>Cores over time</h2>
     <div class="legend"><span><i style="background:var(--supply)"></i>supply</span>
       <span><i style="background:var(--inuse)"></i>in use</span>
-      <span><i style="background:var(--demand)"></i>demand</span></div>
+      <span><i style="background:var(--demand)"></i>demand</span>
+      <span><i style="background:#8250df"></i>cap (--max-workers)</span></div>
     <svg id="chart" viewBox="0 0 1000 300" width="100%" role="img" aria-label="supply, in use and demand cores over time"></svg>
   </section>
   <section>
@@ -116,12 +118,13 @@ function timeStep(span) {
     if (span / st <= 8) return st;
   return 28800;
 }
-function drawChart(series) {
+function drawChart(series, cap) {
   const svg = $("chart"), W = 1000, H = 300, L = 48, R = 14, T = 26, B = 30;
   svg.replaceChildren();
   const t0 = series.length ? series[0][0] : 0, t1 = series.length ? Math.max(series[series.length - 1][0], t0 + 1) : 60;
   let vmax = 1;
   for (const p of series) vmax = Math.max(vmax, p[1], p[2], p[3]);
+  if (cap) vmax = Math.max(vmax, cap.cores);
   const ystep = nice(vmax), ymax = Math.ceil(vmax * 1.05 / ystep) * ystep;
   const x = (t) => L + (W - L - R) * (t - t0) / (t1 - t0), y = (v) => T + (H - T - B) * (1 - v / ymax);
   for (let v = 0; v <= ymax + 1e-9; v += ystep) {
@@ -150,10 +153,19 @@ function drawChart(series) {
   const base = y(0).toFixed(1);
   svg.append(el("path", { d: step(1) + "V" + base + "H" + x(series[0][0]).toFixed(1) + "Z", fill: "rgba(9,105,218,0.10)",
                           stroke: "none", class: "area supply" }));
-  const lines = [[3, "var(--demand)", "demand", "6 4"], [1, "var(--supply)", "supply", ""], [2, "var(--inuse)", "in-use", ""]];
-  for (const [i, color, name, dash] of lines)
-    svg.append(el("path", { d: step(i), fill: "none", stroke: color, "stroke-width": 2, "stroke-dasharray": dash,
-                            "stroke-linejoin": "round", class: "series " + name, "data-points": series.length }));
+  if (cap) {  // the most cores the run may have: a shortage above it is the cap's, not the policy's
+    svg.append(el("line", { x1: L, x2: W - R, y1: y(cap.cores), y2: y(cap.cores), stroke: "#8250df",
+                            "stroke-width": 1.5, "stroke-dasharray": "2 4", class: "cap" }));
+    svg.append(el("text", { x: W - R, y: y(cap.cores) - 5, "text-anchor": "end", fill: "#8250df" },
+                 "cap: " + cap.max_workers + " workers (--max-workers)"));
+  }
+  // supply is drawn wide and in use narrow on top: where they are equal both stay visible
+  const lines = [[3, "var(--demand)", "demand", "6 4", 2], [1, "var(--supply)", "supply", "", 4.5],
+                 [2, "var(--inuse)", "in-use", "", 1.8]];
+  for (const [i, color, name, dash, width] of lines)
+    svg.append(el("path", { d: step(i), fill: "none", stroke: color, "stroke-width": width, "stroke-dasharray": dash,
+                            "stroke-linejoin": "round", "stroke-opacity": name === "supply" ? 0.55 : 1,
+                            class: "series " + name, "data-points": series.length }));
   window.htaPage.points = series.length;
 }
 function cell(tr, text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; tr.append(td); return td; }
@@ -171,7 +183,10 @@ function drawDecisions(s) {
     if (d.add) act.push("add " + d.add);
     if (d.drain.length) act.push("drain " + d.drain.join(", "));
     if (d.remove.length) act.push("remove " + d.remove.join(", "));
-    cell(tr, act.join("; ") || "hold");
+    const held = d.held_back ? (d.held_by && d.held_by.startsWith("--max-workers") ? "at the cap (" + d.held_by + ")"
+                                                                               : "by " + (d.held_by || "the backend")) : "";
+    if (d.held_back && d.add) act[0] += ", " + d.held_back + " more held " + held;
+    cell(tr, act.join("; ") || (d.held_back ? "hold " + held : "hold"));
     cell(tr, d.target == null ? "—" : d.target);
     cell(tr, d.latency_s == null ? "—" : fmt(d.latency_s) + " s");
     cell(tr, d.reason, "reason");
@@ -191,7 +206,10 @@ function render(s) {
   const connected = s.workers.filter((w) => w.state !== "pending").length, pending = s.workers.length - connected;
   const idle = s.workers.filter((w) => w.state === "idle").length;
   $("workers").textContent = connected + " connected";
-  $("workers-s").textContent = pending + " on their way, " + idle + " idle";
+  $("workers-s").textContent = pending + " on their way, " + idle + " idle" + (s.cap ? "; at most " + s.cap.max_workers : "");
+  const atCap = s.cap && s.cap.at_cap;
+  $("workers").textContent = connected + " connected" + (atCap ? " · at the cap" : "");
+  $("workers").className = "v" + (atCap ? " capped" : "");
   $("latency").textContent = fmt(s.latency.estimate_s) + " s";
   $("latency-s").textContent = s.latency.count ? "median of " + Math.min(s.latency.count, 10) + " (" + s.latency.count + " measured)" : "prior (none measured yet)";
   $("cores").textContent = fmt(s.cores.in_use) + " / " + fmt(s.cores.supply);
@@ -201,13 +219,13 @@ function render(s) {
   const err = $("error");
   err.style.display = s.last_error ? "block" : "none";
   err.textContent = s.last_error ? "last step failed: " + s.last_error + " (" + s.step_failures + " failures so far)" : "";
-  drawChart(s.series);
+  drawChart(s.series, s.cap);
   drawDecisions(s);
 }
 async function poll() {
   let s;
   try {
-    const res = await fetch("status", { cache: "no-store" });
+    const res = await fetch("status" + location.search, { cache: "no-store" });  // (?token=… passed on)
     if (!res.ok) throw new Error("HTTP " + res.status);
     s = await res.json();
   } catch (e) {  // HTA went away (the run ended) or answered badly: say so, keep trying

@@ -68,20 +68,36 @@ def duration(s: float | None) -> str:
 
 # -- plain lines -------------------------------------------------------------------------------
 
-def decision_line(d: DecisionRecord, verbosity: Verbosity = "normal") -> str | None:
-    """One line for a decision; None where this verbosity does not show it (a hold, unless verbose)."""
+def held_words(d: DecisionRecord) -> str:
+    """What held workers back, as a decision's line says it: ``at the cap (--max-workers 4)``."""
+    by = d.held_by or "the backend"
+    return f"at the cap ({by})" if by.startswith("--max-workers") else f"by {by}"
+
+
+def decision_line(d: DecisionRecord, verbosity: Verbosity = "normal", newly_held: bool = False) -> str | None:
+    """One line for a decision; None where this verbosity does not show it: a hold, unless
+    verbose or it is the first the cap (or the backend) makes (``newly_held``)."""
     acts = []
     if d.add:
         acts.append(f"add {counted(d.add, 'worker')}")
+        if d.held_back:
+            acts[0] += f", {d.held_back} more held {held_words(d)}"
     if d.drain:
         acts.append(f"drain {', '.join(d.drain)}")
     if d.remove:
         acts.append(f"remove {', '.join(d.remove)}")
-    if verbosity == "quiet" or (not acts and verbosity != "verbose"):
+    shown = acts or verbosity == "verbose" or (newly_held and d.held_back)
+    if verbosity == "quiet" or not shown:
         return None
-    what = "; ".join(acts) or "hold"
+    what = "; ".join(acts) or (f"hold {held_words(d)}" if d.held_back else "hold")
     target = f" (target {d.target})" if d.target is not None else ""
-    line = f"hta: t={d.t:.1f}s {what}{target}: {d.reason}"
+    if d.held_back and not d.add and d.waiting is not None:
+        why = f"{counted(d.waiting, 'task')} waiting"
+        if verbosity == "verbose":
+            why += f"; {d.reason}"
+        line = f"hta: t={d.t:.1f}s {what}: {why}"
+    else:
+        line = f"hta: t={d.t:.1f}s {what}{target}: {d.reason}"
     if verbosity == "verbose":
         lat = f"L={d.latency_s:.1f}s" if d.latency_s is not None else "L=?"
         line += f" [{lat}, next decision in {d.next_decision_s:.1f}s]"
@@ -146,7 +162,12 @@ def render(s: StatusSnapshot) -> RenderableType:
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="dim")
     facts.add_column()
-    facts.add_row("workers", f"{s.connected} connected ({idle} idle), {s.pending} on their way")
+    workers = Text(f"{s.connected} connected ({idle} idle), {s.pending} on their way")
+    if s.cap is not None:
+        workers.append(f"; at most {s.cap.max_workers} (--max-workers)")
+        if s.cap.at_cap:
+            workers.append(" — at the cap, tasks wait for it", style="bold yellow")
+    facts.add_row("workers", workers)
     facts.add_row("latency L", f"{lat.estimate_s:.1f} s ({measured})")
     facts.add_row("cores", f"{s.cores.supply:g} supplied, {s.cores.in_use:g} in use, {s.cores.demand:g} demand")
     facts.add_row("waste / shortage", f"{acc.waste_core_s:,.1f} / {acc.shortage_core_s:,.1f} core·s so far")
@@ -187,6 +208,8 @@ class LiveView:
         self.stream = stream
         self.refresh_s = refresh_s
         self._decisions = 0
+        #: the last decision shown was held back by the cap (a hold is said when it starts)
+        self._held = False
         self._events = 0
         self._error: str | None = None
 
@@ -198,9 +221,11 @@ class LiveView:
         c = self.controller
         items: list[tuple[float, int, str | None]] = []
         for d in c.decisions[self._decisions:]:
-            items.append((d.t, 0, decision_line(d, self.verbosity)))
-        for e in c.worker_events[self._events:]:
-            items.append((e.t, 1, worker_line(e, self.verbosity)))
+            newly_held = bool(d.held_back) and not self._held
+            self._held = bool(d.held_back)
+            items.append((round(d.t, 3), 0, decision_line(d, self.verbosity, newly_held)))
+        for e in c.worker_events[self._events:]:  # (at the decision's time, after its line)
+            items.append((round(e.t, 3), 1, worker_line(e, self.verbosity)))
         self._decisions, self._events = len(c.decisions), len(c.worker_events)
         if c.last_error != self._error:
             self._error = c.last_error
@@ -278,12 +303,16 @@ def status_url(url: str) -> str:
     return url.rstrip("/") + "/status"
 
 
-async def fetch_status(url: str, timeout_s: float = 5.0) -> StatusSnapshot:
+async def fetch_status(url: str, timeout_s: float = 5.0, token: str | None = None) -> StatusSnapshot:
     """GET the snapshot; :class:`StatusError` with one line if it cannot be had."""
     target = status_url(url)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-            async with session.get(target) as r:
+            async with session.get(target, headers=headers) as r:
+                if r.status == 401:
+                    raise StatusError(f"{target} needs the run's status token: give --token TOKEN "
+                                      f"(or set HTA_STATUS_TOKEN)")
                 if r.status != 200:
                     raise StatusError(f"{target} answered HTTP {r.status}: not an HTA status server "
                                       "(give the URL hta makeflow printed)")
@@ -313,13 +342,14 @@ async def fetch_status(url: str, timeout_s: float = 5.0) -> StatusSnapshot:
     return snapshot
 
 
-async def watch(url: str, console: Console, interval_s: float = 1.0, stop: asyncio.Event | None = None) -> bool:
+async def watch(url: str, console: Console, interval_s: float = 1.0, stop: asyncio.Event | None = None,
+                token: str | None = None) -> bool:
     """``hta status --watch``: redraw the panel until ``stop`` is set (or Ctrl-C), or until the
     run goes away. Returns True when the run went away (its server stopped listening: the
     normal end of a run once it was reached), False when ``stop`` was set. A first fetch
     that fails, or a server that answers wrongly, is a :class:`StatusError`."""
     stop = stop or asyncio.Event()
-    snapshot = await fetch_status(url)
+    snapshot = await fetch_status(url, token=token)
     with Live(render(snapshot), console=console, auto_refresh=False) as live:
         while not stop.is_set():
             try:
@@ -330,9 +360,9 @@ async def watch(url: str, console: Console, interval_s: float = 1.0, stop: async
                 break
             try:
                 try:
-                    snapshot = await fetch_status(url)
+                    snapshot = await fetch_status(url, token=token)
                 except Dropped:  # the run closing its server, or a blip: asking again tells which
-                    snapshot = await fetch_status(url)
+                    snapshot = await fetch_status(url, token=token)
                 live.update(render(snapshot), refresh=True)
             except RunGone:
                 return True

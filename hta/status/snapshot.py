@@ -95,6 +95,23 @@ class DecisionView(BaseModel):
     latency_s: float | None = None
     next_decision_s: float | None = None
     reason: str = ""
+    held_back: int = 0
+    held_by: str | None = None
+    waiting: int | None = None
+
+
+class Cap(BaseModel):
+    """The most workers the run may have (``--max-workers``; the simulated cluster's nodes)
+    and whether it binds now: every worker the cap allows is there or on its way while
+    tasks still wait. A shortage then is the cap's, the user's choice, not the policy's."""
+
+    max_workers: int
+    #: the cap in cores: that many workers of the configured shape
+    cores: float
+    at_cap: bool = False
+    #: the last decision's workers that the cap (or the backend) held back, and by what
+    held_back: int = 0
+    held_by: str | None = None
 
 
 class Accounting(BaseModel):
@@ -132,6 +149,7 @@ class StatusSnapshot(BaseModel):
     last_error: str | None = None
     #: steps that failed so far (an API error of the master or the backend)
     step_failures: int = 0
+    cap: Cap | None = None
 
     @property
     def connected(self) -> int:
@@ -169,7 +187,19 @@ def recent_decisions(decisions: list[DecisionRecord], last: int) -> list[Decisio
 
 def decision_view(d: DecisionRecord) -> DecisionView:
     return DecisionView(t=d.t, kind=decision_kind(d), add=d.add, drain=list(d.drain), remove=list(d.remove),
-                        target=d.target, latency_s=d.latency_s, next_decision_s=d.next_decision_s, reason=d.reason)
+                        target=d.target, latency_s=d.latency_s, next_decision_s=d.next_decision_s, reason=d.reason,
+                        held_back=d.held_back, held_by=d.held_by, waiting=d.waiting)
+
+
+def cap_view(controller: Controller) -> Cap:
+    """The cap as the run sees it now (see :class:`Cap`)."""
+    config, obs = controller.config, controller.last_observation
+    at_cap = False
+    if obs is not None:
+        at_cap = obs.room_for(obs.worker_shape) == 0 and (obs.waiting_count > 0 or bool(obs.upcoming))
+    last = controller.decisions[-1] if controller.decisions else None
+    return Cap(max_workers=config.max_workers, cores=config.max_workers * config.worker_shape.cores,
+               at_cap=at_cap, held_back=last.held_back if last else 0, held_by=last.held_by if last else None)
 
 
 def thin_series(samples: list[CoreSample], now: float, max_points: int = 600) -> list[tuple[float, float, float, float]]:
@@ -256,4 +286,5 @@ def build_snapshot(controller: Controller, info: RunInfo, *, last: int = 20, now
         series=thin_series(samples, now, max_points),
         last_error=controller.last_error,
         step_failures=controller.step_failures,
+        cap=cap_view(controller),
     )

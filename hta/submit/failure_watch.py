@@ -1,5 +1,8 @@
 """What ends a run that cannot end well by itself, with one line that says why.
 
+- Another makeflow started on the same workflow during the run (makeflow 8.0 takes no
+  lock): both write one log and the same outputs, so HTA's is stopped and the run fails.
+
 - A rule failed for good and makeflow has nothing left to run (makeflow 8.0 never exits
   when other rules depend on the failed one): makeflow is stopped and the rule, its exit
   code or the limit it went over are named.
@@ -12,6 +15,8 @@ import asyncio
 import logging
 import time
 from pathlib import Path
+
+import psutil
 
 from hta.backends.base import WorkerBackend
 from resource_monitor.categories import CategoryLearner
@@ -74,6 +79,9 @@ class FailureWatch:
         if self.backend.fatal:
             return self.backend.fatal
         self.log.poll()
+        other = self.other_makeflow()
+        if other:
+            return other
         now = time.time()
         failed = self.log.failed_for_good(now, FAILED_QUIET_S, since=self.epoch)
         new = [e for e in failed if e.node_id not in self._told]
@@ -93,6 +101,19 @@ class FailureWatch:
             return (f"{texts[0]}{more}; {waits}: stopped makeflow and every worker "
                     f"(makeflow's output: {self.mf.output_path})")
         return None
+
+    def other_makeflow(self) -> str | None:
+        """The line that ends a run another makeflow joined: its log has a second ``# STARTED``
+        mark since this run began (each makeflow that opens a log writes one)."""
+        if len([t for t in self.log.starts if t >= self.epoch - 1.0]) < 2:
+            return None
+        ours = self.mf.proc.pid if self.mf.proc is not None else None
+        others = [p.pid for p in psutil.process_iter(["name", "cwd"])
+                  if p.info["name"] == "makeflow" and p.pid != ours and p.info["cwd"] == str(self.mf.workdir)]
+        who = f" (pid {', '.join(map(str, others))})" if others else ""
+        return (f"another makeflow{who} started on {self.workflow.name} in this folder during the run: it writes "
+                f"the same log and outputs (makeflow 8.0 takes no lock), so they may be mixed; stopped HTA's "
+                f"makeflow and every worker: run it again once the other has ended")
 
     async def explain(self, events: list[NodeEvent]) -> list[str]:
         """One clause per failed rule: which rule, and why (learning from an over-limit task)."""

@@ -60,6 +60,8 @@ class MakeflowOptions(BaseModel):
     status_port: int = Field(0, ge=0, le=65535)
     #: the address it listens on (0.0.0.0 to be reached from other hosts, e.g. in a pod)
     status_host: str = "127.0.0.1"
+    #: a token every reader of the status server must send (None: none asked)
+    status_token: str | None = None
 
     @field_validator("policy")
     @classmethod

@@ -36,7 +36,7 @@ from hta.policies.registry import make_policy
 from hta.scaling_log import EndRecord, RunRecord, WorkerRecord
 from hta.submit.failure_watch import FailureWatch
 from hta.submit.options import STALL_TIMEOUT_S, MakeflowOptions, check_not_empty
-from hta.submit.run_dir import RunLock, new_run_log, open_scaling_log, paths_for, point_latest_at
+from hta.submit.run_dir import RunLock, new_run_log, open_scaling_log, other_makeflows, paths_for, point_latest_at
 from hta.submit.view import ViewOptions, show
 from hta.summary import RunSummary, end_run
 from resource_monitor.incremental import IncrementalCategoryLearner
@@ -69,6 +69,11 @@ class SubmitResult:
     warnings: list[str] = field(default_factory=list)
     #: makeflow ran no master: it had nothing left to do (or did what --clean asks)
     did_nothing: bool = False
+    #: makeflow's own last words when it ran no master ("nothing left to do.")
+    note: str | None = None
+    #: makeflow refused the workflow before its master started (a missing input, a bad
+    #: option): nothing ran, and no scaling log is kept
+    never_started: bool = False
 
 
 def signal_name(signum: int) -> str:
@@ -189,6 +194,10 @@ async def submit(
         run_dir, default_log = paths_for(workflow)
         lock = RunLock(run_dir, workflow)
         try:
+            running = other_makeflows(args.workdir, workflow.resolve())
+            if running:
+                raise UsageError(f"makeflow (pid {', '.join(map(str, running))}) is already running {workflow.name} in "
+                                 f"this folder: wait for it to end (two would write one log and the same outputs)")
             try:
                 busy = bool(port) and not port_free(port)
             except MakeflowError as exc:
@@ -201,7 +210,14 @@ async def submit(
                              epoch=epoch or time.time(), record=record, stall_timeout_s=stall_timeout_s, stop=stop,
                              signalled=signalled, view=view or ViewOptions(status=False, verbosity="quiet"))
             result = await run.run()
-            if result.did_nothing and scaling_log_path is None and before is not None:
+            if result.never_started:  # nothing ran: no log of it, and the link is the last run's
+                result.scaling_log.unlink(missing_ok=True)
+                if scaling_log_path is None:
+                    if before is not None:
+                        point_latest_at(default_log, before)
+                    else:
+                        default_log.unlink(missing_ok=True)
+            elif result.did_nothing and scaling_log_path is None and before is not None:
                 # a run that ran nothing is not the run `hta report WORKFLOW` should show: the
                 # link goes back to the last one that did (this one's log is kept, numbered)
                 point_latest_at(default_log, before)
@@ -247,6 +263,8 @@ class Submission:
         self.exit_code = 1
         self.error: str | None = None
         self.did_nothing = False
+        self.note: str | None = None
+        self.master_started = False
         self.stopped: list[WorkerRecord] = []
 
     async def run(self) -> SubmitResult:
@@ -263,7 +281,7 @@ class Submission:
             self.exit_code, self.did_nothing = 0, True
             said = [line.strip() for line in self.mf.output_tail(5) if line.strip()]
             if said:  # what makeflow did instead ("nothing left to do.", or what --clean removed)
-                log.warning("makeflow: %s", said[-1])
+                self.note = said[-1]
         except _Stopped:
             self.exit_code = 128 + self.signalled[0]
             self.error = (f"interrupted by {signal_name(self.signalled[0])} while starting; stopped everything "
@@ -296,7 +314,8 @@ class Submission:
         try:
             dag = await asyncio.to_thread(load_dag, self.workflow, self.mf.format_options(), self.mf.cwd)
         except (ValueError, OSError, subprocess.SubprocessError) as exc:
-            log.warning("no DAG lookahead: %s", exc)
+            log.warning("cannot read the workflow ahead of makeflow (%s): HTA sizes workers from what is queued "
+                        "only", exc)
             return None
         return Lookahead(dag, self.mflog)
 
@@ -304,6 +323,7 @@ class Submission:
         """Start makeflow and the backend, then the controller beside the watch and the view,
         until makeflow exits (or a signal, or the watch, stops it)."""
         port = await self.mf.start()
+        self.master_started = True
         self._check_stop()
         if port is None:  # makeflow did its job without a master (--clean, nothing left to do)
             raise _NoMaster()
@@ -390,12 +410,13 @@ class Submission:
             tasks_done=last.complete if last else 0, tasks_failed=last.failed if last else 0,
             tasks_done_before=max(0, last.complete - mflog.completed_this_run) if last else 0,
             # makeflow's own retries, and the tasks the master ran again because their worker went away
-            tasks_retried=mflog.retried + sum(e.tasks_lost for e in lost),
+            tasks_retried=mflog.retried + sum(e.tasks_lost for e in lost), tasks_resumed=mflog.resumed,
             lost_work_core_s=round(sum(e.lost_work_core_s for e in lost), 3),
         ), source=str(self.log_path))
         warnings = [self.writer.trouble] if self.writer.trouble else []
+        never_started = self.error is not None and not self.master_started and not self.signalled
         return SubmitResult(self.exit_code, summary, self.log_path, self.mf.output_tail(), self.error, warnings,
-                            self.did_nothing)
+                            self.did_nothing, self.note, never_started)
 
 
 def run_makeflow(options: MakeflowOptions, verbosity: str = "normal", mode: str | None = None) -> SubmitResult:
@@ -427,7 +448,7 @@ def run_makeflow(options: MakeflowOptions, verbosity: str = "normal", mode: str 
         raise UsageError(str(exc)) from None
     port = backend.default_port if options.port is None else options.port
     view = ViewOptions(status=options.status, status_port=options.status_port, status_host=options.status_host,
-                       verbosity=verbosity, mode=mode)
+                       status_token=options.status_token, verbosity=verbosity, mode=mode)
     with asyncio.Runner() as runner:
         quiet_in_loop(runner.get_loop())
         return runner.run(submit(args, policy=policy, backend=backend, config=options.controller_config(),

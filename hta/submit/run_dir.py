@@ -11,6 +11,8 @@ import fcntl
 import os
 from pathlib import Path
 
+import psutil
+
 from hta.errors import UsageError
 from hta.scaling_log import ScalingLogWriter
 
@@ -90,3 +92,23 @@ def new_run_log(run_dir: Path, latest: Path) -> Path:
     path = runs / f"run-{max(numbers, default=0) + 1:03d}.scaling.jsonl"
     point_latest_at(latest, path)
     return path
+
+
+def other_makeflows(workdir: Path, workflow: Path) -> list[int]:
+    """makeflow processes running ``workflow`` in ``workdir`` now (not HTA's own, which has not
+    started yet when this is asked): makeflow 8.0 takes no lock, and a second makeflow on the
+    same workflow writes the same log and outputs."""
+    me = psutil.Process()
+    ours = {me.pid, *(p.pid for p in me.parents())}  # (`makeflow -T hta` is named makeflow too)
+    out = []
+    for p in psutil.process_iter(["name", "cwd", "cmdline"]):
+        try:
+            if p.pid in ours or p.info["name"] != "makeflow" or p.info["cwd"] != str(workdir):
+                continue
+            args = p.info["cmdline"] or []
+            if any(a == workflow.name or (a.endswith(workflow.name) and (workdir / a).resolve() == workflow)
+                   for a in args[1:]):
+                out.append(p.pid)
+        except (psutil.Error, OSError):
+            continue
+    return out

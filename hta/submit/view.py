@@ -12,7 +12,7 @@ from hta.backends.base import WorkerBackend
 from hta.controller import Controller
 from hta.policies.base import Policy
 from hta.status.panel import LiveView
-from hta.status.server import StatusServer
+from hta.status.server import StatusServer, open_to
 from hta.status.snapshot import RunInfo
 
 log = logging.getLogger("hta")
@@ -25,6 +25,7 @@ class ViewOptions:
     status: bool = True
     status_port: int = 0
     status_host: str = "127.0.0.1"
+    status_token: str | None = None
     #: quiet | normal | verbose
     verbosity: str = "normal"
     #: panel | lines (None: a panel on a terminal, lines elsewhere)
@@ -37,7 +38,11 @@ async def show(controller: Controller, view: ViewOptions, policy: Policy, backen
     info = RunInfo(workflow=str(workflow), policy=policy.name, backend=backend.name, started_at=epoch)
     server = None
     if view.status:
-        server = StatusServer.for_controller(controller, info, host=view.status_host, port=view.status_port)
+        server = StatusServer.for_controller(controller, info, host=view.status_host, port=view.status_port,
+                                             token=view.status_token)
+        warning = open_to(view.status_host, view.status_token)
+        if warning:
+            log.warning("%s", warning)
         try:
             url = await server.start()
         except OSError as exc:
@@ -46,7 +51,8 @@ async def show(controller: Controller, view: ViewOptions, policy: Policy, backen
             server = None
         else:
             if view.verbosity != "quiet":
-                print(f"hta: live status at {url} (also /status, /metrics; or: hta status {url})",
+                needs = "; readers need the status token" if view.status_token else ""
+                print(f"hta: live status at {url} (also /status, /metrics; or: hta status {url}){needs}",
                       file=sys.stderr, flush=True)
     # the view says decisions and step failures itself: the controller's own log lines would repeat them
     quiet = logging.getLogger("hta.controller")
