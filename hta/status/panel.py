@@ -92,7 +92,8 @@ def decision_line(d: DecisionRecord, verbosity: Verbosity = "normal", newly_held
     what = "; ".join(acts) or (f"hold {held_words(d)}" if d.held_back else "hold")
     target = f" (target {d.target})" if d.target is not None else ""
     if d.held_back and not d.add and d.waiting is not None:
-        why = f"{counted(d.waiting, 'task')} waiting"
+        # (nothing waits yet where the workers are wanted for what the workflow releases next)
+        why = f"{counted(d.waiting, 'task')} waiting" if d.waiting else "the workflow's next tasks are about to wait"
         if verbosity == "verbose":
             why += f"; {d.reason}"
         line = f"hta: t={d.t:.1f}s {what}: {why}"
