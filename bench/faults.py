@@ -18,7 +18,7 @@ It prints one table and exits 1 if any case lost or corrupted data, left a
 process behind, ran past its bound, ended in a traceback or with an exit code
 other than the expected one.
 
-    .venv/bin/python bench/faults.py [--only NAME[,NAME...]] [--keep DIR] [--k8s]
+    .venv/bin/python bench/faults.py [--only NAME[,NAME...]] [--keep DIR] [--k8s] [--slurm]
 
 With ``--k8s`` it brings up the test cluster (``testcluster/cluster up``: real
 kube-apiserver, etcd, scheduler and controller-manager; kwok nodes of 2 cores
@@ -36,6 +36,16 @@ pulled needs a real kubelet (``cluster up --real-node``); that case is listed
 as skipped here and covered by tests/test_faults_k8s.py where a real node runs.
 Kubernetes cases run with ``HTA_K8S_START_TIMEOUT_S=60`` (the bound after which
 pods that cannot start end the run; 300 s by default).
+
+With ``--slurm`` it brings up the Slurm test cluster (``testcluster/slurm up``: Debian's
+slurmctld, slurmd and munge; 2 static and 2 cloud nodes of 2 cores, the cloud ones booted by
+Slurm's power saving in 5 s; the ``hta`` partition allows 60 minutes, the ``urgent`` one
+preempts it), runs a clean run on it, then the Slurm cases (names ``slurm-*``): ``sbatch``
+not on PATH; slurmctld killed; a partition that does not exist; a time limit over the
+partition's; a worker no node can hold; a busy worker's node set DOWN; a busy worker's job
+preempted; the run's jobs given a one-minute time limit mid-run; HTA SIGKILLed mid-run and run
+again (it adopts its jobs, named ``hta-<run>-N``). Left behind, for these, also counts the
+Slurm jobs still pending or running 15 s after the run ended.
 
 It takes about a quarter of an hour on 2 cores; the ``scaling log disk full``
 case mounts a 64 KiB tmpfs (root) and unmounts it after.
@@ -779,6 +789,257 @@ K8S_CASES = [
                       "--real-node"), complete=False),
 ]
 
+# -- Slurm ------------------------------------------------------------------------------------
+
+SLURM = ROOT / "testcluster" / "slurm"
+#: the Slurm test cluster of the --slurm cases: 2 static nodes and 2 cloud nodes of 2 cores, the
+#: cloud ones booted in 5 s; the hta partition allows jobs of at most 60 minutes
+SLURM_UP = ["--static-nodes", "2", "--cloud-nodes", "2", "--node-cores", "2", "--node-memory", "4000",
+            "--resume-delay", "5", "--resume-jitter", "0.5", "--suspend-time", "10", "--max-time", "60"]
+
+
+class SlurmCluster:
+    """``testcluster/slurm`` for the Slurm cases (started by main, stopped at the end); its
+    ``SLURM_CONF`` is put in this process's environment, so every run and command finds it."""
+
+    def __init__(self, state: Path):
+        self.state = state
+        self.env = {**os.environ, "HTA_SLURM_DIR": str(state)}
+
+    def up(self) -> None:
+        r = subprocess.run([str(SLURM), "up", *SLURM_UP], env=self.env, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise SystemExit(f"faults: error: the Slurm test cluster did not come up: {r.stderr.strip()[-500:]}")
+        os.environ["SLURM_CONF"] = self.env["SLURM_CONF"] = r.stdout.strip().splitlines()[-1].split("=", 1)[1]
+
+    def down(self) -> None:
+        subprocess.run([str(SLURM), "down"], env=self.env, capture_output=True, text=True, timeout=300)
+        os.environ.pop("SLURM_CONF", None)
+
+    def jobs(self, states: str = "PENDING,CONFIGURING,RUNNING,COMPLETING") -> list[dict]:
+        out = subprocess.run(["squeue", "-h", f"--states={states}", "-o", "%i|%j|%T|%N"], env=self.env,
+                             capture_output=True, text=True).stdout
+        return [dict(zip(("id", "name", "state", "node"), ln.split("|"))) for ln in out.splitlines() if ln.strip()]
+
+    def clear(self) -> None:
+        """Between cases: no job, every node back in service."""
+        ids = [j["id"] for j in self.jobs()]
+        if ids:
+            subprocess.run(["scancel", *ids], env=self.env, capture_output=True)
+        for n in ("s1", "s2", "c1", "c2"):
+            subprocess.run(["scontrol", "update", f"nodename={n}", "state=resume"], env=self.env, capture_output=True)
+        wait_for(lambda: not self.jobs(), 60)
+
+
+SLURM_CLUSTER: SlurmCluster | None = None
+
+
+class SlurmRun(Run):
+    def __init__(self, workflow: Path, args: list[str], name: str = "run"):
+        super().__init__(workflow, ["--backend", "slurm", "--worker-memory", "1000", "--worker-disk", "2000",
+                                    "--latency-prior", "5", *args], name)
+
+
+def slurm_finish(bench: Bench, r: Result, run: Run, rc, took: float, complete: bool,
+                 rerun: Run | None = None) -> Result:
+    from hta.backends.slurm.backend import run_id_for
+
+    r = bench.finish(r, run, rc, took, complete, rerun=rerun)
+    assert SLURM_CLUSTER is not None
+    prefix = f"hta-{run_id_for(run.workflow)}-"  # this run's jobs (its workflow's path names them)
+    mine = lambda: [j for j in SLURM_CLUSTER.jobs() if j["name"].startswith(prefix)]
+    wait_for(lambda: not mine(), 15)
+    jobs = mine()
+    if jobs:
+        r.left += len(jobs)
+        r.problems.append(f"{len(jobs)} Slurm job(s) left")
+    SLURM_CLUSTER.clear()
+    return r
+
+
+def busy_job(run: Run) -> dict | None:
+    """A running Slurm job of ``run`` whose ``work_queue_worker`` runs a task (a child process);
+    the worker's environment names its job."""
+    from hta.backends.slurm.backend import run_id_for
+
+    assert SLURM_CLUSTER is not None
+    if run.running() < 1:
+        return None
+    prefix = f"hta-{run_id_for(run.workflow)}-"
+    jobs = {j["id"]: j for j in SLURM_CLUSTER.jobs("RUNNING") if j["name"].startswith(prefix)}
+    for p in psutil.process_iter(["name"]):
+        if p.info["name"] != "work_queue_worker":
+            continue
+        try:
+            job_id = p.environ().get("SLURM_JOB_ID")
+            if job_id in jobs and p.children():
+                return jobs[job_id]
+        except psutil.Error:
+            continue
+    return None
+
+
+def case_slurm_refused(extra: list[str], words: list[str], rc: int, env: dict | None = None,
+                       ctld_down: bool = False):
+    """A run Slurm cannot serve: one line naming ``words``, exit ``rc``, no job submitted."""
+    def run_it(bench: Bench, case: Case, folder: Path) -> Result:
+        assert SLURM_CLUSTER is not None
+        wf = bench.workflow(case.name)
+        if ctld_down:
+            subprocess.run([str(SLURM), "ctld", "down"], env=SLURM_CLUSTER.env, capture_output=True, timeout=60)
+        saved = {k: os.environ.get(k) for k in (env or {})}
+        os.environ.update(env or {})
+        if os.environ.get("PATH") == "CCTOOLS_ONLY":  # a PATH with makeflow and the workers, without Slurm
+            bindir = folder / "bin"
+            bindir.mkdir(parents=True, exist_ok=True)
+            for tool in ("makeflow", "makeflow_viz", "work_queue_worker", "python3", "sh"):
+                found = shutil.which(tool, path=saved.get("PATH") or os.defpath)
+                if found and not (bindir / tool).exists():
+                    (bindir / tool).symlink_to(found)
+            os.environ["PATH"] = str(bindir)
+        try:
+            run = SlurmRun(wf, extra)
+            got, took = run.wait(bench.bound())
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            if ctld_down:
+                subprocess.run([str(SLURM), "ctld", "up"], env=SLURM_CLUSTER.env, capture_output=True, timeout=60)
+        asked = [x for x in run.records() if x.get("kind") == "worker" and x["event"] == "requested"]
+        r = slurm_finish(bench, Result(case.name, case.fault, rc), run, got, took, False)
+        missing = [w for w in words if w not in r.message]
+        if missing:
+            r.problems.append(f"the line does not say {missing}")
+        if asked:
+            r.problems.append(f"{len(asked)} worker job(s) submitted")
+        return r
+    return run_it
+
+
+def case_slurm_busy_fault(what: str):
+    """A busy worker's job ends under it: its node set DOWN, preempted, or its time limit; the
+    worker is lost, its tasks run again, the outputs are identical."""
+    def run_it(bench: Bench, case: Case, folder: Path) -> Result:
+        assert SLURM_CLUSTER is not None
+        saved = bench.clean_s
+        if what == "timeout":  # its 100 s rule runs twice, after Slurm's 30 s check: a longer bound
+            bench.clean_s += 150 / BOUND_FACTOR
+        try:
+            return busy_fault(bench, case, what)
+        finally:
+            bench.clean_s = saved
+    return run_it
+
+
+def busy_fault(bench: Bench, case: Case, what: str) -> Result:
+    """See :func:`case_slurm_busy_fault`."""
+    assert SLURM_CLUSTER is not None
+    wf = bench.workflow(case.name, case.extra_rules)
+    run = SlurmRun(wf, [])
+    victim = wait_for(lambda: busy_job(run), 120)
+    if victim:
+        time.sleep(1.5)  # some work done, to be lost
+        env = SLURM_CLUSTER.env
+        if what == "node-down":
+            subprocess.run(["scontrol", "update", f"nodename={victim['node']}", "state=down",
+                            "reason=fault-injection"], env=env, capture_output=True)
+        elif what == "preempt":
+            subprocess.run(["sbatch", "-p", "urgent", "--exclusive", "-w", victim["node"], "-J", "urgent", "-o",
+                            "/dev/null", "--wrap", "sleep 2"], env=env, capture_output=True)
+        else:  # every running job of the run: a time limit of one minute (Slurm checks every 30 s)
+            for j in SLURM_CLUSTER.jobs("RUNNING"):
+                subprocess.run(["scontrol", "update", f"JobId={j['id']}", "TimeLimit=1"], env=env,
+                               capture_output=True)
+    rc, took = run.wait(bench.bound())
+    lost = [x for x in run.records() if x.get("kind") == "worker" and x["event"] == "lost"]
+    r = slurm_finish(bench, Result(case.name, case.fault, 0), run, rc, took, True)
+    want = {"node-down": "NODE_FAIL", "preempt": "PREEMPTED", "timeout": "TIMEOUT"}[what]
+    if not victim:
+        r.problems.append("no busy worker job")
+    elif not any(want in x.get("reason", "") for x in lost):
+        r.problems.append(f"no worker reported lost with {want}: {[x.get('reason') for x in lost]}")
+    elif (r.lost or 0) < 1:
+        r.problems.append("lost tasks not reported")
+    else:
+        r.message = next(x["reason"] for x in lost if want in x.get("reason", ""))
+    return r
+
+
+def peak_jobs(recs: list[dict]) -> int:
+    """The most worker jobs a run had at once (asked for or adopted, not yet ended), from its
+    scaling log: a duplicate would push it past --max-workers. (The master may list an adopted
+    worker that reconnected a moment before its job says which it is: counting observed workers
+    + pending ones would count it twice for that moment.)"""
+    live = peak = 0
+    for x in recs:
+        if x.get("kind") == "worker":
+            live += 1 if x["event"] == "requested" else -1 if x["event"] in (
+                "drained", "lost", "failed", "removed", "stopped") else 0
+            peak = max(peak, live)
+    return peak
+
+
+def case_slurm_hta_kill(bench: Bench, case: Case, folder: Path) -> Result:
+    assert SLURM_CLUSTER is not None
+    wf = bench.workflow(case.name)
+    run = SlurmRun(wf, [])
+    wait_for(lambda: busy_job(run), 120)
+    time.sleep(2)
+    run.p.send_signal(signal.SIGKILL)
+    rc, took = run.wait(60)
+    survived = sorted(j["name"] for j in SLURM_CLUSTER.jobs())
+    again = SlurmRun(wf, [], name="rerun")
+    rc2, took2 = again.wait(bench.bound())
+    recs = again.records()
+    adopted = {x["worker"] for x in recs if x.get("kind") == "worker" and x["event"] == "requested"} & set(survived)
+    peak = peak_jobs(recs)
+    r = slurm_finish(bench, Result(case.name, case.fault, -9), run, rc, took + took2, True, rerun=again)
+    if rc2 != 0:
+        r.problems.append(f"re-run exit {rc2}")
+    if survived and adopted != set(survived):
+        r.problems.append(f"jobs not adopted: {sorted(set(survived) - adopted)}")
+    if peak > 3:
+        r.problems.append(f"duplicates: {peak} jobs at once (max 3)")
+    r.fault += f"; {len(survived)} jobs survived it, {len(adopted)} adopted, at most {peak} at once; re-run exit {rc2}"
+    return r
+
+
+def slurm_clean(bench: Bench) -> Result:
+    wf = bench.workflow("slurm-clean")
+    run = SlurmRun(wf, [])
+    rc, took = run.wait(900)
+    bench.clean_s = took  # the bound of the Slurm cases
+    return slurm_finish(bench, Result("slurm clean run", "none", 0), run, rc, took, True)
+
+
+#: a rule that holds a worker past a one-minute time limit (Slurm checks limits every 30 s)
+LONG_RULE = "long.txt:\n\tsleep 100; echo long > long.txt\n"
+
+SLURM_CASES = [
+    Case("slurm-no-sbatch", "sbatch not on PATH (CCTools on it)", 2,
+         case_slurm_refused([], ["sbatch not found"], 2, env={"PATH": "CCTOOLS_ONLY"}), complete=False),
+    Case("slurm-controller-down", "slurmctld killed before the run", 2,
+         case_slurm_refused([], ["Unable to contact slurm controller", "start slurmctld"], 2, ctld_down=True),
+         complete=False),
+    Case("slurm-no-partition", "--partition nosuch", 2,
+         case_slurm_refused(["--partition", "nosuch"], ["invalid partition", "--partition"], 2), complete=False),
+    Case("slurm-over-time-limit", "--time-limit 2:00:00 on a partition of at most 60 minutes", 2,
+         case_slurm_refused(["--time-limit", "2:00:00"], ["time limit"], 2), complete=False),
+    Case("slurm-shape-too-large", "--worker-cores 64 on 2-core nodes (whole-node workers)", 1,
+         case_slurm_refused(["--worker-cores", "64", "--policy", "hta:worker_shape=node"],
+                            ["More processors requested than permitted", "--worker-cores"], 1), complete=False),
+    Case("slurm-node-down", "scontrol update state=down on a busy worker's node", 0,
+         case_slurm_busy_fault("node-down")),
+    Case("slurm-preempted", "a job of a higher priority tier takes a busy worker's node (PreemptMode=CANCEL)", 0,
+         case_slurm_busy_fault("preempt")),
+    Case("slurm-timeout", "the run's jobs get a one-minute time limit mid-run (a 100 s rule holds one)", 0,
+         case_slurm_busy_fault("timeout"), extra_rules=LONG_RULE),
+    Case("slurm-hta-sigkill", "SIGKILL HTA mid-run, then run again (adopts its jobs)", -9, case_slurm_hta_kill),
+]
+
 
 def table(results: list[Result], clean_s: float) -> str:
     rows = ["| case | fault | exit | outputs | tasks lost / re-run | left behind | time | vs clean "
@@ -799,20 +1060,22 @@ def table(results: list[Result], clean_s: float) -> str:
 
 
 def main() -> int:
-    global K8S
+    global K8S, SLURM_CLUSTER
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="comma-separated case names (the clean run always runs)")
     ap.add_argument("--keep", type=Path, help="work here and keep the folders (default: a temporary folder)")
     ap.add_argument("--k8s", action="store_true", help="also the Kubernetes cases, on the local test cluster")
+    ap.add_argument("--slurm", action="store_true", help="also the Slurm cases, on the local Slurm test cluster")
     args = ap.parse_args()
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    every = CASES + K8S_CASES
+    every = CASES + K8S_CASES + SLURM_CASES
     unknown = only - {c.name for c in every}
     if unknown:
         print(f"faults: error: unknown case(s) {', '.join(sorted(unknown))}: choose from "
               f"{', '.join(c.name for c in every)}", file=sys.stderr)
         return 2
     k8s = args.k8s or any(n.startswith("k8s-") for n in only)
+    slurm = args.slurm or any(n.startswith("slurm-") for n in only)
     root = args.keep or Path(tempfile.mkdtemp(prefix="hta-faults-"))
     root.mkdir(parents=True, exist_ok=True)
     bench = Bench(root)
@@ -851,12 +1114,36 @@ def main() -> int:
             K8S.down()
         print("\nKubernetes (local test cluster):\n")
         print(table(k8s_results, bench.clean_s))
-    print(f"\n{len(results) + len(k8s_results)} runs in {time.time() - t0:.0f} s on {os.cpu_count()} cores; bound "
-          f"per case {BOUND_FACTOR:g}× the clean run ({local_clean_s:.0f} s"
-          + (f"; on Kubernetes {bench.clean_s:.0f} s" if k8s else "") + f") + {BOUND_PLUS_S:g} s")
+    k8s_clean_s = bench.clean_s
+    slurm_results: list[Result] = []
+    if slurm:
+        state = Path(tempfile.mkdtemp(prefix="hta-faults-slurm-", dir="/tmp"))
+        state.chmod(0o755)  # munged reaches its socket through it
+        SLURM_CLUSTER = SlurmCluster(state / "cluster")
+        try:
+            SLURM_CLUSTER.up()
+            slurm_results.append(slurm_clean(bench))
+            print(f"slurm clean run: {bench.clean_s:.1f} s", file=sys.stderr)
+            for case in SLURM_CASES:
+                if (only and case.name not in only) or not slurm_results[0].ok:
+                    continue
+                r = run_case(bench, case)
+                SLURM_CLUSTER.clear()
+                slurm_results.append(r)
+                print(f"{case.name}: {'ok' if r.ok else 'FAILED: ' + '; '.join(r.problems)} ({r.seconds:.0f} s)",
+                      file=sys.stderr)
+        finally:
+            SLURM_CLUSTER.down()
+            shutil.rmtree(state, ignore_errors=True)
+        print("\nSlurm (local Slurm test cluster):\n")
+        print(table(slurm_results, bench.clean_s))
+    print(f"\n{len(results) + len(k8s_results) + len(slurm_results)} runs in {time.time() - t0:.0f} s on "
+          f"{os.cpu_count()} cores; bound per case {BOUND_FACTOR:g}× the clean run ({local_clean_s:.0f} s"
+          + (f"; on Kubernetes {k8s_clean_s:.0f} s" if k8s else "")
+          + (f"; on Slurm {bench.clean_s:.0f} s" if slurm else "") + f") + {BOUND_PLUS_S:g} s")
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
-    return 0 if all(r.ok for r in results + k8s_results) else 1
+    return 0 if all(r.ok for r in results + k8s_results + slurm_results) else 1
 
 
 if __name__ == "__main__":

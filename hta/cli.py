@@ -82,7 +82,8 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
     place, :class:`hta.submit.options.MakeflowOptions`: here they are only shown in the help, and a
     flag not given is left out, so that a config file or the environment can set it."""
     p.add_argument("--backend", default="local",
-                   help="where workers run: local processes (local, the default) or Kubernetes pods (k8s)")
+                   help="where workers run: local processes (local, the default), Kubernetes pods (k8s) or Slurm "
+                        "batch jobs (slurm)")
     k = p.add_argument_group("Kubernetes backend")
     k.add_argument("--kubeconfig", default=None, metavar="FILE",
                    help="default: in-cluster config in a pod, else $KUBECONFIG or ~/.kube/config")
@@ -95,9 +96,20 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
     k.add_argument("--worker-start-timeout", type=_seconds("--worker-start-timeout", 1), default=None, metavar="S",
                    help="end the run when no worker pod could start (unschedulable, image not pulled, worker not "
                         "reaching the master) for this long (default: 300 s)")
+    sl = p.add_argument_group("Slurm backend", "each worker is a batch job (sbatch); --master-host and "
+                                               "--worker-start-timeout apply too")
+    sl.add_argument("--partition", default=None, help="partition of the worker jobs (default: the cluster's)")
+    sl.add_argument("--account", default=None, help="account to charge the worker jobs to")
+    sl.add_argument("--qos", default=None, help="quality of service of the worker jobs")
+    sl.add_argument("--time-limit", default=None, metavar="TIME",
+                    help="each worker job's time limit, as sbatch --time takes it (30, 2:00:00, 1-12); a worker "
+                         "Slurm ends at it is lost and its tasks run again")
+    sl.add_argument("--sbatch-args", default=None, metavar="ARGS",
+                    help="more sbatch arguments for every worker job, as shell words (\"--constraint=skylake "
+                         "--exclusive\")")
     p.add_argument("--port", type=_positive_int("--port", 0), default=None,
-                   help="master port (default: any free port locally, 9123 on Kubernetes so a restarted "
-                        "HTA's pods find their master again)")
+                   help="master port (default: any free port locally, 9123 on Kubernetes and one fixed by the "
+                        "workflow's path on Slurm, so a restarted HTA's workers find their master again)")
     p.add_argument("--policy", default="hta", help="scaling policy (default: hta)")
     p.add_argument("--min-workers", type=_positive_int("--min-workers", 0), default=0)
     p.add_argument("--max-workers", type=_positive_int("--max-workers"), default=4)

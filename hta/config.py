@@ -53,6 +53,11 @@ KEYS: dict[str, tuple[str, str]] = {
     "master-host": ("backend", "master_host"),
     "host-network": ("backend", "host_network"),
     "worker-start-timeout": ("backend", "start_timeout_s"),
+    "partition": ("backend", "partition"),
+    "account": ("backend", "account"),
+    "qos": ("backend", "qos"),
+    "time-limit": ("backend", "time_limit"),
+    "sbatch-args": ("backend", "sbatch_args"),
 }
 
 

@@ -3,8 +3,9 @@
 #   - Debian packages: CCTools (makeflow, work_queue_worker, resource_monitor,
 #     the work_queue Python module), openmpi-bin (makeflow aborts in MPI_Init
 #     without it), the real workloads the CSS tests run (stress-ng, fio) and
-#     bpftrace (one of CSS's futex monitors), and chromium (the live page's test runs
-#     it headless).
+#     bpftrace (one of CSS's futex monitors), chromium (the live page's test runs
+#     it headless), and Slurm with munge (slurm-wlm: slurmctld, slurmd and the client
+#     commands the Slurm backend and testcluster/slurm use).
 #   - The project venv at .venv with `pip install -e .[test]`.
 #   - Debian's work_queue module made importable in the venv through a .pth
 #     file naming a folder of symlinks (not all of dist-packages).
@@ -17,7 +18,7 @@ cd "$root"
 say() { echo "[setup] $*" >&2; }
 
 # --- Debian packages -------------------------------------------------------
-debs=(coop-computing-tools python3-workqueue openmpi-bin stress-ng fio bpftrace chromium)
+debs=(coop-computing-tools python3-workqueue openmpi-bin stress-ng fio bpftrace chromium slurm-wlm munge)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -44,7 +44,7 @@ def test_toml_and_the_printed_configuration_is_a_valid_config_file(tmp_path: Pat
 @pytest.mark.parametrize("text,suffix,needle", [
     ("max_workrs: 3\n", ".yaml", "unknown key 'max_workrs' in the config file"),
     ("max_workrs: 3\n", ".yaml", "did you mean 'max-workers'?"),
-    ("colour: blue\n", ".yaml", "allowed keys are backend, "),
+    ("colour: blue\n", ".yaml", "allowed keys are account, backend, "),
     ("max-workers: 8\n  policy: hta\n", ".yaml", "(mapping values are not allowed here at line 2, column 9)"),
     ("a: 1\n---\nb: 2\n", ".yaml", "(expected a single document in the stream, but found another document at "
                                   "line 2, column 1)"),

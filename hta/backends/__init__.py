@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import shlex
 import time
 from pathlib import Path
 
@@ -40,6 +41,31 @@ class BackendOptions(BaseModel):
     #: end the run when no worker pod could start (unschedulable, image not pulled, worker
     #: not reaching the master) for this long (None: $HTA_K8S_START_TIMEOUT_S, else 300 s)
     start_timeout_s: float | None = Field(None, gt=0)
+    # -- Slurm (each worker a batch job; None: the cluster's default)
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    #: each worker job's time limit, in sbatch's --time forms (``MM``, ``HH:MM:SS``, ``D-HH``)
+    time_limit: str | None = None
+    #: more sbatch arguments for every worker job (shell words in one string, or a list)
+    sbatch_args: list[str] = Field(default_factory=list)
+
+    @field_validator("time_limit")
+    @classmethod
+    def _time_limit(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"(\d+-)?\d+(:\d+){0,2}|\d+-\d+|UNLIMITED|INFINITE", v.strip()):
+            raise ValueError("not a Slurm time limit: minutes (30), HH:MM:SS (2:00:00), D-HH (1-12) or UNLIMITED")
+        return None if v is None else v.strip()
+
+    @field_validator("sbatch_args", mode="before")
+    @classmethod
+    def _sbatch_args(cls, v: object) -> object:
+        if isinstance(v, str):
+            try:
+                return shlex.split(v)
+            except ValueError as exc:
+                raise ValueError(f"not shell words ({exc}): quote them as a shell would") from None
+        return v
 
     @field_validator("namespace")
     @classmethod
@@ -62,6 +88,7 @@ class RunContext(BaseModel):
 BACKENDS: dict[str, str] = {
     "local": "hta.backends.local:from_options",
     "k8s": "k8s.backend:from_options",
+    "slurm": "hta.backends.slurm:from_options",
 }
 
 

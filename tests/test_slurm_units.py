@@ -1,0 +1,109 @@
+"""The Slurm backend's parsing and command lines, without a cluster: squeue and sbatch output as
+Slurm 22.05 prints it (captured from the test cluster), the job's latency phases, the options."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from hta.backends import BackendOptions
+from hta.backends.slurm.backend import Job, SlurmBackend, permanent, port_for, run_id_for
+from hta.backends.slurm.commands import (
+    SlurmError,
+    batch_script,
+    error_line,
+    hint,
+    parse_sbatch,
+    parse_squeue,
+    sbatch_argv,
+    slurm_time,
+)
+from hta.model import Resources
+
+# squeue --me --noheader --states=all --format='%i|%j|%T|%r|%N|%V|%S|%l|%k' on the test cluster
+SQUEUE = """\
+7|hta-06b4c-1|RUNNING|None|s1|2026-11-28T18:59:10|2026-11-28T18:59:11|UNLIMITED|hta.run=06b4c worker=127.0.0.1:52206
+8|hta-06b4c-2|CONFIGURING|None|c1|2026-11-28T18:59:10|2026-11-28T18:59:12|UNLIMITED|hta.run=06b4c
+9|hta-06b4c-3|PENDING|PartitionTimeLimit||2026-11-28T18:59:10|N/A|2-00:00:00|hta.run=06b4c
+10|hta-06b4c-4|TIMEOUT|TimeLimit|s2|2026-11-28T18:59:10|2026-11-28T18:59:11|1:00|hta.run=06b4c worker=127.0.0.1:52210
+11|wrap|COMPLETED|None|s1|2026-11-28T18:52:29|2026-11-28T18:52:31|UNLIMITED|(null)
+garbage line
+"""
+
+
+def test_squeue_lines_become_jobs_with_their_state_times_and_worker():
+    jobs = {j.job_id: j for j in parse_squeue(SQUEUE)}
+    assert set(jobs) == {"7", "8", "9", "10", "11"}
+    run, boot, never, timeout, other = (jobs[i] for i in ("7", "8", "9", "10", "11"))
+    assert run.running and not run.waiting and run.worker_address == "127.0.0.1:52206" and run.nodes == "s1"
+    assert boot.waiting and boot.worker_address is None and boot.start_at == slurm_time("2026-11-28T18:59:12")
+    assert never.waiting and never.start_at is None and never.nodes == "" and never.never_starts() == "PartitionTimeLimit"
+    assert boot.never_starts() is None and run.never_starts() is None
+    assert timeout.finished and timeout.time_limit == "1:00"
+    assert other.comment == "" and other.finished
+    assert run.submitted_at is not None and run.start_at is not None and run.start_at - run.submitted_at == 1.0
+
+
+def test_sbatch_job_id_and_error_lines():
+    assert parse_sbatch("42\n") == "42" and parse_sbatch("42;cluster\n") == "42"
+    with pytest.raises(SlurmError):
+        parse_sbatch("")
+    # sbatch --test-only and a real submission say the same failure in two ways
+    assert error_line("sbatch: error: invalid partition specified: nosuch\n"
+                      "allocation failure: Invalid partition name specified\n") == "invalid partition specified: nosuch"
+    assert error_line("allocation failure: Unable to contact slurm controller (connect failure)\n") == \
+        "Unable to contact slurm controller (connect failure)"
+    assert error_line("sbatch: error: Batch job submission failed: Requested node configuration is not available") \
+        == "Requested node configuration is not available"
+    assert "start slurmctld" in hint("Unable to contact slurm controller (connect failure)")
+    assert "--partition" in hint("invalid partition specified: nosuch")
+    assert "--worker-cores" in hint("Requested node configuration is not available")
+    assert permanent("Requested node configuration is not available") and permanent("Invalid partition name specified")
+    assert not permanent("Unable to contact slurm controller (connect failure)")  # may come back: asked again
+
+
+def test_sbatch_command_line_carries_every_option_and_never_requeues(tmp_path: Path):
+    argv = sbatch_argv(name="hta-x-1", comment="hta.run=x", cores=3, memory_mb=2048, output=tmp_path / "o.log",
+                       partition="p", account="a", qos="q", time_limit="30", extra=["--constraint=fast"])
+    assert argv[:2] == ["sbatch", "--parsable"]
+    for want in ("--job-name=hta-x-1", "--comment=hta.run=x", "--cpus-per-task=3", "--mem=2048M", "--no-requeue",
+                 "--partition=p", "--account=a", "--qos=q", "--time=30", "--constraint=fast", "--nodes=1"):
+        assert want in argv
+    assert "--partition" not in " ".join(sbatch_argv(name="n", comment="c", cores=1, memory_mb=1, output=tmp_path))
+    script = batch_script("/venv/bin/python", 9300, "hta.run=x", ["/venv/bin/hta", "worker", "--master=h:9300"])
+    assert script.startswith("#!/bin/sh\n")
+    exec_line = script.splitlines()[-1]
+    assert shlex.split(exec_line) == ["exec", "/venv/bin/python", "-m", "hta.backends.slurm.job", "--port=9300",
+                                      "--comment=hta.run=x", "--", "/venv/bin/hta", "worker", "--master=h:9300"]
+
+
+def test_run_id_and_port_are_stable_per_workflow_and_differ_between_workflows(tmp_path: Path):
+    a, b = tmp_path / "a" / "Makeflow", tmp_path / "b" / "Makeflow"
+    assert run_id_for(a) == run_id_for(a) != run_id_for(b)
+    assert 9200 <= port_for(run_id_for(a)) < 9900
+
+
+def test_latency_phases_add_up_and_stay_in_order():
+    b = SlurmBackend(run_id="r", epoch=1000.0, run_dir=Path("/nonexistent"))
+    # asked at t=1, given a cloud node at t=3 (Unix 1003), the node booted and the script began at t=20
+    job = Job("hta-r-1", Resources(cores=1), 1.0, "5", allocated_at=1003.0, began_at=1020.0)
+    ph = b.phases(job, 24.5)
+    assert ph == {"pending": 2.0, "resume": 17.0, "start": 4.5, "node": 19.0}
+    assert ph["pending"] + ph["resume"] + ph["start"] == pytest.approx(24.5 - 1.0)
+    # Slurm's whole seconds may read before the request: clamped, never negative
+    early = Job("hta-r-2", Resources(cores=1), 1.4, "6", allocated_at=1001.0, began_at=1001.0)
+    assert b.phases(early, 3.0) == {"pending": 0.0, "resume": 0.0, "start": 1.6, "node": 0.0}
+
+
+def test_slurm_options_are_validated_where_they_come_in():
+    o = BackendOptions(partition="p", time_limit=" 1-12 ", sbatch_args="--constraint='a b' --exclusive")
+    assert o.time_limit == "1-12" and o.sbatch_args == ["--constraint=a b", "--exclusive"]
+    for ok in ("30", "2:00:00", "1-12", "1-12:30:00", "UNLIMITED"):
+        assert BackendOptions(time_limit=ok).time_limit == ok
+    for bad in ("3h", "soon", "1:2:3:4"):
+        with pytest.raises(ValueError, match="not a Slurm time limit"):
+            BackendOptions(time_limit=bad)
+    with pytest.raises(ValueError, match="not shell words"):
+        BackendOptions(sbatch_args="'unclosed")
