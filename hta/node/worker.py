@@ -81,6 +81,8 @@ class WorkerOptions:
     css_log: Path | None = None
     css_interval_s: float = 5.0
     css_dry_run: bool = False
+    #: keep CSS's plan only while it measurably helps (hta.node.css.guard)
+    css_guard: bool = True
     parent_death: bool = False
     extra: tuple[str, ...] = ()
 
@@ -167,7 +169,7 @@ def run(o: WorkerOptions) -> int:
 
             daemon = CSSDaemon(Targets(worker_pid=proc.pid),
                                CSSConfig(interval_s=o.css_interval_s, backend=o.css_backend,
-                                         dry_run=o.css_dry_run, log_path=o.css_log,
+                                         dry_run=o.css_dry_run, log_path=o.css_log, guard=o.css_guard,
                                          cores=sorted(os.sched_getaffinity(0))))
             daemon.start_thread()
         except OSError as exc:

@@ -11,7 +11,9 @@ Execute: a cgroup container is pinned through its ``cpuset.cpus`` when that
 file is writable (v1 or v2); a process tree through ``sched_setaffinity`` on
 every thread, each interval (new threads inherit only their creator's mask).
 With ``dry_run`` it decides and logs without pinning. The decision log
-(JSON Lines) holds one record per container per interval.
+(JSON Lines) holds one record per container per interval, and one per trial of the
+plan against the kernel's scheduling (:mod:`hta.node.css.guard`: the plan is applied
+only while it measurably helps; ``guard=False`` applies it always, as the paper does).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import psutil
 
+from hta.node.css.guard import PlanGuard
 from hta.node.css.monitor import LAMBDA, FutexMonitor, choose
 from hta.node.css.plan import classify, ctbra
 
@@ -42,6 +45,10 @@ class CSSConfig:
     dry_run: bool = False
     cores: list[int] | None = None  # the cores to share (default: this process's affinity)
     log_path: Path | None = None
+    #: keep the plan only while it measurably helps (:mod:`hta.node.css.guard`)
+    guard: bool = True
+    #: the guard's epoch (None: three management intervals)
+    epoch_s: float | None = None
 
 
 @dataclass
@@ -201,8 +208,11 @@ class CSSDaemon:
         self._log = open(config.log_path, "a", encoding="utf-8") if config.log_path else None
         self._last_clean = time.monotonic()
         self.cpu_seconds = 0.0
-        log.info("CSS: backend %s, λ=%g, μ=%d, cores %s, interval %gs, cleaning %gs%s", self.monitor.name,
+        epoch = config.epoch_s or 3 * config.interval_s
+        self.guard = PlanGuard(epoch) if config.guard else None
+        log.info("CSS: backend %s, λ=%g, μ=%d, cores %s, interval %gs, cleaning %gs, %s%s", self.monitor.name,
                  self.lam, config.mu, self.cores, config.interval_s, config.cleaning_s,
+                 f"plan kept only while it helps (trial epochs of {epoch:g}s)" if self.guard else "plan always applied",
                  " (dry run)" if config.dry_run else "")
 
     def step(self) -> list[dict]:
@@ -215,8 +225,21 @@ class CSSDaemon:
         plan = ctbra(kinds, self.cores, self.config.mu)
         now = time.time()
         out = []
+        applied = True
+        if self.guard is not None:
+            mix = (sum(1 for k in kinds.values() if k == "io"), sum(1 for k in kinds.values() if k == "cpu"))
+            applied, verdict = self.guard.step(containers, mix)
+            if verdict is not None:
+                choice = "plan kept" if verdict.keep else "kernel scheduling"
+                log.info("CSS trial: %s (progress under the plan %+.1f%%, noise %.1f%%, %d tasks)", choice,
+                         100 * verdict.gain, 100 * verdict.noise, verdict.tasks)
+                rec = {"time": round(now, 3), "trial": choice, "gain": verdict.gain, "noise": verdict.noise,
+                       "tasks": verdict.tasks}
+                out.append(rec)
+                if self._log:
+                    self._log.write(json.dumps(rec) + "\n")
         for c in sorted(containers):
-            cpus = plan.get(c, self.cores)
+            cpus = plan.get(c, self.cores) if applied else self.cores
             how = "dry-run"
             if not self.config.dry_run:
                 if c in cgroups and pin_cgroup(cgroups[c], cpus):
@@ -225,7 +248,8 @@ class CSSDaemon:
                     pin_tree(containers[c], cpus)
                     how = "affinity"
             rec = {"time": round(now, 3), "container": c, "futex": futex[c], "class": kinds[c], "cpus": cpus,
-                   "backend": self.monitor.name, "pinned_by": how, "processes": len(containers[c])}
+                   "backend": self.monitor.name, "pinned_by": how, "processes": len(containers[c]),
+                   "plan": applied}
             out.append(rec)
             if self._log:
                 self._log.write(json.dumps(rec) + "\n")
