@@ -3,6 +3,8 @@ simulator its workers run to completion (none is ever taken away while it runs a
 
 from __future__ import annotations
 
+import pytest
+
 from hta.model import LatencyStats, Observation, PendingWorker, Resources, RunningTask, TaskGroup, WorkerInfo
 from hta.policies import make_policy
 from hta.policies.keda_job import KEDAJobPolicy, jobs_to_create
@@ -56,6 +58,18 @@ def test_accurate_strategy():
     assert jobs_to_create(4, 1, 3, 2, 100, strategy="accurate") == 2
     p = KEDAJobPolicy(tasks_per_job=1, strategy="accurate")
     assert p.decide(obs(workers=3, pending=2, waiting=4, running=3)).add == 2  # running tasks not in its queue
+
+
+def test_eager_strategy():
+    # every free slot up to maxScale: min(max − running − pending, maxScale); KEDA's running
+    # count holds the pending jobs too, so they come off twice
+    assert jobs_to_create(10, 1, 5, 2, 12, strategy="eager") == 5
+    assert jobs_to_create(3, 1, 5, 0, 12, strategy="eager") == 3
+    assert jobs_to_create(10, 1, 12, 0, 12, strategy="eager") == 0
+    p = KEDAJobPolicy(tasks_per_job=1, strategy="eager")
+    assert p.decide(obs(workers=3, pending=2, waiting=4, running=3)).add == 4  # running tasks not in its queue
+    with pytest.raises(ValueError, match="default, accurate or eager"):
+        KEDAJobPolicy(strategy="custom")
 
 
 def test_spec_settings_and_worker_lifetime():

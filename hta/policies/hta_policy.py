@@ -24,6 +24,7 @@ from typing import Literal
 from hta.estimator import EstimatorOptions, QueueDrainEstimator
 from hta.model import Observation, Resources, ScaleDecision
 from hta.plural import counted
+from hta.policies.pod_split import learned_split, pods_too_small
 from hta.policies.settings import configure
 
 #: HTA's two named presets beside its default, as settings in the ``hta:key=value`` form
@@ -165,58 +166,16 @@ class HTAPolicy:
 
     def _split(self, obs: Observation, left: list, too_small: list[str]) -> int:
         """Into how many equal workers a node is cut for this purchase (1: a whole node):
-        the most that still hold one of each measured task left at the horizon; never-measured
-        ones (a whole worker each) allow ``probe_split``. Where the master allocates a measured
-        task its category's peak, a measured task that still takes a whole worker was retried
-        after going over its allocation and needs a whole node; where it does not (makeflow
-        without ``--allocation``, ``obs.auto_allocation`` false), every task that declares
-        nothing takes a whole worker, and a pod of its category's peak is the worker it fits.
-        A task given its request must fit what the pod's worker advertises, whole cores
-        (``Resources.advertised``): halves of a 3-core node connect with 1 core each, so a
-        1.2-core task needs a whole node; a whole-worker task runs on the pod's quota."""
+        :func:`~hta.policies.pod_split.learned_split` over what still waits at the horizon."""
         if self.worker_shape != "learned" or not left or too_small:
             return 1  # (pods idle while tasks wait: what waits needs more than a pod)
-        measured = {name: m.peak for name, m in obs.categories.items() if m.samples > 0}
-        if any(g.whole_worker and (g.category in self._needs_node or (obs.auto_allocation and g.category in measured))
-               for g in [*left, *obs.waiting]):
-            return 1
-        # (request, held to the pod's quota): a whole-worker task may use the pod's CPU limit;
-        # a task given its request fits the whole cores the pod's worker advertises
-        sized = [(g.request, False) if not g.whole_worker else (measured[g.category], True)
-                 for g in left if not g.whole_worker or g.category in measured]
-        node = obs.worker_shape
-
-        def holds(k: int) -> bool:
-            part = node.split(k)
-            told = part.advertised()
-            return all(r.cores <= (part.cores if quota else told.cores) + 1e-9  # (memory has no quota to borrow)
-                       and r.memory_mb <= told.memory_mb + 1e-9 and r.disk_mb <= part.disk_mb + 1e-9
-                       for r, quota in sized)
-
-        k = max(1, int(node.cores + 1e-9))
-        while k > 1 and not holds(k):
-            k -= 1
-        if len(sized) < len(left):  # never-measured tasks left
-            k = min(k, max(1, self.probe_split))
-        return k
+        return learned_split(obs, left, self.probe_split, self._needs_node)
 
     def _too_small(self, obs: Observation, latency: float) -> list[str]:
-        """Learned shapes only: pods smaller than a node idle for a whole check while tasks
-        wait — none of those tasks fits them (else the master would have given them one),
-        and they hold a share of the cap a larger worker needs. A pod that a waiting task's
-        declared request fits is only not served yet: a loaded master had not dispatched to
-        pods that had just connected when the check (0.1 s in the replay's k = 50) was over,
-        and draining them for it bought them again a moment later, on new nodes. Unless it
-        stays unserved for a whole preparation latency: then the master will not give it
-        what waits, whatever the requests say, and its share of the cap goes to a node."""
-        if self.worker_shape != "learned" or not obs.waiting:
+        """Learned shapes only: :func:`~hta.policies.pod_split.pods_too_small`."""
+        if self.worker_shape != "learned":
             return []
-        node = obs.worker_shape
-        declared = {g.request for g in obs.waiting if not g.whole_worker}
-        # (a pod that has not told its cores yet, 0, is not known to be small)
-        return sorted(w.id for w in obs.workers if w.idle and 0 < w.capacity.cores < node.cores - 1e-9
-                      and w.idle_since is not None and obs.time - w.idle_since >= self.check_s
-                      and (obs.time - w.idle_since >= latency or not any(r.fits_in(w.capacity) for r in declared)))
+        return pods_too_small(obs, latency, self.check_s)
 
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)

@@ -23,6 +23,10 @@ https://keda.sh/docs/latest/concepts/scaling-jobs/) and to its job executor
   ``strategy=accurate`` reads waiting tasks only and creates
   ``maxReplicaCount − running`` if ``maxScale + running > maxReplicaCount``,
   else ``maxScale − pendingJobCount`` (pending: workers not connected yet).
+  ``strategy=eager`` reads waiting tasks only too and creates ``min(maxReplicaCount −
+  runningJobCount − pendingJobCount, maxScale)``: every free slot up to the maximum, at
+  once (``eagerScalingStrategy``; KEDA's running count includes the pending jobs, so
+  they are subtracted twice, as there).
 - ``maxReplicaCount`` (``max_replicas``, KEDA's default 100; the cluster's cap
   applies too), ``minReplicaCount`` (``min_replicas``, default 0: while fewer
   jobs run, ``min − running`` are created); jobs are created only while the
@@ -44,6 +48,8 @@ from hta.policies.base import WorkerLifetime
 #: KEDA's defaults
 POLLING_INTERVAL_S = 30.0
 MAX_REPLICA_COUNT = 100
+#: scalingStrategy.strategy values emulated ("custom" is not)
+STRATEGIES = ("default", "accurate", "eager")
 
 
 def jobs_to_create(queue_length: int, tasks_per_job: int, running_jobs: int, pending_jobs: int,
@@ -57,6 +63,8 @@ def jobs_to_create(queue_length: int, tasks_per_job: int, running_jobs: int, pen
     running = running_jobs - min_replicas
     if strategy == "accurate":
         n = max_replicas - running if max_scale + running > max_replicas else max_scale - pending_jobs
+    elif strategy == "eager":
+        n = min(max_replicas - running - pending_jobs, max_scale)
     else:
         n = max_scale - running
     return max(0, n)
@@ -75,13 +83,13 @@ class KEDAJobPolicy:
     min_replicas: int = 0
     #: a job's worker completes after this long without a task (``work_queue_worker -t``)
     idle_timeout_s: float = 60.0
-    #: scalingStrategy.strategy: "default" or "accurate"
+    #: scalingStrategy.strategy: "default", "accurate" or "eager"
     strategy: str = "default"
 
     def __post_init__(self) -> None:
         self.name = self.name or (f"keda-job-{self.tasks_per_job}" if self.tasks_per_job != 1 else "keda-job")
-        if self.strategy not in ("default", "accurate"):
-            raise ValueError(f"keda-job: strategy must be default or accurate, not {self.strategy!r}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"keda-job: strategy must be default, accurate or eager, not {self.strategy!r}")
 
     @property
     def worker_lifetime(self) -> WorkerLifetime:

@@ -17,6 +17,7 @@ from hta.policies.keda import KEDAScaledObjectPolicy
 from hta.policies.keda_job import KEDAJobPolicy
 from hta.policies.max_then_drain import MaxThenDrainPolicy
 from hta.policies.observe import ObservePolicy
+from hta.policies.pod_shape import PodShaped
 from hta.policies.settings import configure
 from hta.policies.static import StaticPolicy
 from hta.policies.time_scale import TimeScaled
@@ -65,6 +66,7 @@ def policy_names() -> list[str]:
     return ["hta", "hta-time", "hta-cost", "hpa-<cpu target %>", "keda-job[-<tasks per job>] (ScaledJob)",
             "keda-<tasks per pod> (ScaledObject: deletes busy pods)", "factory", "static", "max-then-drain",
             "observe", *sorted(_entry_points()), "<policy>:<setting>=<value>,...", "<policy>@<time scale k>",
+            "<policy>[pods=<k>|learned]",
             "<module>:<callable>[:<setting>=<value>,...]"]
 
 
@@ -121,7 +123,16 @@ def make_policy(spec: str) -> Policy:
     ``"mypkg.mymod:make_policy:key=value,..."`` (fields of the returned dataclass, as above).
     A name a package registers in the ``hta.policies`` entry-point group works like a
     built-in one (``"mypolicy"``, ``"mypolicy:key=value"``). Every failure (no such module,
-    no such callable, not a Policy, an error inside it) is a one-line ValueError."""
+    no such callable, not a Policy, an error inside it) is a one-line ValueError.
+
+    ``"POLICY[pods=K]"`` gives POLICY workers of 1/K of a node, ``"POLICY[pods=learned]"``
+    pods cut as HTA's default would for the tasks that wait (:mod:`hta.policies.pod_shape`)."""
+    if spec.endswith("]") and "[pods=" in spec:
+        base, _, pods = spec[:-1].rpartition("[pods=")
+        if pods != "learned" and not (pods.isdigit() and int(pods) >= 1):
+            raise ValueError(f"policy {spec!r}: [pods=K] needs a whole number ≥ 1 or 'learned', e.g. "
+                             f"max-then-drain[pods=3]")
+        return PodShaped(make_policy(base), pods if pods == "learned" else int(pods))
     if "@" in spec:
         base, _, k = spec.rpartition("@")
         try:
