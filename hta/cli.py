@@ -215,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="node preparation latency, mean (default: the thesis's GKE measurement)")
     s.add_argument("--latency-sd", type=_seconds("--latency-sd", 0), default=4.2, metavar="S")
     s.add_argument("--pull", type=_seconds("--pull", 0), default=0.0, metavar="S", help="image pull time")
+    s.add_argument("--costs", choices=["none", "measured"], default="none",
+                   help="what pods and nodes cost besides the latency: none (default, the thesis's world) or "
+                        "measured (a pod's start on a node, input transfers with Work Queue's cache, the "
+                        "cluster-autoscaler's 10 min empty-node hold; hta/sim/costs.py)")
     s.set_defaults(func=cmd_simulate)
 
     r = sub.add_parser("report", help="report what the autoscaler did, from scaling logs",
@@ -446,6 +450,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     from hta.sim.cluster import ClusterModel
     from hta.sim.compare import compare, print_comparison
+    from hta.sim.costs import COSTS
     from hta.sim.workload import WorkloadError
 
     if args.start_nodes > args.max_nodes:
@@ -456,7 +461,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise UsageError(f"workflow file {str(args.workflow)!r} not found: give a WfCommons JSON instance")
     cluster = ClusterModel(max_nodes=args.max_nodes, start_nodes=args.start_nodes, node_cores=args.node_cores,
                            node_memory_mb=args.node_memory, latency_mean_s=args.latency_mean,
-                           latency_sd_s=args.latency_sd, pull_s=args.pull)
+                           latency_sd_s=args.latency_sd, pull_s=args.pull, **COSTS[args.costs].cluster_update())
     policies = split_policies(args.policies)
     if not policies:
         raise UsageError("--policies is empty: name at least one, e.g. --policies hta,hpa-20")

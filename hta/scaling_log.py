@@ -99,6 +99,16 @@ class WorkerRecord(BaseModel):
     node: str | None = None
 
 
+class NodeRecord(BaseModel):
+    """A node went, after its last worker: a node kept empty meanwhile (the cluster
+    autoscaler's ``scale-down-unneeded-time``) is paid until then (``summary.paid_intervals``)."""
+
+    kind: Literal["node"] = "node"
+    t: float
+    #: the node as worker records name it
+    node: str
+
+
 class CategoriesRecord(BaseModel):
     kind: Literal["categories"] = "categories"
     t: float
@@ -122,7 +132,7 @@ class EndRecord(BaseModel):
 
 
 Record = Annotated[
-    Union[RunRecord, ObservationRecord, DecisionRecord, WorkerRecord, CategoriesRecord, EndRecord],
+    Union[RunRecord, ObservationRecord, DecisionRecord, WorkerRecord, NodeRecord, CategoriesRecord, EndRecord],
     Field(discriminator="kind"),
 ]
 RECORD = TypeAdapter(Record)

@@ -17,6 +17,7 @@ from hta.scaling_log import (
     CategoriesRecord,
     DecisionRecord,
     EndRecord,
+    NodeRecord,
     ObservationRecord,
     RunRecord,
     ScalingLogWriter,
@@ -84,8 +85,8 @@ class RunSummary(BaseModel):
     categories: dict[str, CategoryModel] = {}
 
 
-def paid_intervals(workers: list[WorkerRecord],
-                   node_cores: float | None = None) -> list[tuple[float, float | None, float]]:
+def paid_intervals(workers: list[WorkerRecord], node_cores: float | None = None,
+                   nodes_gone: dict[str, float] | None = None) -> list[tuple[float, float | None, float]]:
     """When each node was paid for, and what share of it: (start, stop or None, share).
 
     A worker's node is paid from the moment it was asked for until it went. Workers that
@@ -95,7 +96,9 @@ def paid_intervals(workers: list[WorkerRecord],
     nothing. A worker with no node named is a node of its own, or, given ``node_cores``
     (the local backend's, where no worker names a node) and smaller than that node (HTA's
     learned shapes cut it into 1/k-node workers), its share of one by cores: two
-    half-node workers for a minute pay one node·minute, as they would packed on one node."""
+    half-node workers for a minute pay one node·minute, as they would packed on one node.
+    A node that outlived its last worker (kept empty: ``nodes_gone``, from node records)
+    is paid until it went."""
     asked: dict[str, float] = {}
     gone: dict[str, float] = {}
     node_of: dict[str, str] = {}
@@ -122,6 +125,11 @@ def paid_intervals(workers: list[WorkerRecord],
             continue
         s0, s1, _ = spans[key]
         spans[key] = (min(s0, t0), None if s1 is None or t1 is None else max(s1, t1), 1.0)
+    for key, t in (nodes_gone or {}).items():
+        if key in spans:
+            s0, s1, share = spans[key]
+            if s1 is not None:
+                spans[key] = (s0, max(s1, t), share)
     return list(spans.values())
 
 
@@ -161,7 +169,8 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
     during, teardown = split_totals(samples, ended, t_end)
 
     # (a local worker is a share of a node; a pod with no node named never got one: whole)
-    intervals = paid_intervals(workers, run.worker_shape.cores if run.backend == "local" else None)
+    nodes_gone = {r.node: r.t for r in records if isinstance(r, NodeRecord)}
+    intervals = paid_intervals(workers, run.worker_shape.cores if run.backend == "local" else None, nodes_gone)
     node_s = node_seconds(intervals, t_end)
 
     connected = [w for w in workers if w.event == "connected"]

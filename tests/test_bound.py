@@ -27,7 +27,10 @@ from hta.sim.run import Simulation
 from hta.sim.workload import SimTask, Workload, WorkloadError, parse_wfformat, topological_order
 
 POLICIES = ["observe", "static", "max-then-drain", "hta", "factory", "hpa-20", "keda-2", "hta-cost",
-            "hta:worker_shape=node", "hta-time:worker_shape=node", "hta:probe_split=1", "hta-time"]
+            "hta:worker_shape=node", "hta-time:worker_shape=node", "hta:probe_split=1", "hta-time",
+            # rivals on pods as HTA's default cuts nodes (the bound's domain: workers of at
+            # least one core; a 1-core pod never runs a task that declares more)
+            "max-then-drain[pods=learned]", "keda-job-1[pods=learned]", "factory[pods=learned]"]
 
 
 def random_workload(rng: random.Random) -> Workload:
@@ -48,9 +51,10 @@ def random_workload(rng: random.Random) -> Workload:
         for i in range(width):
             tid = f"s{s}_{i}"
             own = parents if rng.random() < 0.8 else parents[:1]
+            files = rng.choice([(), (), (("db", 300.0),), (("db", 300.0), (tid, 20.0))])
             tasks.append(SimTask(tid, cat, runtime_s=round(rng.uniform(1, 120), 2), cores=rng.choice([1, 1, 2, 3]),
                                  memory_mb=rng.choice([100, 512, 4000]), cpu_util=rng.uniform(0.1, 1.0),
-                                 parents=sorted(set(own))))
+                                 parents=sorted(set(own)), inputs=files, output_mb=rng.choice([0.0, 5.0])))
             ids.append(tid)
         stages.append(ids)
     return Workload("random", tasks, declared=rng.random() < 0.3)
@@ -62,7 +66,9 @@ def random_cluster(rng: random.Random) -> ClusterModel:
         max_nodes=max_nodes, start_nodes=rng.randint(0, max_nodes), node_cores=3.0, node_memory_mb=15000.0,
         latency_mean_s=rng.choice([5.0, 30.0, 157.4]), latency_sd_s=rng.choice([0.0, 0.0, 4.2, 40.0]),
         pull_s=rng.choice([0.0, 3.0]), pod_start_s=rng.choice([0.0, 2.0]),
-        task_overhead_s=rng.choice([0.0, 0.5]), teardown_s=0.0, horizon_s=20000.0)
+        task_overhead_s=rng.choice([0.0, 0.5]), teardown_s=0.0, horizon_s=20000.0,
+        # the measured world's costs: transfers, and empty nodes kept (and paid) 10 min
+        transfer_mb_per_s=rng.choice([0.0, 0.0, 500.0]), empty_node_ttl_s=rng.choice([0.0, 0.0, 600.0]))
 
 
 @pytest.mark.parametrize("seed", range(300))

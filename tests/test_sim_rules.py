@@ -564,6 +564,39 @@ def test_without_an_empty_node_a_worker_waits_a_whole_latency_and_tasks_carry_th
     assert conn.latency_s == 52.0 and s.runtime_s == pytest.approx(52.0 + 10.5)
 
 
+def test_an_input_is_sent_to_a_worker_once_and_the_master_sends_one_file_at_a_time():
+    # 100 MB at 100 MB/s: a second.  a then b on the starting worker (the database cached by
+    # then); c and d together on two new workers, each with a file of its own: d's waits for c's
+    db, own_c, own_d = ("db", 100.0), ("c.in", 100.0), ("d.in", 100.0)
+    tasks = [SimTask("a", "a", 10, inputs=(db,)), SimTask("b", "a", 10, inputs=(db,), parents=["a"]),
+             SimTask("c", "c", 10, inputs=(own_c,), parents=["b"]), SimTask("d", "c", 10, inputs=(own_d,), parents=["b"])]
+    sim = world(tasks, Scripted(), transfer_mb_per_s=100.0, start_nodes=2, start_workers=None)
+    sim.run()
+    runs = {t: (start, end) for t, _, start, end in schedule(sim)}
+    assert runs["a"] == (0.0, 11.0) and runs["b"] == (11.0, 21.0)  # sent once
+    assert runs["c"][1] - runs["c"][0] == pytest.approx(11.0) and runs["d"][1] - runs["d"][0] == pytest.approx(12.0)
+    assert sim.world.queue.transferred_mb == 300.0
+
+
+def test_outputs_are_brought_back_before_the_task_completes():
+    sim = world([SimTask("a", "a", 10, output_mb=50.0)], Scripted(), transfer_mb_per_s=100.0)
+    assert sim.run().runtime_s == pytest.approx(10.5)
+
+
+def test_a_node_kept_empty_is_paid_until_it_goes():
+    # max-then-drain's one worker, drained once its 100 s task ends. With the cluster
+    # autoscaler's hold it starts at once on the empty starting node and that node is paid
+    # 600 s after; with Karpenter's none the empty starting node goes at once, and the worker
+    # waits 10 s for a node of its own, which goes with it
+    def node_s(hold: float) -> float:
+        sim = world([SimTask("a", "a", 100, cores=3)], make_policy("max-then-drain"), max_nodes=1,
+                    start_workers=0, empty_node_ttl_s=hold, teardown_s=2000.0)
+        return sim.run().node_s
+
+    assert node_s(0.0) == pytest.approx(10.0 + 100.0)
+    assert node_s(600.0) == pytest.approx(100.0 + 600.0)
+
+
 def test_policy_settings_from_the_spec_and_clear_errors():
     from hta.policies.registry import make_policy
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from hta.backends.base import CPU_UTILIZATION, WorkerBackend
 from hta.model import PendingWorker, Resources
-from hta.scaling_log import WorkerRecord
+from hta.scaling_log import NodeRecord, WorkerRecord
 from hta.sim.cluster import SimNode
 from hta.sim.world import World
 from workqueue_bridge.snapshot import MasterSnapshot
@@ -50,9 +50,15 @@ class SimBackend(WorkerBackend):
         """The node a worker smaller than a node runs on (it may share it, and node-seconds
         are paid per node); "" while it waits for room on none; None for a node-sized
         worker, a node of its own."""
-        if self.world.cluster.node_sized(node):
+        if self.world.cluster.node_sized(node) and self.world.model.empty_node_ttl_s <= 0:
             return None
         return f"h{node.host}" if node.host is not None else ""
+
+    def nodes_held(self) -> list[NodeRecord]:
+        """When each node that outlived its last worker went (or goes: one kept empty at the
+        run's end is paid its whole hold, as every policy's is): what the nodes cost beyond
+        their workers."""
+        return [NodeRecord(t=round(t, 3), node=f"h{h}") for h, t in sorted(self.world.cluster.held_until.items())]
 
     def _flush(self) -> list[WorkerRecord]:
         out, self._events = self._events, []

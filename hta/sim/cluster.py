@@ -63,6 +63,10 @@ class ClusterModel(BaseModel):
     #: added to each task's run on a worker: dispatch, input transfer, the resource
     #: monitor's start, the result's return (what a real master adds to a runtime)
     task_overhead_s: float = 0.0
+    #: MB/s the master sends files to workers and brings outputs back at, one transfer at a
+    #: time (its one thread sends a task's inputs before it goes on); an input a worker has
+    #: cached is not sent again (0: files cost nothing; :data:`hta.sim.costs.MEASURED`)
+    transfer_mb_per_s: float = 0.0
     #: the same per category, where measured (overrides ``task_overhead_s``)
     task_overhead_by_category_s: dict[str, float] = {}
     #: Work Queue gives a task of a category it has measured that category's peak, so
@@ -142,6 +146,8 @@ class SimNode:
     #: task ids in start order (a dict, not a set: iteration order must not depend on
     #: string hashing, or runs of the same seed differ between processes)
     running: dict[str, None] = field(default_factory=dict)
+    #: the files its worker has cached (Work Queue sends an input to a worker once)
+    cache: set[str] = field(default_factory=set)
     gone: bool = False
     #: the node (host) the worker runs on
     host: int | None = None
@@ -219,6 +225,8 @@ class SimCluster:
         self.lifetime: WorkerLifetime | None = None
         #: workers that left on their own since the backend last looked
         self.exited: list[SimNode] = []
+        #: when each node kept empty went, or will go (``empty_node_ttl_s``): paid until then
+        self.held_until: dict[int, float] = {}
         self.dispatch: Callable[[], None] = _nothing
         self.evict: Callable[[SimNode], int] = lambda node: 0
         self.on_change: Callable[[], None] = _nothing
@@ -263,7 +271,8 @@ class SimCluster:
             if host.empty_since == since and not host.workers:
                 self.hosts.pop(host.id, None)
         if self.model.empty_node_ttl_s > 0:
-            self.env.timeout(self.model.empty_node_ttl_s).callbacks.append(remove)
+            self.held_until[host.id] = now + self.model.empty_node_ttl_s  # (a worker placed on it meanwhile
+            self.env.timeout(self.model.empty_node_ttl_s).callbacks.append(remove)  # moves it on)
         else:
             remove(None)
 
@@ -314,6 +323,7 @@ class SimCluster:
         host.free_m -= node.limits.memory_mb
         host.workers.add(node.id)
         host.empty_since = None
+        self.held_until.pop(host.id, None)  # (paid with its workers again)
 
     def _provision(self, node: SimNode, delay: float) -> Generator[simpy.Event, object, None]:
         """A simpy process: the worker connects ``delay`` from now."""

@@ -110,6 +110,8 @@ class Simulation:
         world, end = self.world, self.world.env.now
         finished_at = world.finished_at
         complete = finished_at is not None
+        for record in self.backend.nodes_held():
+            self.log.write(record)
         return end_run(self.log, t=end, stopped=run_now(self.backend.stop_all(end)),
                        categories=self.controller.learner.models(), end=EndRecord(
                            t=round(end, 3), exit_code=0 if complete else 1,

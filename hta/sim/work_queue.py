@@ -147,6 +147,8 @@ class SimRun:
     status: TaskStatus | None = None
     #: the cores its threads keep busy within its quota (what a CPU metric reads of it)
     busy_cores: float = 0.0
+    #: its outputs are on their way back to the master (its run itself has ended)
+    returning: bool = False
 
 
 def _nothing() -> None:
@@ -183,6 +185,10 @@ class SimWorkQueue:
         self.on_done: Callable[[str], None] = lambda tid: None
         self.on_change: Callable[[], None] = _nothing
         self._token = 0
+        #: when the master's one link is free of the transfers it has begun
+        self.link_free_at = 0.0
+        #: MB sent to workers and brought back
+        self.transferred_mb = 0.0
 
     # -- what a task is given ----------------------------------------------------------------
     def declared(self, t: SimTask) -> Resources | None:
@@ -279,13 +285,34 @@ class SimWorkQueue:
         held = node.limits.cores if alloc is node.capacity else alloc.cores  # a whole worker: the pod's quota
         killed = t.memory_mb > alloc.memory_mb + 1e-9 or reads_cores(t, quota) > held + 1e-9
         overhead = self.model.task_overhead_by_category_s.get(t.category, self.model.task_overhead_s)
-        duration = t.runtime_s * (0.5 if killed else slow) + overhead
+        duration = self._send(sum(mb for f, mb in t.inputs if f not in node.cache)) + t.runtime_s * (
+            0.5 if killed else slow) + overhead
+        node.cache.update(f for f, _ in t.inputs)
         ev = self.env.timeout(duration)
         ev.callbacks.append(functools.partial(self._finished, t.id, run.token, killed))
         self.on_change()
 
+    def _send(self, mb: float) -> float:
+        """Seconds from now until ``mb`` sent over the master's link are there: after the
+        transfers already begun, one at a time."""
+        bandwidth = self.model.transfer_mb_per_s
+        if mb <= 0 or bandwidth <= 0:
+            return 0.0
+        now = self.env.now
+        self.link_free_at = max(now, self.link_free_at) + mb / bandwidth
+        self.transferred_mb += mb
+        return self.link_free_at - now
+
     def _finished(self, tid: str, token: int, failed: bool, _event: simpy.Event) -> None:
-        """A simpy callback: the run of ``tid`` started with ``token`` ends."""
+        """A simpy callback: the run of ``tid`` started with ``token`` ends; a task that wrote
+        files holds its worker until the master has them back."""
+        r = self.runs.get(tid)
+        if r is not None and r.token == token and not failed and not r.returning:
+            back = self._send(r.task.output_mb)
+            if back > 0:
+                r.returning = True
+                self.env.timeout(back).callbacks.append(functools.partial(self._finished, tid, token, failed))
+                return
         self._finish(tid, token, failed)
 
     def _finish(self, tid: str, token: int, failed: bool) -> None:

@@ -5,7 +5,11 @@ A task's ``name`` is its category (``blast-3stage`` names them ``split``,
 ``align``, ``reduce``). Fields read, WfFormat 1.4 or 1.5:
 ``runtimeInSeconds`` (1.5) or ``runtime``; ``coreCount`` or ``cores``
 (default 1); ``avgCPU`` in percent of its cores (default 100);
-``memoryInBytes`` or ``memory`` (default 512 MB); ``parents``.
+``memoryInBytes`` or ``memory`` (default 512 MB); ``parents``; the files a task
+reads and writes with their sizes (1.5: ``inputFiles``/``outputFiles`` naming
+``specification.files`` with ``sizeInBytes``; 1.4: a task's ``files`` with ``link``
+and ``size`` in bytes), which the simulated master sends to a worker that has not
+cached them yet, and brings back.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ class SimTask:
     memory_mb: float = DEFAULT_MEMORY_MB
     cpu_util: float = 1.0  # fraction of its cores it keeps busy
     parents: list[str] = field(default_factory=list)
+    #: the files it reads: (name, MB); Work Queue sends each to a worker once, then caches it
+    inputs: tuple[tuple[str, float], ...] = ()
+    #: MB of the files it writes, brought back to the master when it ends
+    output_mb: float = 0.0
 
 
 @dataclass
@@ -47,23 +55,37 @@ class Workload:
         return {t.id: t for t in self.tasks}
 
 
+#: the built-in BLAST's data (assumed; the thesis names no sizes): every align reads one
+#: database and its own query chunk, and writes its hits
+BLAST_DB_MB, BLAST_CHUNK_MB, BLAST_HITS_MB = 500.0, 1.0, 1.0
+
+
 def blast_3stage(seed: int = 0, widths: tuple[int, ...] = (200, 34, 164), align_cores: int = 1) -> dict:
     """The thesis's 3-stage BLAST: per stage split → align × width → reduce;
-    align ≈ 300 s ± 20 %, ``align_cores`` core(s), high CPU; split/reduce short."""
+    align ≈ 300 s ± 20 %, ``align_cores`` core(s), high CPU; split/reduce short. Every
+    align reads the one database (``BLAST_DB_MB``) and its chunk; a reduce reads the hits."""
     rng = random.Random(seed)
     tasks, prev = [], None
+    files = {"blast.db": BLAST_DB_MB}
     for s, w in enumerate(widths, start=1):
         split = f"split_{s}"
-        tasks.append(_wf(split, "split", rng.uniform(20, 30), 1, 90.0, 256, [prev] if prev else []))
+        chunks = [f"query_{s}_{i}" for i in range(w)]
+        files.update({c: BLAST_CHUNK_MB for c in chunks})
+        tasks.append(_wf(split, "split", rng.uniform(20, 30), 1, 90.0, 256, [prev] if prev else [],
+                         [f"hits_{s - 1}"] if prev else [], chunks))
+        files[f"hits_{s - 1}"] = BLAST_HITS_MB
         aligns = []
         for i in range(w):
             aid = f"align_{s}_{i}"
             aligns.append(aid)
+            files[f"{aid}.hits"] = BLAST_HITS_MB
             tasks.append(_wf(aid, "align", 300 * rng.uniform(0.8, 1.2), align_cores, 95.0 * align_cores, 1024,
-                             [split]))
+                             [split], ["blast.db", chunks[i]], [f"{aid}.hits"]))
         prev = f"reduce_{s}"
-        tasks.append(_wf(prev, "reduce", rng.uniform(20, 30), 1, 90.0, 256, aligns))
-    return _instance("blast-3stage" if align_cores == 1 else f"blast-3stage-{align_cores}core", tasks)
+        tasks.append(_wf(prev, "reduce", rng.uniform(20, 30), 1, 90.0, 256, aligns,
+                         [f"{a}.hits" for a in aligns], [f"hits_{s}"]))
+    files[f"hits_{len(widths)}"] = BLAST_HITS_MB
+    return _instance("blast-3stage" if align_cores == 1 else f"blast-3stage-{align_cores}core", tasks, files)
 
 
 def blast_3stage_2core(seed: int = 0) -> dict:
@@ -83,17 +105,19 @@ GENERATORS: dict[str, Callable[[int], dict]] = {"blast-3stage": blast_3stage, "i
                                                 "blast-3stage-2core": blast_3stage_2core}
 
 
-def _wf(tid, name, runtime, cores, avg_cpu, mem_mb, parents) -> dict:
+def _wf(tid, name, runtime, cores, avg_cpu, mem_mb, parents, inputs=(), outputs=()) -> dict:
     return {"id": tid, "name": name, "parents": list(parents), "runtimeInSeconds": round(runtime, 3),
-            "coreCount": cores, "avgCPU": avg_cpu, "memoryInBytes": int(mem_mb * 1024 * 1024)}
+            "coreCount": cores, "avgCPU": avg_cpu, "memoryInBytes": int(mem_mb * 1024 * 1024),
+            "inputFiles": list(inputs), "outputFiles": list(outputs)}
 
 
-def _instance(name: str, tasks: list[dict]) -> dict:
-    spec = [{"id": t["id"], "name": t["name"], "parents": t["parents"]} for t in tasks]
+def _instance(name: str, tasks: list[dict], files: dict[str, float] | None = None) -> dict:
+    spec = [{k: t[k] for k in ("id", "name", "parents", "inputFiles", "outputFiles")} for t in tasks]
     execution = [{k: t[k] for k in ("id", "runtimeInSeconds", "coreCount", "avgCPU", "memoryInBytes")}
                  for t in tasks]
+    listed = [{"id": f, "sizeInBytes": int(mb * 2**20)} for f, mb in (files or {}).items()]
     return {"name": name, "schemaVersion": "1.5",
-            "workflow": {"specification": {"tasks": spec}, "execution": {"tasks": execution}}}
+            "workflow": {"specification": {"tasks": spec, "files": listed}, "execution": {"tasks": execution}}}
 
 
 class WorkloadError(ValueError):
@@ -145,8 +169,11 @@ def parse_wfformat(data: dict, name: str | None = None) -> Workload:
     wf = data.get("workflow") if isinstance(data, dict) else None
     if not isinstance(wf, dict):
         raise WorkloadError("not a WfFormat instance: no 'workflow' object")
+    sizes: dict[str, float] = {}  # file → MB (1.5)
     if "specification" in wf:  # WfFormat 1.5
         spec = wf["specification"].get("tasks", [])
+        sizes = {str(f["id"]): float(f.get("sizeInBytes") or 0) / 2**20 for f in wf["specification"].get("files", [])
+                 if isinstance(f, dict) and "id" in f}
         exe = {t["id"]: t for t in wf.get("execution", {}).get("tasks", [])}
         raw = [{**t, **exe.get(t["id"], {})} for t in spec]
     else:  # WfFormat 1.4 and older
@@ -165,8 +192,9 @@ def parse_wfformat(data: dict, name: str | None = None) -> Workload:
         # avgCPU is a percentage of one core (WfCommons); over 100 means several cores
         avg = float(t.get("avgCPU", DEFAULT_AVG_CPU) or DEFAULT_AVG_CPU)
         util = avg / 100.0 / cores if avg > 100 else avg / 100.0
+        inputs, output_mb = _files(t, sizes)
         tasks.append(SimTask(tid, str(t.get("name", tid)).split("_ID")[0], float(runtime), cores, mem_mb,
-                             min(1.0, max(0.0, util)), [str(x) for x in t.get("parents", [])]))
+                             min(1.0, max(0.0, util)), [str(x) for x in t.get("parents", [])], inputs, output_mb))
     ids = {task.id for task in tasks}
     for task in tasks:
         missing = [p for p in task.parents if p not in ids]
@@ -175,6 +203,17 @@ def parse_wfformat(data: dict, name: str | None = None) -> Workload:
     wl = Workload(name or data.get("name", "workflow"), tasks)
     topological_order(wl)  # refuses a cycle here, in one line, before anything runs
     return wl
+
+
+def _files(t: dict, sizes: dict[str, float]) -> tuple[tuple[tuple[str, float], ...], float]:
+    """A task's inputs (name, MB) and the MB it writes: WfFormat 1.5 names files by id
+    (``sizes``), 1.4 lists them in the task with their ``link`` and ``size`` in bytes."""
+    if "inputFiles" in t or "outputFiles" in t:
+        inputs = tuple((str(f), sizes.get(str(f), 0.0)) for f in t.get("inputFiles") or [])
+        return inputs, sum(sizes.get(str(f), 0.0) for f in t.get("outputFiles") or [])
+    listed = [f for f in t.get("files") or [] if isinstance(f, dict)]
+    inputs = tuple((str(f.get("name")), float(f.get("size") or 0) / 2**20) for f in listed if f.get("link") == "input")
+    return inputs, sum(float(f.get("size") or 0) / 2**20 for f in listed if f.get("link") == "output")
 
 
 def load_workload(spec: str, seed: int = 0) -> Workload:
