@@ -85,6 +85,12 @@ def _dir(root: Path, sub: str, path: str) -> Path:
     return full if full.is_dir() else (root / sub if sub else root)
 
 
+def cgroup_dir(controller: str, root: Path = Path("/sys/fs/cgroup"),
+               proc_self_cgroup: Path = Path("/proc/self/cgroup")) -> Path:
+    """This process's cgroup folder for ``controller`` (``""``: the v2 unified hierarchy)."""
+    return _dir(root, controller, own_cgroups(proc_self_cgroup).get(controller, "/"))
+
+
 def host_memory_mb(meminfo: Path = Path("/proc/meminfo")) -> int:
     for line in (_read(meminfo) or "").splitlines():
         if line.startswith("MemTotal:"):

@@ -28,11 +28,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
 from hta.node.capacity import Capacity, effective_capacity
 from workqueue_bridge.processes import die_with_parent
+
+if TYPE_CHECKING:
+    from hta.node.css.monitor import FutexMonitor
 
 log = logging.getLogger("hta.worker")
 
@@ -162,17 +166,19 @@ def run(o: WorkerOptions) -> int:
     proc = subprocess.Popen(command(o, cap), env=env, preexec_fn=die_with_parent(signal.SIGTERM),
                             stderr=subprocess.PIPE)
     said = _Relay(proc)
+    monitor = say_css_capabilities(o)  # (after the fork: the monitor may run a thread)
     daemon = None
-    if o.css:
+    if monitor is not None:
         try:
             from hta.node.css.daemon import CSSConfig, CSSDaemon, Targets
 
             daemon = CSSDaemon(Targets(worker_pid=proc.pid),
                                CSSConfig(interval_s=o.css_interval_s, backend=o.css_backend,
                                          dry_run=o.css_dry_run, log_path=o.css_log, guard=o.css_guard,
-                                         cores=sorted(os.sched_getaffinity(0))))
+                                         cores=sorted(os.sched_getaffinity(0))), monitor=monitor)
             daemon.start_thread()
         except OSError as exc:
+            monitor.close()
             log.warning("CSS disabled: %s", exc)
 
     passed_at: float | None = None
@@ -202,6 +208,22 @@ def run(o: WorkerOptions) -> int:
               file=sys.stderr)
         return 1
     return 128 - rc if rc < 0 else rc
+
+
+def say_css_capabilities(o: WorkerOptions) -> FutexMonitor | None:
+    """Print, as one JSON line on stderr beside the capacity line, what CSS can do here
+    (:func:`hta.node.css.daemon.capabilities`): its futex backend, or none and why, and how it
+    pins. Where CSS runs unprivileged (a pod) its counters and pins degrade silently otherwise.
+    Returns the futex monitor for the daemon (None: CSS off or no backend works)."""
+    said: dict[str, object]
+    if not o.css:
+        monitor, said = None, {"backend": None, "why": "--no-css", "pinned_by": None, "cgroup_cpuset": None}
+    else:
+        from hta.node.css.daemon import capabilities
+
+        monitor, said = capabilities(o.css_backend, o.css_dry_run)
+    print(json.dumps({"hta_worker": "css", **said}), file=sys.stderr, flush=True)
+    return monitor
 
 
 class _Relay:

@@ -196,6 +196,48 @@ def pin_cgroup(d: Path, cpus: list[int]) -> bool:
         return False
 
 
+def cgroup_pinnable(root: Path = Path("/sys/fs/cgroup"), proc_self_cgroup: Path = Path("/proc/self/cgroup")) -> bool:
+    """Could CSS pin this process's own cgroup through its ``cpuset.cpus``? Found by
+    :func:`pin_cgroup` writing the CPUs the cgroup already has (the kernel leaves an unchanged
+    cpuset alone): v1's ``cpuset`` hierarchy, else v2's unified one."""
+    from hta.node.capacity import cgroup_dir, parse_cpuset
+
+    d = cgroup_dir("cpuset" if (root / "cpuset").is_dir() else "", root, proc_self_cgroup)
+    try:
+        cpus = parse_cpuset((d / "cpuset.cpus").read_text())
+    except (OSError, ValueError):
+        return False
+    return pin_cgroup(d, sorted(cpus))
+
+
+def capabilities(backend: str = "auto", dry_run: bool = False) -> tuple[FutexMonitor | None, dict[str, object]]:
+    """What CSS can do here, found with the daemon's own means, for ``hta worker`` to say once
+    at start: in a pod nothing else shows whether the exact futex counters or only the /proc
+    estimate count, nor whether the pins take effect (the decision log's ``pinned_by`` names the
+    means tried, not whether the kernel took it).
+
+    Returns the futex monitor :func:`choose` picked (for the daemon; None if none works) and
+    ``{"backend", "why", "pinned_by", "cgroup_cpuset"}``: the backend's name or None; ``why``
+    the backends passed over and what failed (None if the first tried works); ``pinned_by`` how
+    the worker's tasks are pinned, as the decision log says it ("affinity" when :func:`pin_tree`
+    can set this process's threads to the CPUs they have, which a process may do to its
+    children alike; "dry-run"; None: cannot pin); ``cgroup_cpuset`` whether its own cgroup's
+    ``cpuset.cpus`` is writable (:func:`cgroup_pinnable`; ``hta css --cgroup`` pins through it).
+    """
+    failed: list[str] = []
+    monitor: FutexMonitor | None
+    try:
+        monitor = choose(backend, failed)
+    except OSError:
+        monitor = None
+    pinned_by: str | None = "dry-run" if dry_run else "affinity"
+    if not dry_run and pin_tree({os.getpid()}, sorted(os.sched_getaffinity(0))) == 0:
+        pinned_by = None
+        failed.append("sched_setaffinity: refused")
+    return monitor, {"backend": monitor.name if monitor else None, "why": "; ".join(failed) or None,
+                     "pinned_by": pinned_by, "cgroup_cpuset": cgroup_pinnable()}
+
+
 class CSSDaemon:
     def __init__(self, targets: Targets, config: CSSConfig, monitor: FutexMonitor | None = None):
         self.targets = targets

@@ -428,10 +428,11 @@ def available() -> list[str]:
     return out
 
 
-def choose(preference: str = "auto") -> FutexMonitor:
-    """The first backend that works, best first (or the one asked for); the choice is logged."""
+def choose(preference: str = "auto", passed_over: list[str] | None = None) -> FutexMonitor:
+    """The first backend that works, best first (or the one asked for); the choice is logged.
+    ``passed_over`` gets why each backend tried before it did not work (``"perf: ..."``)."""
     order = ["perf", "bpftrace", "proc"] if preference == "auto" else [preference]
-    errors = []
+    errors = [] if passed_over is None else passed_over
     for name in order:
         try:
             m = BACKENDS[name]()
