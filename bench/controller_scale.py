@@ -4,7 +4,9 @@ large queue: observe (MasterStatusClient + ObservationBuilder, through
 
 A real master (the CCTools ``work_queue`` module) runs in a child process holding N
 waiting tasks in three categories (submitted stage by stage, as makeflow releases a
-stage; each category declares its cores, memory and disk); no worker connects. The
+stage; each category declares its cores, memory and disk), and writes its transactions
+log, which the ``now`` clients tail (``transactions_log``, as ``hta makeflow`` gives it
+makeflow's ``.wqlog.tr``); no worker connects. The
 controller is production's: MasterStatusClient, ObservationBuilder, HTAPolicy from
 ``make_policy("hta")``, the real LocalBackend (``max_workers=0``: it never starts a
 worker), a SummaryDirectory on an empty monitor folder and a ScalingLogWriter to a file;
@@ -25,8 +27,11 @@ of memory allocated. Three rows per size:
   (``poll_interval_s``) and a decision when HTA's policy asks for one (every 5 s: its
   ``check_s``), while the master takes a new task every second, so its task table moves
   before every step. The client keeps a moved table within its read budget
-  (``MasterStatusClient.read_budget``), decisions included; the oldest table a decision
-  saw is printed. Figures are means over the cycles, decisions included.
+  (``MasterStatusClient.read_budget``), decisions included, and brings it forward from the
+  transactions log (here the master logs each submission); the oldest table a decision saw
+  (``table_age_s``, at the step's read of the master) is printed, beside the oldest
+  ``/task_status`` read under it (what a decision saw without the log). Figures are means
+  over the cycles, decisions included.
 
 The observations of ``before`` and ``now`` are compared (all but the time). Exit 1 if a
 ``now`` cycle at the largest size takes 20 ms of CPU or more (2 % of a core at a 1 s
@@ -73,11 +78,11 @@ SHAPE = Resources(cores=4, memory_mb=8000, disk_mb=16000)
 
 
 # -- the master (child process) ----------------------------------------------------------
-def serve(n: int, move_flag: Path) -> None:
+def serve(n: int, move_flag: Path, transactions_log: Path) -> None:
     from workqueue_bridge.wq import load
 
     wq = load()
-    q = wq.WorkQueue(port=0)
+    q = wq.WorkQueue(port=0, transactions_log=str(transactions_log))
 
     def submit(i: int, category: int) -> None:
         name, cores, memory, disk = CATEGORIES[category]
@@ -102,7 +107,9 @@ class MasterProcess:
     def __init__(self, n: int, move_flag: Path):
         self.n = n
         self.move_flag = move_flag
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(n), "--move-flag", str(move_flag)],
+        self.transactions_log = move_flag.with_name("master.wqlog.tr")
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(n), "--move-flag", str(move_flag),
+                                      "--transactions-log", str(self.transactions_log)],
                                      stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if not line.strip().isdigit():
@@ -162,7 +169,18 @@ async def measure(variant: str, master: MasterProcess, cycles: int, work: Path):
         read_all = client.snapshot
         client.snapshot = lambda now: read_all(now)  # it read everything every time
     else:
-        client = MasterStatusClient("127.0.0.1", master.port, reuse_tasks=variant != "now, table changed")
+        client = MasterStatusClient("127.0.0.1", master.port, reuse_tasks=variant != "now, table changed",
+                                    transactions_log=master.transactions_log)
+    ages = [0.0, 0.0]  # at the last read of the master: the table's age, and its /task_status read's
+    if isinstance(client, MasterStatusClient):
+        read_master = client.snapshot
+
+        async def snapshot(now: float):
+            snap = await read_master(now)
+            ages[:] = [client.table_age_s() or 0.0, client.table_read_age_s() or 0.0]
+            return snap
+
+        client.snapshot = snapshot
     counter = [0]
     counted_session(client, counter)
     run = work / variant.replace(" ", "-").replace(",", "")
@@ -185,7 +203,7 @@ async def measure(variant: str, master: MasterProcess, cycles: int, work: Path):
         first_decisions = len(c.decisions)
         if variant == MOVING:
             master.move_flag.touch()
-        oldest = 0.0  # the oldest task table a decision saw, in seconds
+        oldest = oldest_read = 0.0  # the oldest task table a decision saw, and the oldest /task_status read, in s
         for _ in range(cycles):
             b0, m0, w0, p0 = counter[0], master.cpu_s(), time.perf_counter(), time.process_time()
             decided = len(c.decisions)
@@ -193,7 +211,7 @@ async def measure(variant: str, master: MasterProcess, cycles: int, work: Path):
             p1, w1, m1 = time.process_time(), time.perf_counter(), master.cpu_s()
             rows.append((p1 - p0, w1 - w0, counter[0] - b0, m1 - m0))
             if len(c.decisions) > decided and isinstance(client, MasterStatusClient):
-                oldest = max(oldest, (client.table_age_s() or 0.0) - (time.perf_counter() - w0))
+                oldest, oldest_read = max(oldest, ages[0]), max(oldest_read, ages[1])
             if variant == MOVING:  # production's pace: Controller.run steps every poll_interval_s
                 await asyncio.sleep(max(0.0, POLL_S - (w1 - w0)))
         if variant == MOVING:
@@ -209,8 +227,9 @@ async def measure(variant: str, master: MasterProcess, cycles: int, work: Path):
                                  "benchmark on an idle machine")
             print(f"{'':>7} {variant}: {decided} decisions (every {max(every):g} s), /task_status read "
                   f"{client.task_reads - 1} times in {cycles} steps, a moved table kept {client.stale_reuses} "
-                  f"times (read budget {client.read_budget:.0%}); the oldest table a decision saw: "
-                  f"{oldest:.1f} s", flush=True)
+                  f"times (read budget {client.read_budget:.0%}), {client.log_events} transactions log events "
+                  f"read; the oldest table a decision saw: {oldest:.2f} s (its /task_status read: "
+                  f"{oldest_read:.1f} s old)", flush=True)
         else:
             assert len(c.decisions) == first_decisions + cycles, "a step did not decide"
             assert obs.waiting_count == master.n, "the observation lost tasks"
@@ -308,9 +327,10 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="1k and 10k tasks only")
     p.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--move-flag", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--transactions-log", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve is not None:
-        serve(args.serve, args.move_flag)
+        serve(args.serve, args.move_flag, args.transactions_log)
         return 0
     return asyncio.run(main_async([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]))
 

@@ -171,6 +171,8 @@ class MakeflowRun:
         log_path = args.log_path
         assert log_path is not None  # (a workflow is named: its log is)
         self.log_path: Path = log_path
+        #: the master's transactions log (``WORKFLOW.wqlog.tr``), which the status client tails
+        self.transactions_log: Path | None = args.transactions_log_path
         #: why makeflow runs without the resource monitor (None: it runs with it)
         self.monitor_off = args.monitor_breaker()
         own = args.last("monitor")

@@ -61,7 +61,7 @@ LONG: dict[str, int] = {**{n: NONE for n in _LONG_NONE}, **{n: OPTIONAL for n in
                         **{n: REQUIRED for n in _LONG_REQUIRED}}
 #: short letter → its long name (for options HTA reads or owns)
 SHORT_NAMES = {"T": "batch-type", "p": "port", "Z": "port-file", "N": "project-name", "M": "project-name",
-               "C": "catalog-server", "l": "makeflow-log", "X": "change-directory", "c": "clean",
+               "C": "catalog-server", "l": "makeflow-log", "L": "batch-log", "X": "change-directory", "c": "clean",
                "h": "help", "v": "version", "u": "wq-keepalive-interval", "t": "wq-keepalive-timeout",
                "j": "max-local", "J": "max-remote", "r": "retry-count", "R": "retry", "g": "gc", "d": "debug"}
 
@@ -230,6 +230,19 @@ class MakeflowArgs:
         """The makeflowlog: ``-l FILE`` or ``WORKFLOW.makeflowlog``, relative to :attr:`workdir`."""
         name = self.last("makeflow-log") or (None if self.dagfile is None else self.dagfile + ".makeflowlog")
         return None if name is None else self.workdir / name
+
+    @property
+    def batch_log_path(self) -> Path | None:
+        """The batch system's log: ``-L FILE`` or ``WORKFLOW.wqlog`` (with ``-T wq``, which
+        HTA runs), relative to :attr:`workdir`, like the makeflowlog."""
+        name = self.last("batch-log") or (None if self.dagfile is None else self.dagfile + ".wqlog")
+        return None if name is None else self.workdir / name
+
+    @property
+    def transactions_log_path(self) -> Path | None:
+        """The Work Queue master's transactions log: makeflow names it after the batch log, plus ``.tr``."""
+        batch = self.batch_log_path
+        return None if batch is None else batch.with_name(batch.name + ".tr")
 
     def format_options(self) -> list[str]:
         """The options that say how to read the workflow (for ``makeflow_viz``)."""

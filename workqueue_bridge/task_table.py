@@ -1,11 +1,11 @@
 """The master's task table as HTA reads it: waiting tasks as runs of alike consecutive ids
 (a read of 100k waiting tasks builds no model per task), the groups a policy sees, and a
-kept table brought up to date by newer counts."""
+kept table brought up to date by the master's transactions log and by newer counts."""
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from workqueue_bridge.queue import TaskGroup
@@ -20,6 +20,7 @@ from workqueue_bridge.status_json import (
     num,
     parse_task_status,
 )
+from workqueue_bridge.transactions import Event, TaskEvent, WorkerEvent
 
 
 def task_request(task: TaskStatus) -> Resources:
@@ -274,19 +275,211 @@ def snapshot_running(snap: MasterSnapshot) -> list[TaskStatus]:
     return running
 
 
+def _declared_fields(req: Resources) -> dict[str, Any]:
+    """The TaskStatus fields that :func:`task_request` reads back as ``req``."""
+    return dict(cores=req.cores or None, memory_mb=req.memory_mb or None, disk_mb=req.disk_mb or None)
+
+
+def _positive(v: float | None) -> float | None:
+    return v if v is not None and v > 0 else None
+
+
+#: a task's state in :meth:`TaskTable.apply`: waiting (category, request), a task that is not
+#: waiting (running or with results), or gone (done, retrieved)
+_Waiting = tuple[str, Resources]
+_State = _Waiting | TaskStatus | None
+
+
 class TaskTable:
     """One read of ``/task_status``, kept while ``mark`` holds: the waiting tasks as runs of
     alike consecutive ids (see :func:`~workqueue_bridge.task_table.snapshot_waiting`), the
     running ones, and ``tasks`` in id order — every task with ``full`` (a recording replays
     through them), else only those not waiting (no model per waiting task: most of the cost
-    of reading 100k of them)."""
+    of reading 100k of them). :meth:`apply` brings it forward by the master's transactions
+    log; ``read_at`` stays the time of the read."""
 
     def __init__(self, mark: tuple | None, data: Any, full: bool = False, read_at: float = 0.0):
         self.mark = mark
         self.read_at = read_at  # time.monotonic() when its read began
+        self.full = full
         if full:
             self.tasks = parse_task_status(data)
             self.waiting_segments = waiting_segments(self.tasks)
         else:
             self.tasks, self.waiting_segments = split_task_status(data)
         self.running = [t for t in self.tasks if t.state == "running"]
+        #: tasks moved by :meth:`apply` so far
+        self.applied = 0
+
+    def apply(self, events: Iterable[Event], counts: Sequence[CategoryStatus] = ()) -> int:
+        """Bring the table forward by the events of the master's transactions log written
+        since it was read (see :class:`~workqueue_bridge.transactions.TransactionsTail`), in
+        their order; the number of tasks whose state changed.
+
+        - ``WAITING``: the task waits (a submission, where the master logs it; a retry).
+        - ``RUNNING``: it leaves the waiting runs and runs on its worker from the line's
+          time, with the request the table had for it (what ``/task_status`` would report;
+          the line's allocation is the worker's share Work Queue gave it, a whole worker for
+          a task that declares nothing, as the observation reads a running task with none).
+          A task the table never had (submitted since, by a master that logs no
+          submission) takes the category whose ``counts`` run more tasks than the table
+          does, and that category's request.
+        - ``WAITING_RETRIEVAL``: it no longer runs; ``RETRIEVED``, ``DONE``: it is gone.
+        - a worker's ``DISCONNECTION``: the tasks it ran go back to waiting (the master
+          requeues them).
+
+        An event the table already shows (one logged while it was read) changes nothing.
+        The lists are replaced, not changed in place: a snapshot that carries them keeps
+        what it read."""
+        segs = self.waiting_segments
+        los = [s[0] for s in segs]
+
+        def in_segment(tid: int) -> _Waiting | None:
+            i = bisect.bisect_right(los, tid) - 1
+            if i >= 0 and tid <= segs[i][1]:
+                return segs[i][2], segs[i][3]
+            return None
+
+        by_id = {t.task_id: t for t in self.tasks}
+        final: dict[int, _State] = {}
+        info: dict[int, _Waiting] = {}  # each task's category and request, once known
+
+        def current(tid: int) -> _State:
+            if tid in final:
+                return final[tid]
+            t = by_id.get(tid)
+            if t is not None and t.state != "waiting":
+                return t
+            return in_segment(tid)
+
+        def known(tid: int) -> _Waiting | None:
+            if tid not in info:
+                cur = current(tid)
+                if isinstance(cur, tuple):
+                    info[tid] = cur
+                elif isinstance(cur, TaskStatus) and cur.category:
+                    info[tid] = (cur.category, task_request(cur))
+            return info.get(tid)
+
+        for ev in events:
+            if isinstance(ev, WorkerEvent):
+                if ev.connected:
+                    continue
+                on_it = {tid for tid, st in final.items() if isinstance(st, TaskStatus) and st.worker == ev.address}
+                on_it |= {t.task_id for t in self.tasks if t.worker == ev.address and t.task_id not in final
+                          and t.state in ("running", "waiting_retrieval")}
+                for tid in on_it:
+                    final[tid] = known(tid)  # (unknown: gone; the counts have it waiting)
+                continue
+            if not isinstance(ev, TaskEvent):
+                continue
+            tid = ev.task_id
+            if ev.state == "WAITING":
+                info[tid] = (ev.category or "default", declared_request(
+                    _positive(ev.cores), _positive(ev.memory_mb), _positive(ev.disk_mb)))
+                final[tid] = info[tid]
+            elif ev.state == "RUNNING":
+                cur = current(tid)
+                if isinstance(cur, TaskStatus) and cur.state == "running" and cur.worker == ev.worker:
+                    final[tid] = cur  # (logged while the table was read: it shows it already)
+                    continue
+                k = known(tid)
+                category, req = k if k is not None else ("", Resources())  # ("": resolved below)
+                final[tid] = TaskStatus.model_construct(
+                    task_id=tid, state="running", category=category, **_declared_fields(req), worker=ev.worker,
+                    started_at=ev.time)
+            elif ev.state == "WAITING_RETRIEVAL":
+                cur = current(tid)
+                final[tid] = cur.model_copy(update={"state": "waiting_retrieval"}) \
+                    if isinstance(cur, TaskStatus) else None
+            else:  # RETRIEVED, DONE
+                known(tid)
+                final[tid] = None
+        if not final:
+            return 0
+        # -- what changed, and the lists rebuilt ----------------------------------------------
+        changed = 0
+        cuts: list[int] = []
+        adds: list[tuple[int, str, Resources]] = []
+        for tid, st in final.items():
+            was = in_segment(tid)
+            if isinstance(st, tuple):
+                if was == st:
+                    continue
+                if was is not None:
+                    cuts.append(tid)
+                adds.append((tid, st[0], st[1]))
+            elif was is not None:
+                cuts.append(tid)
+            elif st is by_id.get(tid) or (st is None and tid not in by_id):
+                continue
+            changed += 1
+        if cuts or adds:
+            self.waiting_segments = _cut_and_add(segs, sorted(cuts), sorted(adds, key=lambda a: a[0]))
+        self._resolve_unknown(final, counts)
+        for tid, st in final.items():
+            if isinstance(st, TaskStatus):
+                by_id[tid] = st
+            elif st is not None and self.full:
+                by_id[tid] = TaskStatus.model_construct(task_id=tid, state="waiting", category=st[0],
+                                                        **_declared_fields(st[1]), worker=None, started_at=None)
+            else:
+                by_id.pop(tid, None)
+        self.tasks = sorted(by_id.values(), key=lambda t: t.task_id)
+        self.running = [t for t in self.tasks if t.state == "running"]
+        self.applied += changed
+        return changed
+
+    def _resolve_unknown(self, final: dict[int, _State], counts: Sequence[CategoryStatus]) -> None:
+        """Name the category of the running tasks the table never had: each goes to the
+        category whose ``counts`` run the most tasks more than the table now shows running,
+        and asks what that category's newest waiting run asks (else a task of it that runs,
+        else its declared maximum)."""
+        unknown = sorted(tid for tid, st in final.items() if isinstance(st, TaskStatus) and not st.category)
+        if not unknown:
+            return
+        shown: dict[str, int] = {}
+        asks: dict[str, Resources] = {}
+        for t in [*(t for t in self.tasks if t.task_id not in final), *(st for st in final.values()
+                                                                        if isinstance(st, TaskStatus))]:
+            if t.state == "running" and t.category:
+                shown[t.category] = shown.get(t.category, 0) + 1
+                asks.setdefault(t.category, task_request(t))
+        for _lo, _hi, category, req in self.waiting_segments:
+            asks[category] = req
+        deficit = {c.name: c.running - shown.get(c.name, 0) for c in counts}
+        fallback = self.waiting_segments[-1][2] if self.waiting_segments else "default"
+        for tid in unknown:
+            category = max(deficit, key=lambda c: deficit[c]) if deficit else fallback
+            if deficit:
+                deficit[category] -= 1
+            declared_max = next((declared_request(c.max_cores, c.max_memory_mb, c.max_disk_mb)
+                                 for c in counts if c.name == category), Resources())
+            req = asks.get(category, declared_max)
+            st = final[tid]
+            assert isinstance(st, TaskStatus)
+            final[tid] = st.model_copy(update={"category": category, **_declared_fields(req)})
+
+
+def _cut_and_add(segments: list[WaitingSegment], cuts: list[int],
+                 adds: list[tuple[int, str, Resources]]) -> list[WaitingSegment]:
+    """``segments`` less the task ids ``cuts`` (sorted) plus the waiting tasks ``adds``
+    (sorted by id, none in ``segments`` after the cuts), as runs of alike consecutive ids."""
+    pieces: list[WaitingSegment] = []
+    for lo, hi, category, req in segments:
+        for i in cuts[bisect.bisect_left(cuts, lo):bisect.bisect_right(cuts, hi)]:
+            if lo < i:
+                pieces.append((lo, i - 1, category, req))
+            lo = i + 1
+        if lo <= hi:
+            pieces.append((lo, hi, category, req))
+    pieces.extend((tid, tid, category, req) for tid, category, req in adds)
+    pieces.sort(key=lambda p: p[0])
+    out: list[WaitingSegment] = []
+    for p in pieces:
+        last = out[-1] if out else None
+        if last is not None and last[1] == p[0] - 1 and last[2] == p[2] and last[3] == p[3]:
+            out[-1] = (last[0], p[1], last[2], last[3])
+        else:
+            out.append(p)
+    return out

@@ -329,7 +329,8 @@ class Submission:
             raise _NoMaster()
         await self.backend.start("127.0.0.1", port)
         self._check_stop()
-        async with MasterStatusClient("127.0.0.1", port) as master:
+        # the master's transactions log keeps the task table current between its reads
+        async with MasterStatusClient("127.0.0.1", port, transactions_log=self.mf.transactions_log) as master:
             if not await _master_answers(master, self.mf, self.stop):  # it found nothing to do and left
                 raise _NoMaster()
             assert self.summaries is not None
