@@ -29,11 +29,14 @@ import statistics
 import time
 from pathlib import Path
 
-from hta.evaluation.pareto import BOUND_GOAL, WORKLOADS, run_one, workload
+from hta.evaluation.pareto import WORKLOADS, run_one, workload
 from hta.sim.cluster import ClusterModel
 from hta.sim.list_schedule import tails
 from hta.sim.oracle import oracle_runtime_s
 from hta.sim.workload import Workload
+
+#: the line the ratios to the bound are counted against
+BOUND_GOAL = 1.10
 
 MISSED = ("blast-3stage:20", "io-bound:20", "montage:20", "1000genome:20", "soykb:20", "cycles:20", "cycles:200")
 ORDERS = ("as written", "by category", "by task")
