@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import HTA, ROOT, cctools_processes, run_hta, wait
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("slurm")]
 
 RESUME_S = 3.0
 SUSPEND_S = 5.0
