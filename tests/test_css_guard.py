@@ -11,10 +11,10 @@ from hta.node.css.guard import MIN_GAIN, RECHECK_EPOCHS, PlanGuard
 class World:
     """Two tasks; under the plan task "a" gets ``plan_a`` CPU s/s, else ``kernel_a`` (task "b": 0.5)."""
 
-    def __init__(self, kernel_a: float, plan_a: float, jitter: list[float] | None = None):
+    def __init__(self, kernel_a: float, plan_a: float, jitter: list[float] | None = None, plan_b: float = 0.5):
         self.t = 0.0
         self.cpu = {"a": 0.0, "b": 0.0}
-        self.rates = {True: {"a": plan_a, "b": 0.5}, False: {"a": kernel_a, "b": 0.5}}
+        self.rates = {True: {"a": plan_a, "b": plan_b}, False: {"a": kernel_a, "b": 0.5}}
         self.jitter = list(jitter or [])
         self.guard = PlanGuard(3.0, cpu_of=lambda pids: self.cpu[next(iter(pids))], clock=lambda: self.t)
         self.modes: list[bool] = []
@@ -54,6 +54,16 @@ def test_a_plan_that_helps_is_kept_and_tried_again_every_few_epochs():
     assert all(w.modes[9:9 + 3 * RECHECK_EPOCHS])  # the plan runs until the next trial
     w.run(9)
     assert [v.keep for v in w.guard.verdicts] == [True, True]
+
+
+def test_a_plan_that_feeds_one_task_by_starving_another_is_not_kept():
+    # task a doubles, task b loses 20 %: the geometric mean gains 26 %, the makespan
+    # (b, the slow one, ends last) would not
+    w = World(kernel_a=0.5, plan_a=1.0, plan_b=0.4)
+    (verdict,) = w.run(9 + 1)
+    assert verdict.gain == pytest.approx((2.0 * 0.8) ** 0.5 - 1, abs=1e-3)
+    assert verdict.worst_loss == pytest.approx(0.2, abs=1e-3)
+    assert not verdict.keep
 
 
 def test_a_gain_within_the_noise_of_the_kernel_epochs_is_not_kept():

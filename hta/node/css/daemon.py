@@ -273,10 +273,11 @@ class CSSDaemon:
             applied, verdict = self.guard.step(containers, mix)
             if verdict is not None:
                 choice = "plan kept" if verdict.keep else "kernel scheduling"
-                log.info("CSS trial: %s (progress under the plan %+.1f%%, noise %.1f%%, %d tasks)", choice,
-                         100 * verdict.gain, 100 * verdict.noise, verdict.tasks)
+                log.info("CSS trial: %s (progress under the plan %+.1f%%, worst task %-.1f%%, noise %.1f%%, "
+                         "%d tasks)", choice, 100 * verdict.gain, -100 * verdict.worst_loss, 100 * verdict.noise,
+                         verdict.tasks)
                 rec = {"time": round(now, 3), "trial": choice, "gain": verdict.gain, "noise": verdict.noise,
-                       "tasks": verdict.tasks}
+                       "worst_loss": verdict.worst_loss, "tasks": verdict.tasks}
                 out.append(rec)
                 if self._log:
                     self._log.write(json.dumps(rec) + "\n")
