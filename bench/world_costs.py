@@ -292,7 +292,9 @@ def main() -> int:
     ap.add_argument("--no-cluster", action="store_true", help="skip the pod start (needs no root)")
     ap.add_argument("--repeats", type=int, default=5, help="transfers and pods measured (at least 3)")
     args = ap.parse_args()
-    repeats = max(3, args.repeats)
+    if args.repeats < 3:
+        ap.error(f"--repeats must be at least 3 (a median of fewer says little), not {args.repeats}")
+    repeats = args.repeats
     want, ok = defaults(), True
     try:
         with tempfile.TemporaryDirectory(prefix="hta-world-costs-") as tmp:
