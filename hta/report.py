@@ -16,7 +16,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from hta.scaling_log import DecisionRecord, LogError, ObservationRecord, read_records
+from hta.css_log import CSS_CAPTION, CSS_HEADER, WorkerCSS, css_logs_beside, css_rows, summarize_css
+from hta.scaling_log import DecisionRecord, LogError, ObservationRecord, RunRecord, read_records
 from hta.summary import RunSummary, summarize
 from hta.summary_view import core_s
 
@@ -27,6 +28,8 @@ class LoadedRun:
     summary: RunSummary
     records: list
     warnings: list[str] = field(default_factory=list)
+    #: what CSS did on each worker, from the workers' logs beside a real run
+    css: list[WorkerCSS] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -65,12 +68,20 @@ def load_runs(paths: list[Path]) -> tuple[list[LoadedRun], list[str]]:
             continue
         try:
             records, problems = read_records(p)
-            runs.append(LoadedRun(Path(p), summarize(records, str(p)), records, problems))
+            runs.append(LoadedRun(Path(p), summarize(records, str(p)), records, problems, _css_of(Path(p), records)))
         except LogError as exc:
             errors.append(str(exc))
         except ValueError as exc:
             errors.append(f"{p}: {exc}")
     return runs, errors
+
+
+def _css_of(path: Path, records: list) -> list[WorkerCSS]:
+    first = records[0] if records else None
+    if not isinstance(first, RunRecord) or first.simulated:
+        return []
+    start = first.started_at
+    return summarize_css(css_logs_beside(path), start - 1.0, start + records[-1].t + 1.0)
 
 
 def _f(v: float | None, digits: int = 0, unit: str = "") -> str:
@@ -140,6 +151,15 @@ def render_table(runs: list[LoadedRun], console: Console) -> None:
         for row in cats:
             ct.add_row(*row)
         console.print(ct)
+    for r in runs:
+        if r.css:
+            st = Table(title=f"CSS on each worker — {r.label}", title_justify="left", caption=CSS_CAPTION,
+                       caption_justify="left")
+            for h in CSS_HEADER:
+                st.add_column(h, justify="left" if h in ("worker", "backend", "pins by") else "right")
+            for row in css_rows(r.css):
+                st.add_row(*row)
+            console.print(st)
 
 
 def render_markdown(runs: list[LoadedRun]) -> str:
@@ -153,6 +173,11 @@ def render_markdown(runs: list[LoadedRun]) -> str:
             lines += ["", f"Categories — {r.label}", "", "| " + " | ".join(CATEGORY_HEADER) + " |",
                       "|" + "---|" * len(CATEGORY_HEADER)]
             lines += ["| " + " | ".join(row) + " |" for row in cats]
+        if r.css:
+            lines += ["", f"CSS on each worker — {r.label}", "", "| " + " | ".join(CSS_HEADER) + " |",
+                      "|" + "---|" * len(CSS_HEADER)]
+            lines += ["| " + " | ".join(row) + " |" for row in css_rows(r.css)]
+            lines += ["", CSS_CAPTION]
     return "\n".join(lines) + "\n"
 
 
@@ -161,6 +186,7 @@ def render_json(runs: list[LoadedRun], errors: list[str]) -> str:
     for r in runs:
         d = r.summary.model_dump(mode="json")
         d["warnings"] = r.warnings
+        d["css"] = [w.model_dump(mode="json") for w in r.css]
         out.append(d)
     return json.dumps({"runs": out, "errors": errors}, indent=1)
 

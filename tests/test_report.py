@@ -162,3 +162,49 @@ def test_every_row_label_is_distinct(tmp_path):
     (run,), _ = load_runs([hand_log(tmp_path)])
     labels = [k for k, _ in rows(run.summary)]
     assert len(labels) == len(set(labels)), labels
+
+
+def css_line(t, container, cls, cpus, plan=True, pinned_by="affinity"):
+    return {"time": 1.7e9 + t, "container": container, "futex": 100 if cls == "io" else 0, "class": cls,
+            "cpus": cpus, "backend": "perf", "pinned_by": pinned_by, "processes": 2, "plan": plan}
+
+
+def test_the_report_shows_what_css_did_on_each_worker_of_that_run(tmp_path):
+    """The workers' CSS logs beside the run (WORKFLOW.hta/logs) are summed up per worker,
+    only the lines within the run's own time (worker names start again each run)."""
+    runs = tmp_path / "Makeflow.hta" / "runs"
+    logs = tmp_path / "Makeflow.hta" / "logs"
+    runs.mkdir(parents=True)
+    logs.mkdir()
+    log = hand_log(runs, "run-002.scaling.jsonl")
+    write(logs / "w1.css.jsonl", [
+        css_line(-500, "task-0", "io", [0]),  # an earlier run's worker w1
+        css_line(5, "task-1", "io", [0]), css_line(5, "task-2", "cpu", [1]),
+        css_line(10, "task-1", "io", [0, 1], plan=False), css_line(10, "task-2", "cpu", [0, 1], plan=False),
+        {"time": 1.7e9 + 10, "trial": "kernel scheduling", "gain": 0.01, "noise": 0.02, "worst_loss": 0.2, "tasks": 2},
+        {"time": 1.7e9 + 20, "trial": "plan kept", "gain": 0.06, "noise": 0.01, "worst_loss": 0, "tasks": 2},
+    ])
+    write(logs / "w2.css.jsonl", [css_line(15, "task-3", "cpu", [0, 1], pinned_by="dry-run")])
+    write(logs / "w3.css.jsonl", [css_line(-500, "task-9", "cpu", [0, 1])])  # only in an earlier run
+    r = run_hta("report", "--format", "json", str(log))
+    assert r.returncode == 0, r.stderr
+    (run,) = json.loads(r.stdout)["runs"]
+    w1, w2 = run["css"]
+    assert (w1["worker"], w1["task_intervals"], w1["io_intervals"], w1["pinned_intervals"]) == ("w1", 4, 2, 2)
+    assert (w1["trials"], w1["trials_kept"], w1["backend"], w1["pinned_by"]) == (2, 1, "perf", "affinity")
+    assert (w2["worker"], w2["task_intervals"], w2["pinned_intervals"], w2["pinned_by"]) == ("w2", 1, 0, "dry-run")
+    table = run_hta("report", str(log)).stdout
+    assert "CSS on each worker" in table and "1 of 2" in table
+
+
+def test_a_simulated_run_has_no_css_rows(tmp_path):
+    runs = tmp_path / "x.hta" / "runs"
+    (tmp_path / "x.hta" / "logs").mkdir(parents=True)
+    runs.mkdir()
+    write(tmp_path / "x.hta" / "logs" / "w1.css.jsonl", [css_line(5, "task-1", "io", [0])])
+    log = hand_log(runs, "run-001.scaling.jsonl")
+    text = log.read_text().replace('"backend": "local"', '"backend": "local", "simulated": true')
+    log.write_text(text)
+    r = run_hta("report", "--format", "json", str(log))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["runs"][0]["css"] == []
