@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from hta.errors import EXIT_USAGE, UsageError
 from hta.interrupts import Interrupted, hold_signals, raise_on_signals
+from hta.node.css.plan import PLAN_STYLES
 
 
 def _positive_int(name: str, minimum: int = 1):
@@ -270,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--css-dry-run", action="store_true", help="decide and log, do not pin")
     w.add_argument("--css-no-guard", dest="css_guard", action="store_false",
                    help="apply CSS's plan always (default: only while the tasks progress faster under it)")
+    w.add_argument("--css-plan", choices=PLAN_STYLES, default="confine",
+                   help="confine: I/O tasks to μ cores, CPU tasks on every core (default); partition: the "
+                        "paper's CTBRA, CPU tasks split the other cores")
     w.set_defaults(func=cmd_worker)
 
     c = sub.add_parser("css", help="classify processes or cgroups as IO/CPU-intensive and pin their cores",
@@ -287,13 +291,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="futex threshold λ: a container with more futex calls per cleaning interval is "
                         "IO-intensive (default: the backend's calibrated value)")
     c.add_argument("--mu", type=_positive_int("--mu"), default=2, help="cores for IO containers (default 2)")
+    c.add_argument("--plan", choices=PLAN_STYLES, default="confine",
+                   help="confine: IO containers to μ cores, CPU containers on every core (default); partition: "
+                        "the paper's CTBRA, CPU containers split the other cores")
     c.add_argument("--cores", default=None, help="the cores to share, e.g. 0-3 (default: all allowed)")
     c.add_argument("--dry-run", action="store_true", help="decide and log, do not pin")
     c.add_argument("--epoch", type=_seconds("--epoch", 0.1), default=None, metavar="S",
                    help="the guard's trial epoch (default: three intervals)")
     c.add_argument("--no-guard", dest="guard", action="store_false",
-                   help="apply the plan always, as the paper does (default: keep it only while the tasks measurably "
-                        "progress faster under it than under the kernel's scheduling)")
+                   help="apply the plan always, as the paper applies CTBRA (default: keep it only while the tasks "
+                        "measurably progress faster under it than under the kernel's scheduling)")
     c.add_argument("--log", type=Path, metavar="FILE", help="decision log (JSON Lines)")
     c.add_argument("--duration", type=_seconds("--duration", 0.1), default=None, metavar="S",
                    help="stop after this long (default: until the watched processes are gone, or SIGTERM)")
@@ -344,7 +351,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
                       memory_mb=args.memory, disk_mb=args.disk, idle_timeout_s=args.idle_timeout,
                       connect_timeout_s=args.connect_timeout, workdir=args.workdir, css=not args.no_css,
                       css_backend=args.css_backend, css_log=args.css_log, css_interval_s=args.css_interval,
-                      css_dry_run=args.css_dry_run, css_guard=args.css_guard, parent_death=args.parent_death)
+                      css_dry_run=args.css_dry_run, css_guard=args.css_guard, css_plan=args.css_plan,
+                      parent_death=args.parent_death)
     try:
         return run(o)
     except ValueError as exc:
@@ -372,12 +380,12 @@ def cmd_css(args: argparse.Namespace) -> int:
     targets = Targets(worker_pid=args.worker_pid, pids=args.pid, cgroups=args.cgroup)
     cfg = CSSConfig(interval_s=args.interval, cleaning_s=args.cleaning, lam=args.lam, mu=args.mu,
                     backend=args.backend, dry_run=args.dry_run, log_path=args.log, cores=cores, guard=args.guard,
-                    epoch_s=args.epoch)
+                    epoch_s=args.epoch, plan=args.plan)
     try:
         d = CSSDaemon(targets, cfg)
     except OSError as exc:
         raise UsageError(str(exc)) from None
-    print(f"css: backend {d.monitor.name}, λ={d.lam:g}, μ={cfg.mu}, cores {d.cores}, "
+    print(f"css: backend {d.monitor.name}, λ={d.lam:g}, μ={cfg.mu}, plan {cfg.plan}, cores {d.cores}, "
           f"{'plan kept only while it helps' if cfg.guard else 'plan always applied'}", file=sys.stderr)
     signum = d.run_until_done(args.duration)
     return 128 + signum if signum else 0

@@ -111,7 +111,17 @@ def test_equal_allocation(containers, cores, expected):
     ({"io1": "io", "c1": "cpu"}, [0, 1], 2, {"io1": [0], "c1": [1]}),  # 2 cores: μ shrinks to leave one
 ])
 def test_ctbra(kinds, cores, mu, expected):
-    assert ctbra(kinds, cores, mu) == expected
+    assert ctbra(kinds, cores, mu) == expected == ctbra(kinds, cores, mu, "partition")
+
+
+@pytest.mark.parametrize("kinds,cores,expected", [
+    ({"io1": "io", "c1": "cpu", "c2": "cpu"}, [0, 1, 2, 3], {"io1": [0, 1], "c1": [0, 1, 2, 3], "c2": [0, 1, 2, 3]}),
+    ({"io1": "io", "io2": "io", "c1": "cpu"}, [0, 1], {"io1": [0], "io2": [0], "c1": [0, 1]}),
+    ({"c1": "cpu", "c2": "cpu"}, [0, 1], {"c1": [0, 1], "c2": [0, 1]}),  # one class: the kernel's
+    ({"io1": "io"}, [0, 1], {"io1": [0, 1]}),
+])
+def test_confine_holds_io_tasks_to_their_cores_and_leaves_cpu_tasks_every_core(kinds, cores, expected):
+    assert ctbra(kinds, cores, 2, "confine") == expected
 
 
 def test_sbcc_threshold():
@@ -159,7 +169,8 @@ def test_css_classifies_real_workloads_and_pins(backend, tmp_path):
         # stress-ng → its worker (→ the futex stressor's second process): the stressors run
         assert wait(lambda: len(descendants(fut.pid)) >= 2 and descendants(cpu.pid), 10, every=0.1)
         d = CSSDaemon(Targets(pids=[fut.pid, cpu.pid]),
-                      CSSConfig(interval_s=5, cores=[0, 1], log_path=log, guard=False), monitor=BACKENDS[backend]())
+                      CSSConfig(interval_s=5, cores=[0, 1], log_path=log, guard=False, plan="partition"),
+                      monitor=BACKENDS[backend]())
         d.step()
         time.sleep(d.config.interval_s)  # the interval the daemon measures futex calls over
         recs = {r["container"]: r for r in d.step()}
@@ -204,6 +215,56 @@ def test_css_threads_parked_in_futex_are_not_futex_activity(backend):
     finally:
         p.kill()
         p.wait()
+
+
+@pytest.mark.parametrize("plan,trials", [("confine", False), ("partition", True)])
+def test_css_tries_no_plan_where_its_plan_is_every_core(plan, trials):
+    """Two idle tasks of one class: confining has nothing to separate, so CSS leaves both
+    on every core and runs no trial; the paper's partition splits the cores and tries that."""
+    ps = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        d = CSSDaemon(Targets(pids=[p.pid for p in ps]), CSSConfig(interval_s=0.1, epoch_s=0.2, cores=[0, 1],
+                                                                    plan=plan), monitor=BACKENDS["proc"]())
+        recs = []
+        assert wait(lambda: recs.extend(d.step()) or len(recs) > 40, 20, every=0.1)
+        d.close()
+        assert d.guard is not None and bool(d.guard.verdicts) is trials
+        assert any(r.get("plan") for r in recs if "container" in r) is trials
+    finally:
+        for p in ps:
+            p.kill()
+            p.wait()
+
+
+def perf_fds() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[perf_event]"
+        except OSError:
+            continue
+    return n
+
+
+def test_css_perf_backend_counts_in_windows_and_closes_its_counters_between():
+    """An open syscall tracepoint taxes every system call on the node: the perf backend
+    counts a futex-heavy task in short windows and holds no counter open between them."""
+    if "perf" not in BACKS:
+        pytest.skip("perf backend not available here (needs root / tracefs)")
+    fut = subprocess.Popen(["stress-ng", "--futex", "1", "-t", "30", "-q"])
+    m = BACKENDS["perf"](window_s=0.2, period_s=1.0)
+    try:
+        assert wait(lambda: len(descendants(fut.pid)) >= 2, 10, every=0.1)
+        m.update({"f": {fut.pid}})
+        assert wait(lambda: m.counts().get("f", 0) > 1000, 10, every=0.05), m.counts()
+        closed = wait(lambda: perf_fds() == 0, 3, every=0.02)
+        opened = wait(lambda: perf_fds() >= 2, 3, every=0.02)  # (the stressor's two processes)
+        assert closed and opened
+    finally:
+        m.close()
+        fut.kill()
+        fut.wait()
+    assert perf_fds() == 0
 
 
 def test_css_proc_backend_follows_processes_forked_between_intervals():

@@ -37,6 +37,7 @@ from workqueue_bridge.processes import die_with_parent
 
 if TYPE_CHECKING:
     from hta.node.css.monitor import FutexMonitor
+    from hta.node.css.plan import PlanStyle
 
 log = logging.getLogger("hta.worker")
 
@@ -87,6 +88,8 @@ class WorkerOptions:
     css_dry_run: bool = False
     #: keep CSS's plan only while it measurably helps (hta.node.css.guard)
     css_guard: bool = True
+    #: how CSS's plan places the classes (``hta.node.css.plan``)
+    css_plan: PlanStyle = "confine"
     parent_death: bool = False
     extra: tuple[str, ...] = ()
 
@@ -175,6 +178,7 @@ def run(o: WorkerOptions) -> int:
             daemon = CSSDaemon(Targets(worker_pid=proc.pid),
                                CSSConfig(interval_s=o.css_interval_s, backend=o.css_backend,
                                          dry_run=o.css_dry_run, log_path=o.css_log, guard=o.css_guard,
+                                         plan=o.css_plan,
                                          cores=sorted(os.sched_getaffinity(0))), monitor=monitor)
             daemon.start_thread()
         except OSError as exc:

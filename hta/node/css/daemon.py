@@ -13,7 +13,7 @@ every thread, each interval (new threads inherit only their creator's mask).
 With ``dry_run`` it decides and logs without pinning. The decision log
 (JSON Lines) holds one record per container per interval, and one per trial of the
 plan against the kernel's scheduling (:mod:`hta.node.css.guard`: the plan is applied
-only while it measurably helps; ``guard=False`` applies it always, as the paper does).
+only while it measurably helps; ``guard=False`` applies it always, as the paper applies CTBRA).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import psutil
 
 from hta.node.css.guard import PlanGuard
 from hta.node.css.monitor import LAMBDA, FutexMonitor, choose
-from hta.node.css.plan import classify, ctbra
+from hta.node.css.plan import PlanStyle, classify, ctbra
 
 log = logging.getLogger("hta.css")
 
@@ -49,6 +49,10 @@ class CSSConfig:
     guard: bool = True
     #: the guard's epoch (None: three management intervals)
     epoch_s: float | None = None
+    #: how the plan places the classes (:mod:`hta.node.css.plan`): the I/O tasks confined
+    #: to μ cores, the CPU tasks on every core (``confine``), or the paper's CTBRA
+    #: (``partition``: the CPU tasks split the other cores)
+    plan: PlanStyle = "confine"
 
 
 @dataclass
@@ -252,8 +256,8 @@ class CSSDaemon:
         self.cpu_seconds = 0.0
         epoch = config.epoch_s or 3 * config.interval_s
         self.guard = PlanGuard(epoch) if config.guard else None
-        log.info("CSS: backend %s, λ=%g, μ=%d, cores %s, interval %gs, cleaning %gs, %s%s", self.monitor.name,
-                 self.lam, config.mu, self.cores, config.interval_s, config.cleaning_s,
+        log.info("CSS: backend %s, λ=%g, μ=%d, plan %s, cores %s, interval %gs, cleaning %gs, %s%s",
+                 self.monitor.name, self.lam, config.mu, config.plan, self.cores, config.interval_s, config.cleaning_s,
                  f"plan kept only while it helps (trial epochs of {epoch:g}s)" if self.guard else "plan always applied",
                  " (dry run)" if config.dry_run else "")
 
@@ -264,11 +268,14 @@ class CSSDaemon:
         counts = self.monitor.counts()
         futex = {c: counts.get(c, 0) for c in containers}
         kinds = classify(futex, self.lam)
-        plan = ctbra(kinds, self.cores, self.config.mu)
+        plan = ctbra(kinds, self.cores, self.config.mu, self.config.plan)
         now = time.time()
         out = []
-        applied = True
-        if self.guard is not None:
+        # (a plan that leaves every task on every core is the kernel's: nothing to apply or try)
+        applied = any(sorted(plan.get(c, self.cores)) != sorted(self.cores) for c in containers)
+        if self.guard is not None and not applied:
+            self.guard.pause()
+        elif self.guard is not None:
             mix = (sum(1 for k in kinds.values() if k == "io"), sum(1 for k in kinds.values() if k == "cpu"))
             applied, verdict = self.guard.step(containers, mix)
             if verdict is not None:
@@ -277,7 +284,7 @@ class CSSDaemon:
                          "%d tasks)", choice, 100 * verdict.gain, -100 * verdict.worst_loss, 100 * verdict.noise,
                          verdict.tasks)
                 rec = {"time": round(now, 3), "trial": choice, "gain": verdict.gain, "noise": verdict.noise,
-                       "worst_loss": verdict.worst_loss, "tasks": verdict.tasks}
+                       "worst_loss": verdict.worst_loss, "tasks": verdict.tasks, "ratios": verdict.ratios}
                 out.append(rec)
                 if self._log:
                     self._log.write(json.dumps(rec) + "\n")

@@ -5,22 +5,28 @@ from CPU-bound ones on a node with many cores, and loses on small workloads; a w
 is usually small. So the plan is on trial, as feedback-controlled CPU allocation is in
 container runtimes: epochs under the kernel's own scheduling (K) and under the plan (P)
 alternate, K P K, and each task's progress is read as the CPU time it received per
-second. The plan wins when the geometric mean over tasks of its rate over the mean of
-the two K epochs around it beats 1 by more than the noise the two K epochs show against
-each other (never less than :data:`MIN_GAIN`), and no task's rate falls by more than
-that: a plan that starves one class to feed another loses (the geometric mean alone
-kept such a plan on the paper's own mix, 2 futex beside 2 CPU tasks on 2 cores, and the
-starved futex tasks made the makespan 9.6 % longer), as does one that leaves a core idle
-that the kernel would have used. A lost trial is
-tried again after twice as many epochs as the last (up to :data:`MAX_BACKOFF`); a plan
-kept is tried again every :data:`RECHECK_EPOCHS` epochs; a new mix of classes starts a
-trial at once, and a mix seen before resumes where it was (tasks come and go and futex
-counts are cleaned every 30 s, so mixes recur); a trial a new mix cuts short counts as
-lost.
+second.
 
-What the CPU-time reading cannot see: a gain in work done per CPU second (fewer cache
-misses on a pinned core) with no change in CPU time received. Such a plan is not kept:
-the guard errs toward the kernel.
+The plan wins when the geometric mean over tasks of its rate over the mean of the two K
+epochs around it beats 1 by more than the noise the two K epochs show against each other
+(never less than :data:`MIN_GAIN`), and no task's rate falls by more than that. A node
+cannot know which of its tasks the workflow waits on, so a plan that feeds one task by
+starving another loses, as does one that leaves a core idle that the kernel would have
+used. A lost trial is tried again after twice as many epochs as the last (up to
+:data:`MAX_BACKOFF`); a plan kept is tried again every :data:`RECHECK_EPOCHS` epochs; a
+new mix of classes starts a trial at once, and a mix seen before resumes where it was
+(tasks come and go and futex counts are cleaned every 30 s, so mixes recur); a trial a
+new mix cuts short counts as lost.
+
+What the reading cannot see: a gain in work done per CPU second. The paper's futex
+tasks (``stress-ng --futex`` on 2 cores beside 2 CPU-bound ones) are such a case:
+confined to one core they finish sooner (with ``taskset``: 27.1 s, the kernel 31.7 s),
+yet no reading the guard has shows it. Under CTBRA's partition the worst task received
+20–24 % less CPU time in trials; under ``confine`` the futex tasks made 20–27 % fewer
+futex calls a second (waker and waiter on one core need fewer calls for the same
+work), so futex calls are no measure of their progress either. Without a measure of
+work (no hardware counters in most VMs; completions come too late) the guard errs
+toward the kernel.
 """
 
 from __future__ import annotations
@@ -75,6 +81,8 @@ class Verdict:
     tasks: int
     #: the largest fall of one task's rate under the plan (a fraction; 0: none fell)
     worst_loss: float = 0.0
+    #: each task's progress under the plan over the kernel's (1.1: 10 % faster)
+    ratios: dict[str, float] = field(default_factory=dict)
 
 
 class PlanGuard:
@@ -117,14 +125,29 @@ class PlanGuard:
         k1, p, k2 = self.trial
         common = [c for c in p.rates if c in k1.rates and c in k2.rates
                   and k1.rates[c] + k2.rates[c] > 0 and p.rates[c] > 0]
-        ratios = [p.rates[c] / ((k1.rates[c] + k2.rates[c]) / 2) for c in common]
+        by_task = {c: p.rates[c] / ((k1.rates[c] + k2.rates[c]) / 2) for c in common}
+        ratios = list(by_task.values())
         gain = geomean(ratios) - 1
         noise = abs(geomean([k2.rates[c] / k1.rates[c] for c in common if k1.rates[c] > 0 and k2.rates[c] > 0]) - 1)
         worst_loss = max(0.0, 1 - min(ratios)) if ratios else 0.0
         bar = max(noise, MIN_GAIN)
         keep = bool(common) and gain > bar and worst_loss <= bar
         return Verdict(keep=keep, gain=round(gain, 4), noise=round(noise, 4), tasks=len(common),
-                       worst_loss=round(worst_loss, 4))
+                       worst_loss=round(worst_loss, 4), ratios={c: round(r, 4) for c, r in by_task.items()})
+
+    def _leave_mix(self) -> None:
+        """Remember where the mix under trial was; a trial cut short counts as lost (the
+        plan ran on no evidence)."""
+        if self.mix is not None:
+            in_trial = self.rest_epochs == 0 and (self.trial or (self.current and self.current.mode == "plan"))
+            self.by_mix[self.mix] = (("kernel", self.backoff, min(self.backoff * 2, MAX_BACKOFF)) if in_trial
+                                     else (self.resting, self.rest_epochs, self.backoff))
+
+    def pause(self) -> None:
+        """There is no plan to try now (its plan is the kernel's every core): the epoch under
+        way is dropped, and the next mix starts or resumes its trials as usual."""
+        self._leave_mix()
+        self.mix, self.trial, self.current = None, [], None
 
     def step(self, containers: dict[str, set[int]], mix: tuple[int, int]) -> tuple[bool, Verdict | None]:
         """(apply the plan now?, the verdict of a trial that just ended). ``mix`` is how many
@@ -132,11 +155,7 @@ class PlanGuard:
         now = self.clock()
         verdict = None
         if mix != self.mix:
-            if self.mix is not None:
-                in_trial = self.rest_epochs == 0 and (self.trial or (self.current and self.current.mode == "plan"))
-                # (a trial cut short by the mix counts as lost: the plan ran on no evidence)
-                self.by_mix[self.mix] = (("kernel", self.backoff, min(self.backoff * 2, MAX_BACKOFF)) if in_trial
-                                         else (self.resting, self.rest_epochs, self.backoff))
+            self._leave_mix()
             self.resting, self.rest_epochs, self.backoff = self.by_mix.get(mix, ("kernel", 0, 1))
             self.mix, self.trial, self.current = mix, [], None
         if self.current is not None and now - self.current.started >= self.epoch_s:
