@@ -33,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from hta.accounting import CoreSample
@@ -77,6 +77,9 @@ class ControllerConfig:
     #: the master gives a task that declares nothing its category's measured peak
     #: (makeflow --allocation=throughput) rather than a whole worker
     auto_allocation: bool = False
+    #: category → file → MB: the files every task of a category reads (what a worker keeps in
+    #: its cache for the next task of it; :attr:`hta.model.Observation.shared_inputs`)
+    shared_inputs: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 class Controller:
@@ -109,7 +112,8 @@ class Controller:
         self.reads_cpu = CPU_UTILIZATION in getattr(policy, "needs", frozenset())
         self.builder = ObservationBuilder(epoch=epoch, worker_shape=config.worker_shape,
                                           min_workers=config.min_workers, max_workers=config.max_workers,
-                                          auto_allocation=config.auto_allocation)
+                                          auto_allocation=config.auto_allocation,
+                                          shared_inputs=config.shared_inputs)
         self.latency = LatencyStats(prior_s=config.latency_prior_s)
         self.next_decision_at = 0.0
         self.samples: list[CoreSample] = []

@@ -112,6 +112,9 @@ class Observation(BaseModel):
     #: (makeflow ``--allocation``); if not, every such task takes a whole worker, measured
     #: or not, and only the worker's own size can fit it to what it uses
     auto_allocation: bool = False
+    #: category → the files every task of it reads → their MB (known sizes only; see
+    #: :attr:`WorkerInfo.cached_inputs`)
+    shared_inputs: dict[str, dict[str, float]] = Field(default_factory=dict)
 
     @property
     def waiting_count(self) -> int:
@@ -182,6 +185,17 @@ class Observation(BaseModel):
             measured = measured_on.get(w.id)
             out[w.id] = w.in_use.cores if measured is None or w.running != 1 else min(w.in_use.cores, measured)
         return out
+
+    def cached_for_work_mb(self, worker: WorkerInfo) -> float:
+        """MB of what ``worker`` holds in its cache that the waiting or upcoming tasks read: what a
+        new worker in its place would fetch again from the master, over the one link every
+        transfer shares (0 for a workflow without shared inputs)."""
+        if not worker.cached_inputs or not self.shared_inputs:
+            return 0.0
+        read: dict[str, float] = {}
+        for category in {g.category for g in self.waiting} | {u.category for u in self.upcoming}:
+            read.update(self.shared_inputs.get(category, {}))
+        return sum(mb for f, mb in read.items() if f in worker.cached_inputs)
 
     def idle_cores(self) -> float:
         """Cores of workers that run no task (what draining could give back)."""

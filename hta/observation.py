@@ -45,7 +45,7 @@ class ObservationBuilder:
     """
 
     def __init__(self, *, epoch: float, worker_shape: Resources, min_workers: int, max_workers: int,
-                 auto_allocation: bool = False):
+                 auto_allocation: bool = False, shared_inputs: Mapping[str, Mapping[str, float]] | None = None):
         self.epoch = epoch
         self.worker_shape = worker_shape
         self.min_workers = min_workers
@@ -60,6 +60,11 @@ class ObservationBuilder:
         self._workers_made: dict[tuple, WorkerInfo] = {}
         #: tasks a kept table has waiting that a worker runs: the first read that saw each
         self._dispatched_seen: dict[int, float] = {}
+        #: category → file → MB read by every task of the category (``shared_inputs``), and
+        #: by worker, the files of it that the worker was sent: those of each category it ran
+        self.shared_inputs = {c: dict(files) for c, files in (shared_inputs or {}).items()}
+        self._shared = {c: frozenset(files) for c, files in self.shared_inputs.items()}
+        self._cached: dict[str, frozenset[str]] = {}
 
     def build(
         self,
@@ -80,7 +85,7 @@ class ObservationBuilder:
         gone = retired or set()
         live = [w for w in snap.workers if w.address not in gone]
         running = self._running(snap, {w.address: w for w in live}, worker_ids)
-        workers = self._workers(live, worker_ids, cpu_utilization or {}, now)
+        workers = self._workers(live, worker_ids, cpu_utilization or {}, now, self._caches(running))
         waiting, group_of = snapshot_waiting(snap)
         if not snap.table_kept:
             self._dispatched_seen = {}
@@ -100,8 +105,21 @@ class ObservationBuilder:
             categories=dict(categories), upcoming=ups, latency=latency, worker_shape=self.worker_shape,
             min_workers=self.min_workers, max_workers=self.max_workers,
             tasks_done=snap.queue.tasks_done, tasks_failed=snap.queue.tasks_failed,
-            auto_allocation=self.auto_allocation,
+            auto_allocation=self.auto_allocation, shared_inputs=self.shared_inputs,
         )
+
+    def _caches(self, running: list[RunningTask]) -> dict[str, frozenset[str]]:
+        """Each worker's cached shared inputs, with those of the tasks it runs now: seen
+        running on a worker, a task was sent its inputs there, and Work Queue keeps them."""
+        if not self._shared:
+            return self._cached
+        for t in running:
+            files = self._shared.get(t.category)
+            if files and t.worker is not None:
+                have = self._cached.get(t.worker, frozenset())
+                if not files <= have:
+                    self._cached[t.worker] = have | files
+        return self._cached
 
     def _dispatched_since(self, live: list[WorkerStatus], worker_ids: Mapping[str, str], running: list[RunningTask],
                           waiting: list[TaskGroup], group_of: Mapping[int, str],
@@ -166,7 +184,7 @@ class ObservationBuilder:
         return out
 
     def _workers(self, live: list[WorkerStatus], worker_ids: Mapping[str, str], cpu: Mapping[str, float],
-                 now: float) -> list[WorkerInfo]:
+                 now: float, cached: Mapping[str, frozenset[str]]) -> list[WorkerInfo]:
         out = []
         made: dict[tuple, WorkerInfo] = {}
         idle_since: dict[str, float] = {}
@@ -178,8 +196,9 @@ class ObservationBuilder:
                 # busy before, since this read
                 since = now if w.address in self._seen or connected is None else connected
                 idle_since[w.address] = self._idle_since.get(w.address, since)
+            holds = cached.get(wid, frozenset())
             key = (wid, w.cores, w.memory_mb, w.disk_mb, w.cores_in_use, w.memory_in_use_mb, w.disk_in_use_mb,
-                   w.tasks_running, connected, idle_since.get(w.address), cpu.get(wid))
+                   w.tasks_running, connected, idle_since.get(w.address), cpu.get(wid), holds)
             info = self._workers_made.get(key)
             if info is None:
                 info = WorkerInfo(
@@ -187,11 +206,14 @@ class ObservationBuilder:
                     capacity=Resources(cores=w.cores, memory_mb=w.memory_mb, disk_mb=w.disk_mb),
                     in_use=Resources(cores=w.cores_in_use, memory_mb=w.memory_in_use_mb, disk_mb=w.disk_in_use_mb),
                     running=w.tasks_running, connected_at=connected, idle_since=idle_since.get(w.address),
-                    cpu_utilization=cpu.get(wid),
+                    cpu_utilization=cpu.get(wid), cached_inputs=holds,
                 )
             made[key] = info
             out.append(info)
         self._workers_made = made
+        if len(cached) > len(made):  # (workers gone: their caches with them)
+            for wid in set(cached) - {w.id for w in out}:
+                self._cached.pop(wid, None)
         self._idle_since = idle_since
         self._seen = {w.address for w in live}
         return out

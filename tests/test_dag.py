@@ -53,3 +53,22 @@ def test_a_quoted_category_is_read_alike_by_the_lookahead_and_the_rule_reader(tm
     assert [r.category for r in dag.rules] == ["quoted"]
     assert [r.category for r in rules.values()] == ["quoted"]
     assert rules[0].limits == {"cores": 1, "memory": 300} and rules[0].outputs == ["out.txt"]
+
+
+def test_shared_inputs_are_the_files_every_rule_of_a_category_reads(tmp_path):
+    """A file every rule of a category reads (of two rules or more) is what a worker keeps in
+    its cache for the next task of it; its size is read from the workflow's folder, and a
+    file not there yet (a rule makes it) is left out."""
+    (tmp_path / "Makeflow").write_text(
+        "CATEGORY=align\n\n"
+        "h1: db q1\n\tcat db q1 > h1\n\n"
+        "h2: db q2 made\n\tcat db q2 > h2\n\n"
+        "h3: db q3 made\n\tcat db q3 > h3\n\n"
+        "CATEGORY=one\n\nout: db\n\tcat db > out\n\n"
+        "CATEGORY=make\n\nmade:\n\ttouch made\n")
+    dag = load_dag(tmp_path / "Makeflow")
+    assert dag.rules[0].inputs == ["db", "q1"]
+    assert dag.shared_inputs() == {"align": ["db"]}  # ("one" has one rule; "made" is not read by h1)
+    (tmp_path / "db").write_bytes(b"x" * 2**20)
+    assert dag.shared_input_sizes(tmp_path) == {"align": {"db": 1.0}}
+    assert dag.shared_input_sizes(tmp_path / "elsewhere") == {}

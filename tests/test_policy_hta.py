@@ -299,6 +299,29 @@ def test_the_default_holds_no_worker_for_what_a_never_measured_task_releases():
     assert HTAPolicy().decide(measured).drain == []
 
 
+def test_a_worker_that_holds_the_inputs_of_the_work_behind_a_never_measured_task_is_held():
+    # as above; every task of "a" reads the same 500 MB database, which w2 holds (it ran
+    # one) and w3 does not. A new worker in w2's place would fetch it again: w2 is held, w3
+    # drained, and a cache smaller than hold_cached_mb holds nothing
+    base = dict(
+        running=[RunningTask(task_id=1, category="split", allocation=ONE, started_at=100.0 - 70, worker="w1")],
+        categories={"a": cat("a", 10.0)},
+        upcoming=[UpcomingTasks(id="u0", category="a", count=1, request=SHAPE, after=["task:1"]),
+                  UpcomingTasks(id="u1", category="a", count=6, request=ONE, after=["u0"])],
+        shared_inputs={"a": {"db": 500.0}, "b": {"other": 900.0}},
+    )
+    w2 = worker("w2").model_copy(update={"cached_inputs": frozenset({"db"})})
+    o = obs(workers=[worker("w1", 1, 1), w2, worker("w3")], **base)
+    assert o.cached_for_work_mb(w2) == 500.0 and o.cached_for_work_mb(worker("w3")) == 0.0
+    assert HTAPolicy().decide(o).drain == ["w3"]
+    assert sorted(HTAPolicy(hold_cached_mb=0).decide(o).drain) == ["w2", "w3"]
+    assert sorted(HTAPolicy(hold_cached_mb=501).decide(o).drain) == ["w2", "w3"]
+    # a cache of files no work ahead reads holds nothing
+    w2b = worker("w2").model_copy(update={"cached_inputs": frozenset({"other"})})
+    assert sorted(HTAPolicy().decide(obs(workers=[worker("w1", 1, 1), w2b, worker("w3")], **base)).drain) == [
+        "w2", "w3"]
+
+
 def test_a_worker_is_held_for_any_measured_work_the_long_play_gives_it_in_any_order():
     # w1 runs a never-measured task 1 and a measured outlier, task 2: both end at t=170 in
     # the play. u0 (after task 1) and u1 (after task 2) each want a whole worker: idle w2
@@ -694,6 +717,7 @@ def test_presets_and_estimator_settings_by_name():
                       ("hta:busy_latencies=nan", "busy_latencies must be a number ≥ 0"),
                       ("hta:hold_latencies=-1", "must be a number ≥ 0"), ("hta:hold_latencies=nan", "must be a number ≥ 0"),
                       ("hta:hold_for_unmeasured=maybe", "is not a bool"),
+                      ("hta:hold_cached_mb=-1", "hold_cached_mb must be a number ≥ 0"),
                       ("hta:nope=1", "it has: barrier_aware, busy_latencies, busy_latencies_runtime, busy_runtimes")]:
         with pytest.raises(ValueError, match=says):
             make_policy(bad)

@@ -33,6 +33,12 @@ def test_recorded_real_run_replays_to_the_same_decisions(blast_copy: Path, tmp_p
     live = [x for x in read_records(blast_copy / "Makeflow.scaling.jsonl")[0] if x.kind == "decision"]
     assert any(d.add for d in live) and any(d.drain for d in live), "the run must scale up and down"
 
+    # the files every align reads, sized from the workflow's folder, went to the controller
+    # (db.fa is made by a rule: not there when the run starts, so left out)
+    import json
+    head = json.loads(tape.read_text().splitlines()[0])["value"]["config"]
+    assert set(head["shared_inputs"]["align"]) == {"align.py", "seqio.py"}
+
     replayed = replay(tape, make_policy("hta:hold_latencies=0,tail_aware=false"))
     assert [key(d) for d in replayed] == [key(d) for d in live]
 

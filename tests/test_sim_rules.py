@@ -578,6 +578,41 @@ def test_an_input_is_sent_to_a_worker_once_and_the_master_sends_one_file_at_a_ti
     assert sim.world.queue.transferred_mb == 300.0
 
 
+def test_the_observation_says_which_shared_inputs_each_worker_holds():
+    # every task of "a" reads the database; "c"'s two tasks read files of their own. The
+    # worker that runs a holds the database from then on, the other worker nothing
+    db = ("db", 100.0)
+    tasks = [SimTask("a", "a", 10, inputs=(db,)), SimTask("b", "a", 10, inputs=(db,), parents=["a"]),
+             SimTask("c", "c", 10, inputs=(("c.in", 1.0),), parents=["b"]),
+             SimTask("d", "c", 10, inputs=(("d.in", 1.0),), parents=["b"])]
+    policy = Scripted()  # (two workers: the second never runs an "a")
+    world(tasks, policy, transfer_mb_per_s=100.0, start_nodes=2, start_workers=None).run()
+    assert {o.shared_inputs == {"a": {"db": 100.0}} for o in policy.seen} == {True}
+    holds = [w.cached_inputs for o in policy.seen for w in o.workers]
+    assert frozenset() in holds and frozenset({"db"}) in holds and set(holds) <= {frozenset(), frozenset({"db"})}
+    # a world where files cost nothing sends none: nothing to cache
+    free = Scripted()
+    world(tasks, free).run()
+    assert free.seen and all(not o.shared_inputs and not any(w.cached_inputs for w in o.workers) for o in free.seen)
+
+
+def test_hta_keeps_the_workers_that_hold_the_database_for_the_next_stage():
+    # BLAST in the measured world, 12/2/12 aligns, each reading the 500 MB database: between
+    # stages 1 and 2 the aligns' workers wait on a reduce never measured before. Drained, they
+    # are bought back for stage 3 and each new one fetches the database again
+    from hta.sim.costs import MEASURED
+    from hta.sim.workload import blast_3stage
+
+    def sent_mb(spec: str) -> float:
+        sim = Simulation(parse_wfformat(blast_3stage(0, (12, 2, 12)), "b"), make_policy(spec),
+                         ClusterModel(max_nodes=200, **MEASURED.cluster_update()), seed=0)
+        sim.run()
+        return sim.world.queue.transferred_mb
+
+    held, drained = sent_mb("hta"), sent_mb("hta:hold_cached_mb=0")
+    assert drained - held >= 4 * 500.0
+
+
 def test_outputs_are_brought_back_before_the_task_completes():
     sim = world([SimTask("a", "a", 10, output_mb=50.0)], Scripted(), transfer_mb_per_s=100.0)
     assert sim.run().runtime_s == pytest.approx(10.5)

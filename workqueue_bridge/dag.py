@@ -36,6 +36,8 @@ class Rule:
     parents: list[int] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     command: str = ""
+    #: the files it reads (makeflow_viz's ``dag_name``s)
+    inputs: list[str] = field(default_factory=list)
     #: rules that need this one's outputs, directly or not (filled by :func:`read_rules`)
     dependents: int = 0
 
@@ -97,6 +99,36 @@ class Dag:
                     stack.extend(children.get(c, ()))
             r.dependents = len(seen)
 
+    def shared_inputs(self) -> dict[str, list[str]]:
+        """Category → the files every one of its rules reads, for categories of two rules or
+        more (a BLAST align's database). Makeflow sends a task's inputs to Work Queue as
+        cacheable, so a worker that ran one task of such a category holds those files
+        for the next: it is worth more than a new worker, which must fetch them again."""
+        common: dict[str, set[str]] = {}
+        rules: dict[str, int] = {}
+        for r in self.rules:
+            rules[r.category] = rules.get(r.category, 0) + 1
+            if r.category in common:
+                common[r.category].intersection_update(r.inputs)
+            else:
+                common[r.category] = set(r.inputs)
+        return {c: sorted(files) for c, files in common.items() if files and rules[c] >= 2}
+
+    def shared_input_sizes(self, folder: Path) -> dict[str, dict[str, float]]:
+        """:meth:`shared_inputs` with each file's MB, as it lies in ``folder`` (the workflow's
+        own folder) now: a file not there yet (made by a rule) is left out, its size unknown."""
+        out: dict[str, dict[str, float]] = {}
+        for category, files in self.shared_inputs().items():
+            sized = {}
+            for f in files:
+                try:
+                    sized[f] = (folder / f).stat().st_size / 2**20
+                except OSError:
+                    continue
+            if sized:
+                out[category] = sized
+        return out
+
 
 def _amount(v: Any) -> float:
     """A declared amount (a number above 0), else 0: not declared."""
@@ -130,7 +162,7 @@ def parse_dag(data: dict) -> Dag:
         parents = sorted({producer[x] for x in ins if x in producer and producer[x] != i})
         rules.append(Rule(i, cat, cats.get(cat, Resources()), parents,
                           outputs=[_file_name(f) for f in r.get("outputs") or []],
-                          command=str(r.get("command", ""))))
+                          command=str(r.get("command", "")), inputs=ins))
     return Dag(rules)
 
 

@@ -51,6 +51,10 @@ class WorkerInfo(BaseModel):
     idle_since: float | None = None
     #: fraction of the worker's cores its processes keep busy (for CPU-based rivals)
     cpu_utilization: float | None = None
+    #: the workflow's shared inputs it holds in its cache: those of each category it ran a
+    #: task of (:meth:`workqueue_bridge.dag.Dag.shared_inputs`; the master does not list a
+    #: worker's cache, the tasks it ran tell it)
+    cached_inputs: frozenset[str] = frozenset()
 
     @property
     def idle(self) -> bool:

@@ -135,10 +135,20 @@ class SimLookahead:
     def __init__(self, world: World):
         self.world = world
         num = {t.id: i for i, t in enumerate(world.workload.tasks)}
-        self.dag = Dag([Rule(i, t.category, world.queue.declared(t) or Resources(), sorted(num[p] for p in t.parents))
+        self.dag = Dag([Rule(i, t.category, world.queue.declared(t) or Resources(), sorted(num[p] for p in t.parents),
+                             inputs=[f for f, _ in t.inputs])
                         for i, t in enumerate(world.workload.tasks)])
         self.index = UpcomingIndex(self.dag)
         self._seen = 0
+
+    def shared_input_sizes(self) -> dict[str, dict[str, float]]:
+        """:meth:`~workqueue_bridge.dag.Dag.shared_input_sizes` by the workload's file sizes, in
+        a world that sends files (none where they cost nothing: there is nothing to cache)."""
+        if self.world.model.transfer_mb_per_s <= 0:
+            return {}
+        size = {f: mb for t in self.world.workload.tasks for f, mb in t.inputs}
+        shared = {c: {f: size[f] for f in files if size[f] > 0} for c, files in self.dag.shared_inputs().items()}
+        return {c: files for c, files in shared.items() if files}
 
     def __call__(self, waiting_group_of: Mapping[int, str], running_tasks: set[int]) -> list[UpcomingTasks]:
         log = self.world.makeflow.state_log

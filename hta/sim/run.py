@@ -58,17 +58,20 @@ class Simulation:
         # workers that run to completion (KEDA's ScaledJob) leave by themselves in the world
         self.world.cluster.lifetime = getattr(policy, "worker_lifetime", None)
         self.backend = SimBackend(self.world)
+        lookahead = SimLookahead(self.world)
         self.controller = Controller(
             master=SimMaster(self.world), backend=self.backend, policy=policy, learner=IncrementalCategoryLearner(),
-            summaries=SimMonitor(self.world), scaling_log=self.log, config=self.config(), epoch=0.0,
-            upcoming=SimLookahead(self.world), clock=lambda: self.world.env.now,
+            summaries=SimMonitor(self.world), scaling_log=self.log,
+            config=self.config(lookahead.shared_input_sizes()), epoch=0.0, upcoming=lookahead,
+            clock=lambda: self.world.env.now,
         )
 
-    def config(self) -> ControllerConfig:
+    def config(self, shared_inputs: dict[str, dict[str, float]] | None = None) -> ControllerConfig:
         c = self.cluster
         return ControllerConfig(worker_shape=c.node_shape, min_workers=0, max_workers=c.max_nodes,
                                 min_interval_s=c.min_interval_s, max_interval_s=c.max_interval_s,
-                                latency_prior_s=c.latency_mean_s, auto_allocation=c.auto_allocation)
+                                latency_prior_s=c.latency_mean_s, auto_allocation=c.auto_allocation,
+                                shared_inputs=shared_inputs or {})
 
     def _tearing_down(self) -> bool:
         w = self.world

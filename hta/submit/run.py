@@ -17,6 +17,7 @@ aborts its jobs), then the workers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 import subprocess
@@ -317,6 +318,9 @@ class Submission:
             log.warning("cannot read the workflow ahead of makeflow (%s): HTA sizes workers from what is queued "
                         "only", exc)
             return None
+        shared = await asyncio.to_thread(dag.shared_input_sizes, self.mf.workdir)
+        if shared:  # (before the controller is made, and before a recording writes the config down)
+            self.config = dataclasses.replace(self.config, shared_inputs=shared)
         return Lookahead(dag, self.mflog)
 
     async def _run_workflow(self, upcoming: Lookahead | None) -> None:
