@@ -213,6 +213,30 @@ def test_other_presets_are_held_against_the_rivals_in_place_of_htas_own(tmp_path
         assert e.value.code == 2 and says in err[-1] and "Traceback" not in "".join(err)
 
 
+def test_rivals_can_be_cut_to_some_names_and_must_keep_the_reference(tmp_path, capsys, monkeypatch):
+    from hta.sim.workload import SimTask, Workload
+
+    monkeypatch.setattr(pareto, "workload", lambda name, seed, tasks, folder: Workload(
+        "w", [SimTask("a", "a", 100.0)], declared=True))
+    ran: set[str] = set()
+
+    def run_one(name, wl, spec, cluster, seed, bound):
+        ran.add(spec)
+        return {"runtime_s": bound, "waste_core_s": 0.0, "waste_after_core_s": 0.0, "node_s": 100.0,
+                "shortage_core_s": 0.0, "finished": True}
+    monkeypatch.setattr(pareto, "run_one", run_one)
+    argv = ["--seeds", "1", "--workloads", "io-bound", "--clusters", "cap20", "--out", str(tmp_path)]
+    pareto.main([*argv, "--rivals", "max-then-drain,static"])
+    rivals = {s for s in ran if not s.startswith("hta")}
+    assert len(rivals) == 6 and all(s.startswith(("max-then-drain", "static")) for s in rivals)
+    assert "\n  0 of 6 rival settings not dominated" in capsys.readouterr().out
+    for bad, says in (("bogus", "no rival setting starts with bogus"), ("static", "keep max-then-drain")):
+        with pytest.raises(SystemExit) as e:
+            pareto.main([*argv, "--rivals", bad])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and says in err[-1]
+
+
 def test_a_stored_run_of_a_preset_defined_otherwise_since_is_run_again(tmp_path):
     made = []
     def make():

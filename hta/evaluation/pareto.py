@@ -83,7 +83,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -169,6 +169,22 @@ def rivals(max_nodes: int, node_cores: float = 3.0) -> dict[str, str]:
         base["static"] = "static"
         out.update({f"{label} [{shape}]": shaped(spec, shape, node_cores) for label, spec in base.items()})
     return out
+
+
+def chosen_rivals(ap: argparse.ArgumentParser, names: str | None) -> Callable[[str], bool]:
+    """``--rivals``: which rival labels to run (all without it). A name that starts no
+    label, or a choice without max-then-drain (the goals' reference), is a usage error."""
+    if names is None:
+        return lambda label: True
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    labels = rivals(20)
+    unknown = [n for n in wanted if not any(label.startswith(n) for label in labels)]
+    if unknown or not wanted:
+        ap.error(f"--rivals {names!r}: no rival setting starts with {', '.join(unknown) or 'nothing'}; names are "
+                 f"e.g. max-then-drain, static, factory, keda-job, hpa")
+    if not any(MTD_SAME_PODS.startswith(n) for n in wanted):
+        ap.error(f"--rivals {names!r}: keep max-then-drain, the reference every goal line compares with")
+    return lambda label: any(label.startswith(n) for n in wanted)
 
 
 #: the references the goals hold HTA's default against: max-then-drain with the same pods
@@ -616,6 +632,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--node-hold", choices=list(NODE_HOLDS), default="cluster-autoscaler",
                     help="what the node autoscaler does with an empty node: the cluster-autoscaler keeps it 10 min "
                          "(default), Karpenter's consolidation removes it at once; stored apart")
+    ap.add_argument("--rivals", metavar="NAMES", default=None,
+                    help="comma-separated: only the rival settings whose label starts with one of these (e.g. "
+                         "max-then-drain,static; every shape of each), for a quicker look at one world; the goals' "
+                         "reference, max-then-drain, must be among them")
     ap.add_argument("--sweep", action="store_true",
                     help=f"also run HTA as {', '.join(SWEEP)} (tuned settings, "
                          f"shown beside the presets, not counted in the goals)")
@@ -628,6 +648,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown workload or cluster: {', '.join(unknown)}")
     hta_settings = preset_settings(ap, args.preset)
+    chosen = chosen_rivals(ap, args.rivals)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         if args.markdown:  # before an hour of runs, not after
@@ -647,7 +668,8 @@ def main(argv: list[str] | None = None) -> int:
         for cname in args.clusters.split(","):
             cap = CLUSTERS[cname]
             cluster = world(cap, args.packed, args.node_hold)
-            settings = {**hta_settings, **(SWEEP if args.sweep else {}), **rivals(cap, cluster.node_cores)}
+            settings = {**hta_settings, **(SWEEP if args.sweep else {}),
+                        **{k: v for k, v in rivals(cap, cluster.node_cores).items() if chosen(k)}}
             fixed_spec = shaped("static", "1-core", cluster.node_cores)  # (k nodes there at t = 0, pods on them)
             ids = {label: settings_of(spec) for label, spec in settings.items()}
             per: dict[str, list[dict]] = {k: [] for k in settings}
