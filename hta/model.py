@@ -186,14 +186,14 @@ class Observation(BaseModel):
             out[w.id] = w.in_use.cores if measured is None or w.running != 1 else min(w.in_use.cores, measured)
         return out
 
-    def cached_for_work_mb(self, worker: WorkerInfo) -> float:
-        """MB of what ``worker`` holds in its cache that the waiting or upcoming tasks read: what a
-        new worker in its place would fetch again from the master, over the one link every
-        transfer shares (0 for a workflow without shared inputs)."""
+    def cached_for_work_mb(self, worker: WorkerInfo, categories: set[str]) -> float:
+        """MB of what ``worker`` holds in its cache that tasks of ``categories`` read: what a
+        new worker in its place would fetch again from the master for them, over the one
+        link every transfer shares (0 for a workflow without shared inputs)."""
         if not worker.cached_inputs or not self.shared_inputs:
             return 0.0
         read: dict[str, float] = {}
-        for category in {g.category for g in self.waiting} | {u.category for u in self.upcoming}:
+        for category in categories:
             read.update(self.shared_inputs.get(category, {}))
         return sum(mb for f, mb in read.items() if f in worker.cached_inputs)
 

@@ -85,7 +85,6 @@ class ObservationBuilder:
         gone = retired or set()
         live = [w for w in snap.workers if w.address not in gone]
         running = self._running(snap, {w.address: w for w in live}, worker_ids)
-        workers = self._workers(live, worker_ids, cpu_utilization or {}, now, self._caches(running))
         waiting, group_of = snapshot_waiting(snap)
         if not snap.table_kept:
             self._dispatched_seen = {}
@@ -96,6 +95,8 @@ class ObservationBuilder:
                 c: allocation_request(r, categories.get(c), auto=self.auto_allocation) for c, r in asked.items()})
             if ran or gone_groups:  # (the lookahead then finds no ref for their rules until the next read)
                 group_of = without_tasks(group_of, ran, gone_groups)
+        # (after the kept table's pass: a task dispatched since it was read ran there too)
+        workers = self._workers(live, worker_ids, cpu_utilization or {}, now, self._caches(running))
         ups: list[UpcomingTasks] = []
         if upcoming is not None:
             running_ids = {t.task_id for t in running}  # (a kept table's, brought up to this read)
@@ -211,9 +212,10 @@ class ObservationBuilder:
             made[key] = info
             out.append(info)
         self._workers_made = made
-        if len(cached) > len(made):  # (workers gone: their caches with them)
-            for wid in set(cached) - {w.id for w in out}:
-                self._cached.pop(wid, None)
+        if cached:  # (workers gone: their caches with them, should an id come back)
+            here = {w.id for w in out}
+            for wid in [wid for wid in cached if wid not in here]:
+                del self._cached[wid]
         self._idle_since = idle_since
         self._seen = {w.address for w in live}
         return out

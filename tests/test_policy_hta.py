@@ -312,14 +312,24 @@ def test_a_worker_that_holds_the_inputs_of_the_work_behind_a_never_measured_task
     )
     w2 = worker("w2").model_copy(update={"cached_inputs": frozenset({"db"})})
     o = obs(workers=[worker("w1", 1, 1), w2, worker("w3")], **base)
-    assert o.cached_for_work_mb(w2) == 500.0 and o.cached_for_work_mb(worker("w3")) == 0.0
+    assert o.cached_for_work_mb(w2, {"a", "b"}) == 500.0 and o.cached_for_work_mb(w2, {"b"}) == 0.0
     assert HTAPolicy().decide(o).drain == ["w3"]
     assert sorted(HTAPolicy(hold_cached_mb=0).decide(o).drain) == ["w2", "w3"]
     assert sorted(HTAPolicy(hold_cached_mb=501).decide(o).drain) == ["w2", "w3"]
-    # a cache of files no work ahead reads holds nothing
+    # a cache of files the work it would be given does not read holds nothing
     w2b = worker("w2").model_copy(update={"cached_inputs": frozenset({"other"})})
     assert sorted(HTAPolicy().decide(obs(workers=[worker("w1", 1, 1), w2b, worker("w3")], **base)).drain) == [
         "w2", "w3"]
+    # ... even where tasks that read it are upcoming, but past the long play: here the play
+    # gives w2 and w3 the 6 "a" tasks (which read nothing), and "b", which reads the
+    # database, comes only after a 5,000 s "slow" task
+    later = {**base, "categories": {"a": cat("a", 10.0), "slow": cat("slow", 5000.0), "b": cat("b", 10.0)},
+             "shared_inputs": {"b": {"db": 500.0}},
+             "upcoming": [UpcomingTasks(id="u0", category="slow", count=1, request=SHAPE, after=["task:1"]),
+                          UpcomingTasks(id="u1", category="a", count=6, request=ONE, after=["task:1"]),
+                          UpcomingTasks(id="u2", category="b", count=6, request=ONE, after=["u0"])]}
+    o = obs(workers=[worker("w1", 1, 1), w2, worker("w3")], **later)
+    assert sorted(HTAPolicy().decide(o).drain) == ["w2", "w3"]
 
 
 def test_a_worker_is_held_for_any_measured_work_the_long_play_gives_it_in_any_order():

@@ -590,6 +590,9 @@ def test_the_observation_says_which_shared_inputs_each_worker_holds():
     assert {o.shared_inputs == {"a": {"db": 100.0}} for o in policy.seen} == {True}
     holds = [w.cached_inputs for o in policy.seen for w in o.workers]
     assert frozenset() in holds and frozenset({"db"}) in holds and set(holds) <= {frozenset(), frozenset({"db"})}
+    # ... and keeps it once a and b are done (Work Queue keeps a worker's cache until it leaves)
+    after = [o for o in policy.seen if o.tasks_done >= 2 and o.workers]
+    assert after and all(any(w.cached_inputs == {"db"} for w in o.workers) for o in after)
     # a world where files cost nothing sends none: nothing to cache
     free = Scripted()
     world(tasks, free).run()

@@ -114,6 +114,8 @@ class Slot:
     used: bool = False
     #: given a task that no never-measured one comes before (see ``PlayGroup.after_unmeasured``)
     used_measured: bool = False
+    #: idle now: the categories of the tasks it was given (None: none yet)
+    given: set[str] | None = None
 
 
 class DrainPlay:
@@ -337,6 +339,10 @@ class DrainPlay:
         slot.used = True
         if slot.idle_now:
             slot.used_measured |= not g.after_unmeasured
+            if slot.given is None:
+                slot.given = {g.category}
+            else:
+                slot.given.add(g.category)
             if not answered and self._counts_used(slot):
                 self._idle_left -= 1  # its answer is known: the early stop need not wait for it
         runtime = g.runtime
@@ -495,6 +501,11 @@ class DrainPlay:
         """Workers idle now that the play never gave a task (``measured_only``: a task that
         no never-measured one comes before)."""
         return [s.id for s in self.slots[: self.connected] if s.idle_now and not self._counts_used(s)]
+
+    def given_idle(self) -> dict[str, set[str]]:
+        """Workers idle now that the play gave a task, with the categories it gave them
+        (with ``until_idle_used``, those it gave before the play stopped)."""
+        return {s.id: s.given for s in self.slots[: self.connected] if s.idle_now and s.given}
 
     def _counts_used(self, slot: Slot) -> bool:
         return slot.used_measured if self.measured_only else slot.used

@@ -49,10 +49,17 @@ class QueueDrainEstimator:
         """Workers idle now that a play to ``horizon_s`` (pending workers still one
         ``latency_s`` after their request) never gives a task (``measured_only``: a task
         released without waiting on a never-measured one, whose end the play guesses)."""
+        return self.idle_work(obs, latency_s, horizon_s, measured_only)[0]
+
+    def idle_work(self, obs: Observation, latency_s: float, horizon_s: float,
+                  measured_only: bool = False) -> tuple[list[str], dict[str, set[str]]]:
+        """:meth:`unused_idle`, and the categories the same play gives each worker idle now
+        (a worker not in the first list with ``measured_only`` is played until the horizon, so
+        what it is given there is complete)."""
         play = DrainPlay(obs, horizon_s, self.options, latency_s, until_idle_used=True,
                           measured_only=measured_only, barrier_memo=self._barriers)
         play.run()
-        return play.unused_idle()
+        return play.unused_idle(), play.given_idle()
 
     @staticmethod
     def _backlog(obs: Observation, left: list[TaskGroup]) -> float:

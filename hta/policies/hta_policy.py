@@ -75,18 +75,6 @@ def _as_advertised(obs: Observation) -> Observation:
     return obs.model_copy(update={"pending": pending})
 
 
-def _unmeasured_ahead(obs: Observation) -> bool:
-    """Is a never-measured task running, waiting or upcoming?"""
-    cats = obs.categories
-
-    def unmeasured(category: str) -> bool:
-        m = cats.get(category)
-        return m is None or not m.measured
-
-    return (any(unmeasured(t.category) for t in obs.running) or any(unmeasured(g.category) for g in obs.waiting)
-            or any(unmeasured(u.category) for u in obs.upcoming))
-
-
 @dataclass
 class HTAPolicy:
     name: str = "hta"
@@ -201,17 +189,17 @@ class HTAPolicy:
 
     def _not_held(self, obs: Observation, latency: float, candidates: set[str]) -> set[str]:
         """The idle ``candidates`` that a play ``hold_latencies`` past the horizon never gives
-        work: work no never-measured task comes before, or any work where the worker holds
-        ``hold_cached_mb`` of the inputs it reads (or ``hold_for_unmeasured``)."""
+        work: work no never-measured task comes before (any work with
+        ``hold_for_unmeasured``), or work that reads ``hold_cached_mb`` of what the worker
+        holds in its cache."""
         horizon = latency * (1 + self.hold_latencies)
-        out = candidates & set(self.estimator.unused_idle(obs, latency, horizon,
-                                                          measured_only=not self.hold_for_unmeasured))
-        if not out or self.hold_for_unmeasured or self.hold_cached_mb <= 0:
+        unused, given = self.estimator.idle_work(obs, latency, horizon, measured_only=not self.hold_for_unmeasured)
+        out = candidates & set(unused)
+        if not out or self.hold_for_unmeasured or self.hold_cached_mb <= 0 or not obs.shared_inputs:
             return out
-        caching = {w.id for w in obs.workers if w.id in out and obs.cached_for_work_mb(w) >= self.hold_cached_mb}
-        if caching and _unmeasured_ahead(obs):  # (else the two plays are one)
-            out -= caching - set(self.estimator.unused_idle(obs, latency, horizon, measured_only=False))
-        return out
+        by_id = {w.id: w for w in obs.workers}
+        return {w for w in out if w not in given or w not in by_id
+                or obs.cached_for_work_mb(by_id[w], given[w]) < self.hold_cached_mb}
 
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
