@@ -5,7 +5,7 @@ import shutil
 from conftest import DATA
 
 from hta.model import Resources
-from workqueue_bridge.dag import load_dag, node_states, read_rules, upcoming_tasks
+from workqueue_bridge.dag import load_dag, node_states, read_rules, sizes_in, upcoming_tasks
 from workqueue_bridge.makeflow_log import MakeflowLog, NodeState
 
 
@@ -70,5 +70,5 @@ def test_shared_inputs_are_the_files_every_rule_of_a_category_reads(tmp_path):
     assert dag.rules[0].inputs == ["db", "q1"]
     assert dag.shared_inputs() == {"align": ["db"]}  # ("one" has one rule; "made" is not read by h1)
     (tmp_path / "db").write_bytes(b"x" * 2**20)
-    assert dag.shared_input_sizes(tmp_path) == {"align": {"db": 1.0}}
-    assert dag.shared_input_sizes(tmp_path / "elsewhere") == {}
+    assert dag.shared_input_sizes(sizes_in(tmp_path)) == {"align": {"db": 1.0}}
+    assert dag.shared_input_sizes(sizes_in(tmp_path / "elsewhere")) == {}

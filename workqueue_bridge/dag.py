@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import math
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,20 +114,26 @@ class Dag:
                 common[r.category] = set(r.inputs)
         return {c: sorted(files) for c, files in common.items() if files and rules[c] >= 2}
 
-    def shared_input_sizes(self, folder: Path) -> dict[str, dict[str, float]]:
-        """:meth:`shared_inputs` with each file's MB, as it lies in ``folder`` (the workflow's
-        own folder) now: a file not there yet (made by a rule) is left out, its size unknown."""
+    def shared_input_sizes(self, size_mb: Callable[[str], float | None]) -> dict[str, dict[str, float]]:
+        """:meth:`shared_inputs` with each file's MB by ``size_mb`` (:func:`sizes_in` for a
+        folder): a file of unknown size (None) or of none is left out."""
         out: dict[str, dict[str, float]] = {}
         for category, files in self.shared_inputs().items():
-            sized = {}
-            for f in files:
-                try:
-                    sized[f] = (folder / f).stat().st_size / 2**20
-                except OSError:
-                    continue
+            sized = {f: mb for f in files if (mb := size_mb(f))}
             if sized:
                 out[category] = sized
         return out
+
+
+def sizes_in(folder: Path) -> Callable[[str], float | None]:
+    """A file's MB as it lies in ``folder`` (the workflow's own) now; None if it is not there
+    (yet: a rule makes it) or cannot be read."""
+    def size_mb(name: str) -> float | None:
+        try:
+            return (folder / name).stat().st_size / 2**20
+        except OSError:
+            return None
+    return size_mb
 
 
 def _amount(v: Any) -> float:

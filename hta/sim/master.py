@@ -147,8 +147,7 @@ class SimLookahead:
         if self.world.model.transfer_mb_per_s <= 0:
             return {}
         size = {f: mb for t in self.world.workload.tasks for f, mb in t.inputs}
-        shared = {c: {f: size[f] for f in files if size[f] > 0} for c, files in self.dag.shared_inputs().items()}
-        return {c: files for c, files in shared.items() if files}
+        return self.dag.shared_input_sizes(size.get)
 
     def __call__(self, waiting_group_of: Mapping[int, str], running_tasks: set[int]) -> list[UpcomingTasks]:
         log = self.world.makeflow.state_log

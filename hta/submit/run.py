@@ -41,7 +41,7 @@ from hta.submit.run_dir import RunLock, new_run_log, open_scaling_log, other_mak
 from hta.submit.view import ViewOptions, show
 from hta.summary import RunSummary, end_run
 from resource_monitor.incremental import IncrementalCategoryLearner
-from workqueue_bridge.dag import Lookahead, load_dag
+from workqueue_bridge.dag import Lookahead, load_dag, sizes_in
 from workqueue_bridge.log_summaries import LogSummaries
 from workqueue_bridge.makeflow import (
     PORT_WAIT_S,
@@ -318,7 +318,7 @@ class Submission:
             log.warning("cannot read the workflow ahead of makeflow (%s): HTA sizes workers from what is queued "
                         "only", exc)
             return None
-        shared = await asyncio.to_thread(dag.shared_input_sizes, self.mf.workdir)
+        shared = await asyncio.to_thread(dag.shared_input_sizes, sizes_in(self.mf.workdir))
         if shared:  # (before the controller is made, and before a recording writes the config down)
             self.config = dataclasses.replace(self.config, shared_inputs=shared)
         return Lookahead(dag, self.mflog)
