@@ -466,7 +466,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.workflow is not None and args.workflow.is_dir():
         raise UsageError(f"--workflow {str(args.workflow)!r} is a folder: give a WfCommons JSON instance")
     if args.workflow is not None and not args.workflow.is_file():
-        raise UsageError(f"workflow file {str(args.workflow)!r} not found: give a WfCommons JSON instance")
+        why = "is not a regular file" if args.workflow.exists() else "not found"
+        raise UsageError(f"workflow file {str(args.workflow)!r} {why}: give a WfCommons JSON instance")
     cluster = ClusterModel(max_nodes=args.max_nodes, start_nodes=args.start_nodes, node_cores=args.node_cores,
                            node_memory_mb=args.node_memory, latency_mean_s=args.latency_mean,
                            latency_sd_s=args.latency_sd, pull_s=args.pull, **COSTS[args.costs].cluster_update())
@@ -496,9 +497,11 @@ def effective_options(args: argparse.Namespace):
     from hta import config
 
     layers: list[tuple[str, Mapping[str, Any]]] = []
-    cfg = getattr(args, "config", None) or (Path(os.environ["HTA_CONFIG"]) if os.environ.get("HTA_CONFIG") else None)
+    cfg, given_by = getattr(args, "config", None), "--config"
+    if cfg is None and os.environ.get("HTA_CONFIG"):
+        cfg, given_by = Path(os.environ["HTA_CONFIG"]), "HTA_CONFIG"
     if cfg is not None:
-        layers.append((f"config file {cfg}", config.read_file(cfg)))
+        layers.append((f"config file {cfg}", config.read_file(cfg, given_by)))
     for w in config.misspelled_variables():
         print(f"hta: warning: {w}", file=sys.stderr)
     env = config.from_environment()
@@ -650,7 +653,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                                         f"(see: hta {args.command} --help)\n")
             parser.exit(EXIT_USAGE, f"hta: error: hta {args.command} takes one workflow, got also {first!r}: makeflow's "
                                     f"own arguments go after -- (see: hta {args.command} --help)\n")
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        parser.exit(EXIT_USAGE, f"hta: error: unrecognized arguments: {' '.join(unknown)} (see: hta "
+                                f"{args.command + ' ' if args.command else ''}--help)\n")
     args.makeflow_args = passthrough
     args.verbose = getattr(args, "verbose", False)
     args.quiet = getattr(args, "quiet", False)

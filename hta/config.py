@@ -12,6 +12,7 @@ that names the key, where it came from and what is allowed.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -80,16 +81,19 @@ def key_of(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
-def read_file(path: Path) -> dict[str, Any]:
-    """A config file's keys (YAML, or TOML for ``*.toml``), checked against :data:`KEYS`."""
+def read_file(path: Path, given_by: str = "--config") -> dict[str, Any]:
+    """A config file's keys (YAML, or TOML for ``*.toml``), checked against :data:`KEYS`;
+    ``given_by`` (``--config`` or ``HTA_CONFIG``) is named in the error line."""
+    if path.exists() and not path.is_file() and not path.is_dir():  # (a FIFO would be read forever)
+        raise UsageError(f"config file {path} is not a regular file: give a YAML or TOML file to {given_by}")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read the config file {path} ({exc.strerror or exc}): give a readable YAML or "
-                         f"TOML file to --config") from None
+                         f"TOML file to {given_by}") from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"config file {path} is not UTF-8 text (byte {exc.start}): give a YAML or TOML file "
-                         f"to --config") from None
+                         f"to {given_by}") from None
     try:
         if path.suffix == ".toml":
             import tomllib
@@ -189,16 +193,44 @@ def build(layers: list[tuple[str, Mapping[str, Any]]], **fixed: Any):
                 origin[field] = f"--{key}"
             else:
                 origin[field] = f"{key} (from {source})"
+    for model, values in ((MakeflowOptions, top), (BackendOptions, backend)):
+        for field, value in values.items():  # (pydantic reads true as 1: a config file's slip)
+            if isinstance(value, bool) and "bool" not in str(model.model_fields[field].annotation):
+                raise UsageError(f"{origin.get(field, field)} must be a number, not {value!r} (see: hta makeflow "
+                                 f"--help)")
     try:
         return MakeflowOptions(**top, backend_options=BackendOptions(**backend))
     except ValidationError as exc:
         e = exc.errors()[0]
         field = str(e["loc"][-1]) if e["loc"] else ""
-        where = origin.get(field, field)
-        msg = str(e["msg"]).removeprefix("Value error, ")  # (pydantic's prefix to a validator's own words)
-        got = e.get("input")
-        shown = "" if repr(got) in msg else f" (got {got!r})"  # (quoted in the message already)
-        raise UsageError(f"{where}: {msg}{shown}") from None
+        raise UsageError(f"{origin.get(field, field)}{_what_is_wrong(e)}") from None
+
+
+def _what_is_wrong(e: Any) -> str:
+    """pydantic's error in the command line's words (" must be at most 65535, not 70000 (see: …)"),
+    or a validator's own line, which names its fix (": unknown policy 'x': choose one of …")."""
+    fix = " (see: hta makeflow --help)"
+    got, kind, ctx = e.get("input"), e["type"], e.get("ctx") or {}
+    try:
+        number = float(got)
+    except (TypeError, ValueError):
+        number = None
+    if number is not None and not math.isfinite(number):
+        return f" must be a finite number, not {got!r}{fix}"
+    bounds = {"greater_than_equal": ("at least", "ge"), "greater_than": ("more than", "gt"),
+              "less_than_equal": ("at most", "le"), "less_than": ("less than", "lt")}
+    if kind in bounds:
+        words, key = bounds[kind]
+        return f" must be {words} {ctx[key]}, not {got}{fix}"
+    if kind.startswith("int_"):
+        return f" must be a whole number, not {got!r}{fix}"
+    if kind.startswith("float_"):
+        return f" must be a number, not {got!r}{fix}"
+    if kind.startswith("bool_"):
+        return f" must be true or false, not {got!r}{fix}"
+    msg = str(e["msg"]).removeprefix("Value error, ")  # (pydantic's prefix to a validator's own words)
+    shown = "" if repr(got) in msg else f" (got {got!r})"  # (quoted in the message already)
+    return f": {msg}{shown}"
 
 
 def as_keys(options) -> dict[str, Any]:

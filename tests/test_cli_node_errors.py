@@ -51,6 +51,15 @@ def test_worker_workdir_that_is_not_a_folder_is_refused(tmp_path: Path, where: s
     assert not (tmp_path / "missing").exists()  # refused, not created
 
 
+@pytest.mark.parametrize("where", [["--master", "127.0.0.1:99999"], ["--master", ":9123"], ["--master", "host"],
+                                   ["--project", "p", "--catalog", "catalog:0"]])
+def test_worker_master_or_catalog_that_is_not_host_port_is_refused_at_once(where: list[str]):
+    # (at 99999 work_queue_worker retried for --connect-timeout, 15 min; an empty host took 10 s to resolve)
+    r = run_hta("worker", *where, "--no-css", timeout=30)
+    assert r.returncode == 2
+    one_error_line(r, f"{where[-2]} {where[-1]!r} must be HOST:PORT, with a port from 1 to 65535")
+
+
 def test_worker_project_needs_a_catalog():
     r = run_hta("worker", "--project", "foo", "--no-css", timeout=60)
     assert r.returncode == 2
@@ -209,6 +218,13 @@ def test_status_watch_ends_normally_when_the_run_ends(tmp_path: Path):
     r = run_hta("status", "--watch", srv.url, timeout=60)
     assert r.returncode == 1
     one_error_line(r, "cannot reach", "is the hta run still going?")
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:99999", "http://localhost:0/", "localhost:http"])
+def test_status_of_a_port_no_socket_has_is_refused(url: str):
+    r = run_hta("status", url, timeout=60)
+    assert r.returncode == 2
+    one_error_line(r, f"{url!r}: the port must be a number from 1 to 65535", "give http://HOST:PORT/")
 
 
 @pytest.mark.parametrize("url", ["ftp://x/", "file:///tmp/status"])

@@ -64,6 +64,36 @@ def test_bad_config_is_one_line(tmp_path: Path, text, suffix, needle):
     assert line.startswith("hta: error: ") and needle in line, line
 
 
+@pytest.mark.parametrize("source,values,line", [
+    ("the command line", {"port": 70000}, "--port must be at most 65535, not 70000 (see: hta makeflow --help)"),
+    ("the environment", {"max-workers": "-1"},
+     "HTA_MAX_WORKERS (from the environment) must be at least 1, not -1 (see: hta makeflow --help)"),
+    ("the environment", {"min-interval": "nan"},
+     "HTA_MIN_INTERVAL (from the environment) must be a finite number, not 'nan' (see: hta makeflow --help)"),
+    ("the environment", {"max-workers": "many"},
+     "HTA_MAX_WORKERS (from the environment) must be a whole number, not 'many' (see: hta makeflow --help)"),
+    # (pydantic reads true as 1)
+    ("config file c.yaml", {"max-workers": True},
+     "max-workers (from config file c.yaml) must be a number, not True (see: hta makeflow --help)"),
+])
+def test_a_value_out_of_range_is_said_in_the_command_lines_words(source, values, line):
+    with pytest.raises(UsageError) as e:
+        config.build([(source, values)])
+    assert str(e.value) == line
+
+
+def test_a_config_file_named_by_hta_config_is_named_so_and_a_fifo_is_not_read(tmp_path: Path):
+    r = run_hta("config", env={"HTA_CONFIG": str(tmp_path / "nosuch.yaml")}, timeout=60)
+    assert r.returncode == 2
+    (line,) = r.stderr.strip().splitlines()
+    assert line.endswith("give a readable YAML or TOML file to HTA_CONFIG"), line
+    os.mkfifo(tmp_path / "fifo")
+    r = run_hta("config", "--config", str(tmp_path / "fifo"), timeout=30)  # (it was read forever)
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"hta: error: config file {tmp_path / 'fifo'} is not a regular file: give a YAML or " \
+        "TOML file to --config"
+
+
 def test_a_namespace_kubernetes_would_refuse_is_one_line_in_words():
     with pytest.raises(UsageError) as e:
         config.build([("the command line", {"namespace": "Bad_NS"})])
@@ -170,3 +200,18 @@ def test_a_folder_given_as_the_workflow_is_named_as_one(tmp_path: Path):
                                 f"(it holds one: {tmp_path}/Makeflow)"), r.stderr
     r = run_hta("simulate", "--workflow", str(tmp_path), timeout=60)
     assert r.returncode == 2 and "is a folder: give a WfCommons JSON instance" in r.stderr
+
+
+def test_a_device_given_as_the_workflow_is_named_as_no_regular_file():
+    # it said "not found", though /dev/null is there
+    for argv, fix in ((["makeflow", "/dev/null"], "give the path to a Makeflow file"),
+                      (["simulate", "--workflow", "/dev/null"], "give a WfCommons JSON instance")):
+        r = run_hta(*argv, cwd=Path("/tmp"), timeout=60)
+        assert r.returncode == 2
+        assert r.stderr.strip() == f"hta: error: workflow file '/dev/null' is not a regular file: {fix}", r.stderr
+
+
+def test_an_argument_a_command_does_not_take_points_to_that_commands_help():
+    r = run_hta("css", "--pid", "1", "2", timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "hta: error: unrecognized arguments: 2 (see: hta css --help)", r.stderr

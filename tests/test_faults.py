@@ -446,8 +446,14 @@ def test_a_run_makeflow_refuses_before_its_master_is_one_line_and_leaves_no_log(
     assert r.returncode == 1 and not r.stdout.strip(), r.stdout
     line = error_line(r.stderr)
     assert "before its master started" in line and "in.txt does not exist" in line, line
-    assert not list((wf / "Makeflow.hta").glob("runs/*.jsonl")) and not (wf / "Makeflow.scaling.jsonl").exists()
+    assert not (wf / "Makeflow.hta").exists() and not (wf / "Makeflow.scaling.jsonl").exists()  # (made for it)
     assert not left_behind(wf)
+    # an earlier run's folder stays, its logs with it
+    earlier = wf / "Makeflow.hta" / "runs" / "run-001.scaling.jsonl"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text('{"kind": "run"}\n')
+    assert run_hta("makeflow", str(wf / "Makeflow")).returncode == 1
+    assert [p.name for p in earlier.parent.iterdir()] == [earlier.name] and earlier.read_text() == '{"kind": "run"}\n'
 
 
 def test_a_plain_makeflow_started_on_the_workflow_during_a_run_ends_it(tmp_path: Path):

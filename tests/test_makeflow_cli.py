@@ -108,12 +108,15 @@ def test_jx_workflow_gets_lookahead(tmp_path: Path):
     (["empty"], "has no rules"),
     (["W", "--", "--password", "W"], "makeflow option --password cannot be used under HTA"),
     (["W", "--log", "/nonexistent-dir/x.jsonl"], "does not exist"),
+    (["W", "--log", "earlier.jsonl"], "--log earlier.jsonl already holds a log"),  # (it would be lost)
 ])
 def test_refused_before_anything_starts(tmp_path: Path, argv, needle):
     (tmp_path / "W").write_text(TWO_RULES)
     (tmp_path / "empty").write_text("# nothing here\nX=1\n")
+    (tmp_path / "earlier.jsonl").write_text('{"kind": "run"}\n')
     r = run_hta("makeflow", *argv, cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("hta: error: ") and needle in line, line
     assert not (tmp_path / "out.txt").exists() and not (tmp_path / "nonexistent-dir").exists()
+    assert (tmp_path / "earlier.jsonl").read_text() == '{"kind": "run"}\n'

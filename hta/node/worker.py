@@ -132,11 +132,22 @@ def has_tasks(pid: int, workdir: Path) -> bool:
     return any(Path(workdir).glob(f"worker-*-{pid}/t.*"))
 
 
+def check_host_port(value: str, option: str) -> None:
+    """``HOST:PORT`` with a host and a port a socket can reach: refused at once, not after
+    ``--connect-timeout`` of the worker failing to connect (or resolving an empty host)."""
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{option} {value!r} must be HOST:PORT, with a port from 1 to 65535 "
+                         f"(e.g. {option} localhost:9123)")
+
+
 def run(o: WorkerOptions) -> int:
     if not o.master and not o.project:
         raise ValueError("give the master as --master HOST:PORT, or --project NAME (with --catalog HOST:PORT)")
-    if o.master and not o.master.rpartition(":")[2].isdigit():
-        raise ValueError(f"--master {o.master!r} must be HOST:PORT")
+    if o.master:
+        check_host_port(o.master, "--master")
+    if o.catalog:
+        check_host_port(o.catalog, "--catalog")
     if o.project and not o.catalog:
         raise ValueError(f"--project {o.project!r} needs --catalog HOST:PORT: the catalog server the master "
                          f"reports to (or give the master itself as --master HOST:PORT)")

@@ -26,6 +26,7 @@ import asyncio
 import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 import aiohttp
 from pydantic import ValidationError
@@ -289,7 +290,7 @@ class Dropped(StatusError):
 
 def status_url(url: str) -> str:
     """``HOST:PORT``, ``http://HOST:PORT/`` or ``…/status`` → the ``/status`` URL."""
-    url = url.strip()
+    url = given = url.strip()
     if "://" not in url and ":" not in url and Path(url).exists():  # (a workflow given for the run's URL)
         raise BadURL(f"{url!r} is a {'folder' if Path(url).is_dir() else 'file'} here, not a URL: give the "
                      f"http://HOST:PORT/ hta makeflow printed (the run's report: hta report {url})")
@@ -299,6 +300,17 @@ def status_url(url: str) -> str:
     if scheme not in ("http", "https"):
         raise BadURL(f"{url!r} is not an http:// URL: give http://HOST:PORT/ as hta makeflow printed it "
                      f"(or HOST:PORT)")
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise BadURL(f"{given!r} is not a URL (give http://HOST:PORT/ as hta makeflow printed it)") from None
+    try:
+        port = parts.port
+    except ValueError:  # (out of range, or not a number)
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise BadURL(f"{given!r}: the port must be a number from 1 to 65535: give http://HOST:PORT/ as hta "
+                     f"makeflow printed it")
     if url.rstrip("/").endswith("/status"):
         return url.rstrip("/")
     return url.rstrip("/") + "/status"

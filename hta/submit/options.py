@@ -94,6 +94,9 @@ class MakeflowOptions(BaseModel):
             if not self.log.parent.is_dir():
                 raise UsageError(f"--log {self.log}: folder {self.log.parent} does not exist: create it or choose "
                                  f"another file")
+            if self.log.is_file() and self.log.stat().st_size > 0:  # (a log holds one run: `hta report` reads it so)
+                raise UsageError(f"--log {self.log} already holds a log (an earlier run's?): choose a new file, or "
+                                 f"leave out --log to number each run under the workflow's .hta/runs/")
         if self.min_workers > self.max_workers:
             raise UsageError(f"--min-workers ({self.min_workers}) is above --max-workers ({self.max_workers})")
         if self.min_interval_s > self.max_interval_s:
@@ -111,7 +114,8 @@ class MakeflowOptions(BaseModel):
             inside = " (it holds one: " + str(Path(shown) / "Makeflow") + ")" if (wf / "Makeflow").is_file() else ""
             raise UsageError(f"workflow {shown!r} is a folder: give the path to a Makeflow file{inside}")
         if not wf.is_file():
-            raise UsageError(f"workflow file {shown!r} not found: give the path to a Makeflow file")
+            trouble = "is not a regular file" if wf.exists() else "not found"
+            raise UsageError(f"workflow file {shown!r} {trouble}: give the path to a Makeflow file")
         why = not_text(wf)
         if why:
             raise UsageError(f"workflow file {shown!r} is not a text file ({why}): give the path to a "

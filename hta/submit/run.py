@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import shutil
 import signal
 import subprocess
 import time
@@ -193,7 +194,9 @@ async def submit(
         workflow = args.workflow_path
         assert workflow is not None
         run_dir, default_log = paths_for(workflow)
+        fresh = not run_dir.exists()
         lock = RunLock(run_dir, workflow)
+        keep = False  # (the run folder of a run that never started is not left behind)
         try:
             running = other_makeflows(args.workdir, workflow.resolve())
             if running:
@@ -210,7 +213,9 @@ async def submit(
                              policy=policy, backend=backend, config=config, lookahead=lookahead, port=port,
                              epoch=epoch or time.time(), record=record, stall_timeout_s=stall_timeout_s, stop=stop,
                              signalled=signalled, view=view or ViewOptions(status=False, verbosity="quiet"))
+            keep = True
             result = await run.run()
+            keep = not result.never_started
             if result.never_started:  # nothing ran: no log of it, and the link is the last run's
                 result.scaling_log.unlink(missing_ok=True)
                 if scaling_log_path is None:
@@ -225,6 +230,8 @@ async def submit(
             return result
         finally:
             lock.release()
+            if fresh and not keep:
+                shutil.rmtree(run_dir, ignore_errors=True)
     except _Stopped:  # before anything started: the caller's handler says so (128 + N)
         stopped_by = signalled[0]
     finally:
