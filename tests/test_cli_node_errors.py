@@ -131,6 +131,12 @@ def test_css_refuses_a_bad_option(sleeper, args, needles):
     one_error_line(r, *needles)
 
 
+def test_css_ends_at_its_duration_not_at_the_end_of_an_interval(sleeper):
+    # --duration 0.5 with --interval 600 ran the whole 600 s interval (the timeout fails it)
+    r = run_hta("css", "--pid", str(sleeper.pid), "--dry-run", "--duration", "0.5", "--interval", "600", timeout=30)
+    assert r.returncode == 0, r.stderr
+
+
 def test_css_refuses_a_folder_that_is_not_a_cgroup(tmp_path: Path):
     r = run_hta("css", "--cgroup", str(tmp_path), "--dry-run", "--duration", "0.2", timeout=60)
     assert r.returncode == 2

@@ -343,7 +343,10 @@ class CSSDaemon:
                     break
                 if self.targets.worker_pid is None and not discover(self.targets)[0]:
                     break
-                self.stop_event.wait(self.config.interval_s)
+                wait_s = self.config.interval_s
+                if deadline:  # (the last interval ends at the deadline, not past it)
+                    wait_s = max(0.0, min(wait_s, deadline - time.monotonic()))
+                self.stop_event.wait(wait_s)
         finally:
             self.close()
         return stopped_by[0] if stopped_by else None
