@@ -10,11 +10,19 @@ reads and writes with their sizes (1.5: ``inputFiles``/``outputFiles`` naming
 ``specification.files`` with ``sizeInBytes``; 1.4: a task's ``files`` with ``link``
 and ``size`` in bytes), which the simulated master sends to a worker that has not
 cached them yet, and brings back.
+
+Each number read must be a finite JSON number ≥ 0 (not NaN, Infinity, true or a
+string): a runtime of 0 s is a task that ends at once, a file of 0 bytes costs no
+transfer, and a core count, memory or ``avgCPU`` of 0 or null is read as not recorded
+(the default); a core count is a whole number. ``parents``, ``children``, ``inputFiles``,
+``outputFiles`` and the files are lists. Anything else is a :class:`WorkloadError`
+naming the task, the field and what it must be.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import deque
 from collections.abc import Callable
@@ -165,6 +173,44 @@ def find_cycle(w: Workload, stuck: set[str]) -> list[str]:
     return list(reversed(path[seen[tid]:]))
 
 
+def _shown(v: object) -> str:
+    """A value as the JSON file spells it (NaN, Infinity, true, "5"), cut short."""
+    try:
+        text = json.dumps(v)
+    except (TypeError, ValueError):
+        text = repr(v)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _bad(where: str, key: str, v: object, what: str) -> WorkloadError:
+    return WorkloadError(f"{where + ': ' if where else ''}{key} must be {what}, not {_shown(v)}")
+
+
+def _amount(v: object, where: str, key: str, what: str) -> float:
+    """``v`` if it is a finite number ≥ 0 (JSON's true and false are no numbers)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        try:
+            x = float(v)
+        except OverflowError:  # (an integer of 400 digits)
+            raise _bad(where, key, v, what) from None
+        if 0.0 <= x < math.inf:  # (NaN fails both)
+            return x
+    raise _bad(where, key, v, what)
+
+
+def _ids(v: object, where: str, key: str, what: str, null: bool = True) -> list[str]:
+    """A list of ids (strings, or numbers as some ids are); null is none if ``null``."""
+    if v is None and null:
+        return []
+    if isinstance(v, list):
+        if all(type(x) is str for x in v):
+            return list(v)  # (a copy: the task's own)
+        if all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in v):
+            return [str(x) for x in v]
+    example = _shown([v]) if isinstance(v, str) else '["t1", "t2"]'
+    raise _bad(where, key, v, f"a list of {what}, e.g. {example}")
+
+
 def parse_wfformat(data: dict, name: str | None = None) -> Workload:
     wf = data.get("workflow") if isinstance(data, dict) else None
     if not isinstance(wf, dict):
@@ -172,8 +218,7 @@ def parse_wfformat(data: dict, name: str | None = None) -> Workload:
     sizes: dict[str, float] = {}  # file → MB (1.5)
     if "specification" in wf:  # WfFormat 1.5
         spec = wf["specification"].get("tasks", [])
-        sizes = {str(f["id"]): float(f.get("sizeInBytes") or 0) / 2**20 for f in wf["specification"].get("files", [])
-                 if isinstance(f, dict) and "id" in f}
+        sizes = _spec_sizes(wf["specification"].get("files", []))
         exe = {t["id"]: t for t in wf.get("execution", {}).get("tasks", [])}
         raw = [{**t, **exe.get(t["id"], {})} for t in spec]
     else:  # WfFormat 1.4 and older
@@ -183,18 +228,35 @@ def parse_wfformat(data: dict, name: str | None = None) -> Workload:
     tasks: list[SimTask] = []
     for t in raw:
         tid = str(t.get("id") or t.get("name"))
-        runtime = t.get("runtimeInSeconds", t.get("runtime"))
+        where = f"task {tid!r}"
+        key = "runtimeInSeconds" if "runtimeInSeconds" in t else "runtime"
+        runtime = t.get(key)
         if runtime is None:
             raise WorkloadError(f"task {tid!r} has no runtimeInSeconds/runtime")
-        mem, mem_kb = t.get("memoryInBytes"), t.get("memory")
-        mem_mb = mem / 2**20 if mem else (mem_kb / 1024 if mem_kb else DEFAULT_MEMORY_MB)
-        cores = int(t.get("coreCount", t.get("cores", DEFAULT_CORES)) or DEFAULT_CORES)
+        runtime_s = _amount(runtime, where, key, "a finite number of seconds ≥ 0")
+        mem_mb = 0.0  # (0 or null: not recorded)
+        if (v := t.get("memoryInBytes")) is not None:
+            mem_mb = _amount(v, where, "memoryInBytes", "a finite number of bytes ≥ 0") / 2**20
+        if not mem_mb and (v := t.get("memory")) is not None:  # (WfFormat 1.4: KB)
+            mem_mb = _amount(v, where, "memory", "a finite number of KB ≥ 0") / 1024
+        key = "coreCount" if "coreCount" in t else "cores"
+        cores = DEFAULT_CORES
+        if (v := t.get(key)) is not None:
+            n = _amount(v, where, key, "a whole number of cores ≥ 1")
+            if n and (n < 1 or n != int(n)):
+                raise _bad(where, key, v, "a whole number of cores ≥ 1")
+            cores = int(n) or DEFAULT_CORES
         # avgCPU is a percentage of one core (WfCommons); over 100 means several cores
-        avg = float(t.get("avgCPU", DEFAULT_AVG_CPU) or DEFAULT_AVG_CPU)
+        avg = DEFAULT_AVG_CPU
+        if (v := t.get("avgCPU")) is not None:
+            avg = _amount(v, where, "avgCPU", "a finite percentage ≥ 0 (100: one core busy)") or DEFAULT_AVG_CPU
         util = avg / 100.0 / cores if avg > 100 else avg / 100.0
-        inputs, output_mb = _files(t, sizes)
-        tasks.append(SimTask(tid, str(t.get("name", tid)).split("_ID")[0], float(runtime), cores, mem_mb,
-                             min(1.0, max(0.0, util)), [str(x) for x in t.get("parents", [])], inputs, output_mb))
+        parents = _ids(t.get("parents", []), where, "parents", "the ids of the tasks it waits for", null=False)
+        if (v := t.get("children")) is not None:  # (not read, but a string here is no list of children)
+            _ids(v, where, "children", "the ids of the tasks that wait for it")
+        inputs, output_mb = _files(t, sizes, where)
+        tasks.append(SimTask(tid, str(t.get("name", tid)).split("_ID")[0], runtime_s, cores, mem_mb or DEFAULT_MEMORY_MB,
+                             min(1.0, max(0.0, util)), parents, inputs, output_mb))
     ids = {task.id for task in tasks}
     for task in tasks:
         missing = [p for p in task.parents if p not in ids]
@@ -205,15 +267,49 @@ def parse_wfformat(data: dict, name: str | None = None) -> Workload:
     return wl
 
 
-def _files(t: dict, sizes: dict[str, float]) -> tuple[tuple[tuple[str, float], ...], float]:
+def _spec_sizes(files: object) -> dict[str, float]:
+    """WfFormat 1.5's ``specification.files``: file id → MB."""
+    if not isinstance(files, list):
+        raise _bad("", "specification.files", files, 'a list of files, e.g. [{"id": "f", "sizeInBytes": 1024}]')
+    sizes: dict[str, float] = {}
+    for i, f in enumerate(files):
+        if not isinstance(f, dict):
+            raise _bad("", f"specification.files[{i}]", f, 'a file object, e.g. {"id": "f", "sizeInBytes": 1024}')
+        if "id" in f:
+            size = f.get("sizeInBytes")
+            sizes[str(f["id"])] = 0.0 if size is None else _amount(
+                size, f"specification.files: file {str(f['id'])!r}", "sizeInBytes", "a finite number of bytes ≥ 0") / 2**20
+    return sizes
+
+
+def _files(t: dict, sizes: dict[str, float], where: str) -> tuple[tuple[tuple[str, float], ...], float]:
     """A task's inputs (name, MB) and the MB it writes: WfFormat 1.5 names files by id
     (``sizes``), 1.4 lists them in the task with their ``link`` and ``size`` in bytes."""
     if "inputFiles" in t or "outputFiles" in t:
-        inputs = tuple((str(f), sizes.get(str(f), 0.0)) for f in t.get("inputFiles") or [])
-        return inputs, sum(sizes.get(str(f), 0.0) for f in t.get("outputFiles") or [])
-    listed = [f for f in t.get("files") or [] if isinstance(f, dict)]
-    inputs = tuple((str(f.get("name")), float(f.get("size") or 0) / 2**20) for f in listed if f.get("link") == "input")
-    return inputs, sum(float(f.get("size") or 0) / 2**20 for f in listed if f.get("link") == "output")
+        ins = _ids(t.get("inputFiles"), where, "inputFiles", "file ids")
+        outs = _ids(t.get("outputFiles"), where, "outputFiles", "file ids")
+        return tuple((f, sizes.get(f, 0.0)) for f in ins), sum(sizes.get(f, 0.0) for f in outs)
+    listed = t.get("files")
+    if listed is None:
+        return (), 0.0
+    if not isinstance(listed, list):
+        raise _bad(where, "files", listed, 'a list of files, e.g. [{"name": "f", "link": "input", "size": 1024}]')
+    inputs: list[tuple[str, float]] = []
+    output_mb = 0.0
+    for i, f in enumerate(listed):
+        if not isinstance(f, dict):
+            raise _bad(where, f"files[{i}]", f, 'a file object, e.g. {"name": "f", "link": "input", "size": 1024}')
+        link = f.get("link")
+        if link != "input" and link != "output":
+            continue
+        size = f.get("size")
+        mb = 0.0 if size is None else _amount(
+            size, f"{where}: file {str(f.get('name'))!r}", "size", "a finite number of bytes ≥ 0") / 2**20
+        if link == "input":
+            inputs.append((str(f.get("name")), mb))
+        else:
+            output_mb += mb
+    return tuple(inputs), output_mb
 
 
 def load_workload(spec: str, seed: int = 0) -> Workload:
