@@ -45,14 +45,32 @@ class LoadedRun:
         return f"{s.policy} · {name}{seed}"
 
 
-def _looks_like_a_log(path: Path) -> bool:
-    """Whether ``path`` starts as a scaling log does (a JSON object), or is empty."""
+def _could_be_a_workflow(path: Path) -> bool:
+    """Whether ``path``, a file with no HTA run of it beside it, may be a workflow not run
+    yet: a Makeflow (text whose first line is not JSON) or a JX one (a JSON object with
+    ``rules``). Anything else (empty, named ``.json``/``.jsonl``, other JSON) is read as a
+    scaling log, and :func:`read_records` says what it is."""
     try:
         with path.open("rb") as f:
-            head = f.read(64).lstrip()
+            head = f.read(1 << 24)
     except OSError:
-        return True  # (read_records says what is wrong)
-    return not head or head.startswith(b"{")
+        return False  # (read_records says what is wrong)
+    first = next((line.strip() for line in head.splitlines() if line.strip()), b"")
+    if not first or b"\0" in head:  # (empty, or binary: hta makeflow refuses it too)
+        return False
+    try:
+        line, line_is_json = json.loads(first), True
+    except ValueError:
+        line, line_is_json = None, False
+    if isinstance(line, dict) and "kind" in line:  # a scaling log's record
+        return False
+    try:
+        doc = json.loads(head)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and "rules" in doc:  # a JX workflow (makeflow --jx)
+        return True
+    return not (path.name.endswith((".json", ".jsonl")) or line_is_json or first.startswith((b"{", b"[")))
 
 
 def load_runs(paths: list[Path]) -> tuple[list[LoadedRun], list[str]]:
@@ -62,7 +80,7 @@ def load_runs(paths: list[Path]) -> tuple[list[LoadedRun], list[str]]:
         latest = Path(f"{p}.scaling.jsonl")
         if Path(p).is_file() and latest.exists():  # a workflow: its latest run
             p = latest.resolve()
-        elif Path(p).is_file() and not _looks_like_a_log(Path(p)) and not str(p).endswith(".jsonl"):
+        elif Path(p).is_file() and _could_be_a_workflow(Path(p)):
             errors.append(f"{p}: no scaling log, and no HTA run of it as a workflow ({latest.name} is not there; "
                           f"a run with --log FILE writes FILE only): give a scaling log, or run hta makeflow {p} first")
             continue

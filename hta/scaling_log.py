@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import stat
 from pathlib import Path
 from typing import IO, Annotated, Literal, Union
 
@@ -234,26 +236,93 @@ def _first_problem(exc: ValidationError) -> str:
     return f"{where + ': ' if where else ''}{msg[:1].lower()}{msg[1:]}{more}"  # (the user's own words kept)
 
 
+#: what to give ``hta report`` instead of a file that is no scaling log
+GIVE_A_LOG = "give a scaling log (WORKFLOW.hta/runs/*.jsonl) or a workflow"
+
+#: records written in time order, by the controller's one clock (worker and node records
+#: may come late or early: a backend's adopted job, a node's hold that ends after the run)
+_IN_TIME_ORDER = ("observation", "decision", "end")
+
+
+def _not_regular(mode: int) -> str:
+    for test, what in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return f" ({what})"
+    return ""
+
+
+def _read_regular(p: Path) -> str:
+    """The text of ``p``, a regular file: anything else (a named pipe, which would wait
+    for a writer forever, a device, a socket) is refused before it is read."""
+    try:
+        if not stat.S_ISREG(mode := p.stat().st_mode):
+            raise LogError(f"{p}: not a regular file{_not_regular(mode)}: {GIVE_A_LOG}")
+        # (O_NONBLOCK: a pipe put there since opens at once, and fstat refuses it)
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LogError(f"{p}: cannot read it ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(mode := os.fstat(fd).st_mode):
+            raise LogError(f"{p}: not a regular file{_not_regular(mode)}: {GIVE_A_LOG}")
+        try:
+            return f.read().decode("utf-8", errors="replace")
+        except OSError as exc:
+            raise LogError(f"{p}: cannot read it ({exc.strerror or exc})") from None
+
+
+def _non_finite(data: object, where: str = "") -> tuple[str, str] | None:
+    """Where in a record a number is NaN or infinite (``supply_cores``), and what it is, if
+    anywhere: Python's json reads ``NaN``, ``Infinity`` and ``1e999``; HTA never writes them
+    (pydantic writes a NaN as null)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return where or "value", "NaN" if math.isnan(data) else ("Infinity" if data > 0 else "-Infinity")
+    items: list[tuple[object, object]] = []
+    if isinstance(data, dict):
+        items = list(data.items())
+    elif isinstance(data, list):
+        items = list(enumerate(data))
+    for k, v in items:
+        found = _non_finite(v, f"{where}.{k}" if where else str(k))
+        if found:
+            return found
+    return None
+
+
+def _not_a_log(p: Path, n: int, text: str, exc: json.JSONDecodeError) -> str:
+    """Why a file whose first record is not JSON is no scaling log (a WfCommons instance,
+    a JSON document over several lines, is JSON: says so)."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return f"{p}:{n}: not JSON ({exc.msg}): not an HTA scaling log; {GIVE_A_LOG}"
+    return f"{p}: a JSON document over several lines, not an HTA scaling log (a JSON record a line): {GIVE_A_LOG}"
+
+
 def read_records(path: Path | str) -> tuple[list[BaseModel], list[str]]:
     """Read a scaling log; returns its records and the problems met.
 
     A truncated last line (a run still writing, or killed) is reported as a
-    problem and the records before it are kept. A file that is missing, empty
-    or of another format raises :class:`LogError`.
+    problem and the records before it are kept; so are records whose time
+    ``t`` is negative or goes back (a clock set back while the run ran): they
+    are left out, with one problem naming the first. A file that is missing,
+    empty, not a regular file, of another format, or that holds a record with
+    a NaN or infinite number or a second ``run`` record (two logs joined)
+    raises :class:`LogError`.
     """
     p = Path(path)
     if not p.exists():
         raise LogError(f"{p}: no such file")
     if p.is_dir():
         raise LogError(f"{p}: is a directory: give a scaling log file (e.g. WORKFLOW.scaling.jsonl)")
-    try:
-        lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as exc:
-        raise LogError(f"{p}: cannot read it ({exc.strerror or exc})") from None
+    text = _read_regular(p)
+    lines = text.splitlines()
     if not any(line.strip() for line in lines):
         raise LogError(f"{p}: empty log (no records)")
     records: list[BaseModel] = []
     problems: list[str] = []
+    skipped: list[tuple[int, str]] = []  # records out of time, left out: line, why
+    clock_t, clock_n = 0.0, 0  # the latest time of the records in time order, and its line
     last = len(lines)
     for n, line in enumerate(lines, start=1):
         if not line.strip():
@@ -264,12 +333,42 @@ def read_records(path: Path | str) -> tuple[list[BaseModel], list[str]]:
             if n == last and records:  # (a first line that is not JSON is not a scaling log)
                 problems.append(f"{p}:{n}: truncated last line ignored ({exc.msg})")
                 break
+            if not records:
+                raise LogError(_not_a_log(p, n, text, exc)) from None
             raise LogError(f"{p}:{n}: not JSON ({exc.msg}); is this an HTA scaling log?") from None
-        if n == 1 and (not isinstance(data, dict) or data.get("kind") != "run"):
-            raise LogError(f"{p}:1: not an HTA scaling log (first record must be kind 'run')")
+        if not records and (not isinstance(data, dict) or data.get("kind") != "run"):
+            raise LogError(f"{p}:{n}: not an HTA scaling log (first record must be kind 'run'): {GIVE_A_LOG}")
+        if records and isinstance(data, dict) and data.get("kind") == "run":
+            raise LogError(f"{p}:{n}: a second 'run' record: two runs in one file (logs joined?): split it before "
+                           f"line {n}; each run has its own log, WORKFLOW.hta/runs/*.jsonl")
+        bad = _non_finite(data)
+        if bad:
+            raise LogError(f"{p}:{n}: bad {_kind(data)}record: {bad[0]} is {bad[1]}, not a number HTA writes: "
+                           f"the log is damaged; correct or delete line {n}")
         try:
-            records.append(RECORD.validate_python(data))
+            record = RECORD.validate_python(data)
         except ValidationError as exc:
             raise LogError(f"{p}:{n}: bad {_kind(data)}record: {_first_problem(exc)}; is this an HTA scaling "
                            f"log?") from None
+        t = getattr(record, "t", 0.0)
+        kind = getattr(record, "kind", "")
+        if kind != "run" and t < 0:
+            skipped.append((n, f"'{kind}' record at t {t:g}, before the run started"))
+            continue
+        if kind in _IN_TIME_ORDER:
+            if t < clock_t:
+                skipped.append((n, f"'{kind}' record at t {t:g} goes back in time (line {clock_n} is at "
+                                   f"t {clock_t:g})"))
+                continue
+            clock_t, clock_n = t, n
+        records.append(record)
+    if skipped and len(records) == 1:  # (the run record alone: no time in the log can be trusted)
+        n, why = skipped[0]
+        raise LogError(f"{p}:{n}: {why}, and every record after it is out of time order too: nothing to "
+                       f"report; times are seconds since the run started (0 and up): correct them, or give another log")
+    if skipped:
+        (n, why), others = skipped[0], [m for m, _ in skipped[1:]]
+        more = f", and {len(others)} more line(s) out of time order, up to line {others[-1]}" if others else ""
+        problems.insert(0, f"{p}:{n}: {why}: left out of the report{more} (a clock set back during the run, "
+                           f"or an edited log?)")
     return records, problems

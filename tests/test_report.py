@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,141 @@ def test_a_simulated_run_has_no_css_rows(tmp_path):
     r = run_hta("report", "--format", "json", str(log))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["runs"][0]["css"] == []
+
+
+def test_a_path_that_is_no_regular_file_is_refused_at_once(tmp_path):
+    """A named pipe would wait for a writer forever; a device never ends: refused before
+    they are read, each in one line, and the other logs are reported."""
+    good = hand_log(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = run_hta("report", "--format", "json", str(fifo), "/dev/zero", str(tmp_path), str(good), timeout=30)
+    assert r.returncode != 0
+    assert f"hta: error: {fifo}: not a regular file (a named pipe): give a scaling log (WORKFLOW.hta/runs/*.jsonl) " \
+           f"or a workflow\n" in r.stderr
+    assert "hta: error: /dev/zero: not a regular file (a character device): give a scaling log" in r.stderr
+    assert f"hta: error: {tmp_path}: is a directory" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 3
+    assert [x["source"] for x in json.loads(r.stdout)["runs"]] == [str(good)]
+
+
+def lines_of(log: Path) -> list[str]:
+    return log.read_text().splitlines()
+
+
+def test_a_number_that_is_nan_or_infinite_refuses_the_log_naming_its_line(tmp_path):
+    """Python's json reads NaN, Infinity and 1e999, which HTA never writes (a NaN would
+    be written null): a damaged line, refused as any other bad value is, not a report
+    of ``waste nan``."""
+    from hta.report import load_runs
+
+    logs = []
+    for name, old, new in (("nan", '"supply_cores": 4', '"supply_cores": NaN'),
+                           ("inf", '"demand_cores": 1', '"demand_cores": -Infinity'),
+                           ("big", '"start": 3', '"start": 1e999')):
+        lines = lines_of(hand_log(tmp_path, f"{name}.jsonl"))
+        n = next(i for i, line in enumerate(lines) if old in line)
+        lines[n] = lines[n].replace(old, new, 1)
+        logs.append((tmp_path / f"{name}.jsonl", n + 1))
+        logs[-1][0].write_text("\n".join(lines) + "\n")
+    runs, errors = load_runs([p for p, _ in logs])
+    assert runs == []
+    (nan, n1), (inf, n2), (big, n3) = logs
+    assert errors == [
+        f"{nan}:{n1}: bad 'observation' record: supply_cores is NaN, not a number HTA writes: the log is damaged; "
+        f"correct or delete line {n1}",
+        f"{inf}:{n2}: bad 'observation' record: demand_cores is -Infinity, not a number HTA writes: the log is "
+        f"damaged; correct or delete line {n2}",
+        f"{big}:{n3}: bad 'worker' record: phases.start is Infinity, not a number HTA writes: the log is damaged; "
+        f"correct or delete line {n3}",
+    ]
+    r = run_hta("report", str(nan))
+    assert r.returncode != 0 and "nan" not in r.stdout and "Traceback" not in r.stderr
+
+
+def test_a_record_out_of_time_is_left_out_with_a_warning(tmp_path):
+    """A record at a negative time, or one going back in time (a clock set back while the
+    run ran: makeflow runs read the wall clock), is left out of the report with one
+    warning naming file and line: the rest is reported as if it were not there."""
+    from hta.report import load_runs
+
+    back = tmp_path / "back.jsonl"
+    lines = lines_of(hand_log(tmp_path, "back.jsonl"))
+    lines.insert(9, json.dumps(obs(5, 0, 0, 100, 0)))  # line 10, after line 9's observation at t 12
+    back.write_text("\n".join(lines) + "\n")
+    early = tmp_path / "early.jsonl"
+    lines = lines_of(hand_log(tmp_path, "early.jsonl"))
+    lines[3:3] = [json.dumps({"kind": "worker", "t": -50, "worker": "w3", "event": "requested", "cores": 2}),
+                  json.dumps(obs(-50, 0, 0, 100, 0))]  # lines 4 and 5
+    early.write_text("\n".join(lines) + "\n")
+    runs, errors = load_runs([back, early])
+    assert errors == []
+    assert runs[0].warnings == [f"{back}:10: 'observation' record at t 5 goes back in time (line 9 is at t 12): "
+                                f"left out of the report (a clock set back during the run, or an edited log?)"]
+    assert runs[1].warnings == [f"{early}:4: 'worker' record at t -50, before the run started: left out of the "
+                                f"report, and 1 more line(s) out of time order, up to line 5 (a clock set back "
+                                f"during the run, or an edited log?)"]
+    for run in runs:  # the hand log's numbers (test_every_number_by_hand)
+        s = run.summary
+        assert (s.waste_core_s, s.shortage_core_s, s.node_s, s.complete) == (pytest.approx(10), pytest.approx(44),
+                                                                             pytest.approx(70), True)
+    r = run_hta("report", "--format", "json", str(back))
+    assert r.returncode == 0 and f"hta: warning: {back}:10: 'observation' record at t 5 goes back" in r.stderr
+
+
+def test_a_log_with_every_time_out_of_order_is_refused(tmp_path):
+    from hta.report import load_runs
+
+    log = tmp_path / "shifted.jsonl"
+    lines = lines_of(hand_log(tmp_path, "shifted.jsonl"))
+    shifted = [lines[0]] + [json.dumps({**json.loads(x), "t": json.loads(x)["t"] - 100}) for x in lines[1:]]
+    log.write_text("\n".join(shifted) + "\n")
+    assert load_runs([log]) == ([], [
+        f"{log}:2: 'decision' record at t -100, before the run started, and every record after it is out of time "
+        f"order too: nothing to report; times are seconds since the run started (0 and up): correct them, or give "
+        f"another log"])
+
+
+def test_two_logs_joined_in_one_file_are_refused_naming_the_second_run(tmp_path):
+    """``cat a.jsonl b.jsonl > c.jsonl`` is two runs, not one with twice the shortage."""
+    a, b = hand_log(tmp_path, "a.jsonl"), hand_log(tmp_path, "b.jsonl")
+    c = tmp_path / "c.jsonl"
+    c.write_text(a.read_text() + b.read_text())
+    n = len(lines_of(a)) + 1
+    r = run_hta("report", "--format", "json", str(c))
+    assert r.returncode != 0 and json.loads(r.stdout)["runs"] == []
+    assert r.stderr == (f"hta: error: {c}:{n}: a second 'run' record: two runs in one file (logs joined?): split it "
+                        f"before line {n}; each run has its own log, WORKFLOW.hta/runs/*.jsonl\n")
+
+
+def test_json_that_is_no_log_is_not_taken_for_a_workflow(tmp_path):
+    """JSON, or a file named .json/.jsonl, is plainly not a Makeflow: it is said to be no
+    scaling log, not offered to `hta makeflow`; text (a Makeflow perhaps) and a JX
+    workflow (a JSON object with rules) still are."""
+    from hta.report import load_runs
+
+    arr = tmp_path / "arr.json"
+    arr.write_text("[1,2,3]\n")
+    number = tmp_path / "number"
+    number.write_text("42\n")
+    pretty = tmp_path / "instance.json"  # a WfCommons instance, say
+    pretty.write_text(json.dumps({"name": "x", "workflow": {"tasks": []}}, indent=1))
+    text = tmp_path / "notes.json"
+    text.write_text("hello there\n")
+    makeflow = tmp_path / "text.txt"
+    makeflow.write_text("hello there\n")
+    jx = tmp_path / "wf.json"
+    jx.write_text(json.dumps({"rules": [{"command": "echo hi > x", "outputs": ["x"]}]}, indent=1))
+    runs, errors = load_runs([arr, number, pretty, text, makeflow, jx])
+    fix = "give a scaling log (WORKFLOW.hta/runs/*.jsonl) or a workflow"
+    assert runs == []
+    assert errors == [
+        f"{arr}:1: not an HTA scaling log (first record must be kind 'run'): {fix}",
+        f"{number}:1: not an HTA scaling log (first record must be kind 'run'): {fix}",
+        f"{pretty}: a JSON document over several lines, not an HTA scaling log (a JSON record a line): {fix}",
+        f"{text}:1: not JSON (Expecting value): not an HTA scaling log; {fix}",
+        f"{makeflow}: no scaling log, and no HTA run of it as a workflow (text.txt.scaling.jsonl is not there; a run "
+        f"with --log FILE writes FILE only): give a scaling log, or run hta makeflow {makeflow} first",
+        f"{jx}: no scaling log, and no HTA run of it as a workflow (wf.json.scaling.jsonl is not there; a run "
+        f"with --log FILE writes FILE only): give a scaling log, or run hta makeflow {jx} first",
+    ]
