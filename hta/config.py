@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hta.errors import UsageError
+from hta.files import unreadable_kind
 
 #: option name → (section, field) of MakeflowOptions ("" the top level, "backend" its backend_options)
 KEYS: dict[str, tuple[str, str]] = {
@@ -84,8 +85,9 @@ def key_of(name: str) -> str:
 def read_file(path: Path, given_by: str = "--config") -> dict[str, Any]:
     """A config file's keys (YAML, or TOML for ``*.toml``), checked against :data:`KEYS`;
     ``given_by`` (``--config`` or ``HTA_CONFIG``) is named in the error line."""
-    if path.exists() and not path.is_file() and not path.is_dir():  # (a FIFO would be read forever)
-        raise UsageError(f"config file {path} is not a regular file: give a YAML or TOML file to {given_by}")
+    kind = unreadable_kind(path)
+    if kind is not None:
+        raise UsageError(f"config file {path} is not a regular file ({kind}): give a YAML or TOML file to {given_by}")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -194,9 +196,12 @@ def build(layers: list[tuple[str, Mapping[str, Any]]], **fixed: Any):
             else:
                 origin[field] = f"{key} (from {source})"
     for model, values in ((MakeflowOptions, top), (BackendOptions, backend)):
-        for field, value in values.items():  # (pydantic reads true as 1: a config file's slip)
-            if isinstance(value, bool) and "bool" not in str(model.model_fields[field].annotation):
-                raise UsageError(f"{origin.get(field, field)} must be a number, not {value!r} (see: hta makeflow "
+        for field, value in values.items():  # (pydantic reads true as 1; YAML reads yes, on, no as booleans)
+            wants = str(model.model_fields[field].annotation)
+            if isinstance(value, bool) and "bool" not in wants:
+                what = "a number" if "int" in wants or "float" in wants else \
+                    "text (YAML reads yes, no, on, off as true or false: quote it)"
+                raise UsageError(f"{origin.get(field, field)} must be {what}, not {value!r} (see: hta makeflow "
                                  f"--help)")
     try:
         return MakeflowOptions(**top, backend_options=BackendOptions(**backend))
@@ -211,14 +216,15 @@ def _what_is_wrong(e: Any) -> str:
     or a validator's own line, which names its fix (": unknown policy 'x': choose one of …")."""
     fix = " (see: hta makeflow --help)"
     got, kind, ctx = e.get("input"), e["type"], e.get("ctx") or {}
+    bounds = {"greater_than_equal": ("at least", "ge"), "greater_than": ("more than", "gt"),
+              "less_than_equal": ("at most", "le"), "less_than": ("less than", "lt")}
+    numeric = kind in bounds or kind.startswith(("int_", "float_", "finite_"))  # (a number's field, not text's)
     try:
         number = float(got)
     except (TypeError, ValueError):
         number = None
-    if number is not None and not math.isfinite(number):
+    if numeric and number is not None and not math.isfinite(number):
         return f" must be a finite number, not {got!r}{fix}"
-    bounds = {"greater_than_equal": ("at least", "ge"), "greater_than": ("more than", "gt"),
-              "less_than_equal": ("at most", "le"), "less_than": ("less than", "lt")}
     if kind in bounds:
         words, key = bounds[kind]
         return f" must be {words} {ctx[key]}, not {got}{fix}"

@@ -13,12 +13,12 @@ import json
 import logging
 import math
 import os
-import stat
 from pathlib import Path
 from typing import IO, Annotated, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
+from hta.files import unreadable_kind
 from hta.model import CategoryModel, Resources
 
 FORMAT = "hta-scaling-log/1"
@@ -244,31 +244,16 @@ GIVE_A_LOG = "give a scaling log (WORKFLOW.hta/runs/*.jsonl) or a workflow"
 _IN_TIME_ORDER = ("observation", "decision", "end")
 
 
-def _not_regular(mode: int) -> str:
-    for test, what in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return f" ({what})"
-    return ""
-
-
-def _read_regular(p: Path) -> str:
-    """The text of ``p``, a regular file: anything else (a named pipe, which would wait
-    for a writer forever, a device, a socket) is refused before it is read."""
+def _read_file(p: Path) -> str:
+    """The text of ``p``: a named pipe or a device (read forever) is refused before it is
+    opened (:func:`hta.files.unreadable_kind`)."""
+    kind = unreadable_kind(p)
+    if kind is not None:
+        raise LogError(f"{p}: not a regular file ({kind}): {GIVE_A_LOG}")
     try:
-        if not stat.S_ISREG(mode := p.stat().st_mode):
-            raise LogError(f"{p}: not a regular file{_not_regular(mode)}: {GIVE_A_LOG}")
-        # (O_NONBLOCK: a pipe put there since opens at once, and fstat refuses it)
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return p.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise LogError(f"{p}: cannot read it ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(mode := os.fstat(fd).st_mode):
-            raise LogError(f"{p}: not a regular file{_not_regular(mode)}: {GIVE_A_LOG}")
-        try:
-            return f.read().decode("utf-8", errors="replace")
-        except OSError as exc:
-            raise LogError(f"{p}: cannot read it ({exc.strerror or exc})") from None
 
 
 def _non_finite(data: object, where: str = "") -> tuple[str, str] | None:
@@ -315,7 +300,7 @@ def read_records(path: Path | str) -> tuple[list[BaseModel], list[str]]:
         raise LogError(f"{p}: no such file")
     if p.is_dir():
         raise LogError(f"{p}: is a directory: give a scaling log file (e.g. WORKFLOW.scaling.jsonl)")
-    text = _read_regular(p)
+    text = _read_file(p)
     lines = text.splitlines()
     if not any(line.strip() for line in lines):
         raise LogError(f"{p}: empty log (no records)")

@@ -204,7 +204,7 @@ def test_simulate_into_a_folder_that_cannot_be_made(tmp_path: Path):
     ('{"workflow": {"tasks": 7}}', "not a WfFormat instance (TypeError: 'int' object is not iterable)"),
     ('{"workflow": {"specification": {"tasks": [{"x": 1}]}}}', "not a WfFormat instance (KeyError: 'id')"),
     ('{"workflow": {"tasks": [{"id": "a", "runtime": 1, "coreCount": 1e999}]}}',
-     "task 'a': coreCount must be a whole number of cores ≥ 1, not Infinity"),  # (an OverflowError's words)
+     "task 'a': coreCount must be a number of cores ≥ 1, not Infinity"),  # (an OverflowError's words)
 ])
 def test_simulate_on_json_that_is_not_wfformat_names_the_file_in_one_line(tmp_path: Path, capsys, text, said):
     from hta.cli import main

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_hta
+from conftest import HTA, run_hta
 
 from hta import config
 from hta.errors import UsageError
@@ -75,11 +75,20 @@ def test_bad_config_is_one_line(tmp_path: Path, text, suffix, needle):
     # (pydantic reads true as 1)
     ("config file c.yaml", {"max-workers": True},
      "max-workers (from config file c.yaml) must be a number, not True (see: hta makeflow --help)"),
+    ("config file c.yaml", {"policy": True},  # (`policy: yes`)
+     "policy (from config file c.yaml) must be text (YAML reads yes, no, on, off as true or false: quote it), "
+     "not True (see: hta makeflow --help)"),
 ])
 def test_a_value_out_of_range_is_said_in_the_command_lines_words(source, values, line):
     with pytest.raises(UsageError) as e:
         config.build([(source, values)])
     assert str(e.value) == line
+
+
+def test_text_that_reads_as_a_number_is_judged_as_the_text_it_is():
+    with pytest.raises(UsageError) as e:  # (not "must be a finite number")
+        config.build([("the environment", {"policy": "nan"})])
+    assert str(e.value).startswith("HTA_POLICY (from the environment): unknown policy 'nan': choose one of")
 
 
 def test_a_config_file_named_by_hta_config_is_named_so_and_a_fifo_is_not_read(tmp_path: Path):
@@ -90,8 +99,12 @@ def test_a_config_file_named_by_hta_config_is_named_so_and_a_fifo_is_not_read(tm
     os.mkfifo(tmp_path / "fifo")
     r = run_hta("config", "--config", str(tmp_path / "fifo"), timeout=30)  # (it was read forever)
     assert r.returncode == 2
-    assert r.stderr.strip() == f"hta: error: config file {tmp_path / 'fifo'} is not a regular file: give a YAML or " \
-        "TOML file to --config"
+    assert r.stderr.strip() == f"hta: error: config file {tmp_path / 'fifo'} is not a regular file (a named pipe): " \
+        "give a YAML or TOML file to --config"
+    # a shell's pipe has its writer: read as a file is (`--config <(…)`)
+    r = subprocess.run([*HTA, "config", "--config", "/dev/stdin"], input="max-workers: 7\n", capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0 and yaml.safe_load(r.stdout)["max-workers"] == 7, r.stderr
 
 
 def test_a_namespace_kubernetes_would_refuse_is_one_line_in_words():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -454,6 +455,16 @@ def test_a_run_makeflow_refuses_before_its_master_is_one_line_and_leaves_no_log(
     earlier.write_text('{"kind": "run"}\n')
     assert run_hta("makeflow", str(wf / "Makeflow")).returncode == 1
     assert [p.name for p in earlier.parent.iterdir()] == [earlier.name] and earlier.read_text() == '{"kind": "run"}\n'
+    # a --log file an earlier run wrote is where it was, untouched; so is a log from before
+    # runs were numbered, though its folder is new (it is moved into it, and kept there)
+    shutil.rmtree(wf / "Makeflow.hta")
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text('{"kind": "run"}\n')
+    assert run_hta("makeflow", "--log", str(mine), str(wf / "Makeflow")).returncode == 1
+    assert mine.read_text() == '{"kind": "run"}\n' and not list(tmp_path.glob("mine.jsonl.*"))
+    (wf / "Makeflow.scaling.jsonl").write_text('{"kind": "run"}\n')
+    assert run_hta("makeflow", str(wf / "Makeflow")).returncode == 1
+    assert (wf / "Makeflow.hta" / "runs" / "run-000.scaling.jsonl").read_text() == '{"kind": "run"}\n'
 
 
 def test_a_plain_makeflow_started_on_the_workflow_during_a_run_ends_it(tmp_path: Path):

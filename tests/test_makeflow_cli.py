@@ -72,6 +72,12 @@ def test_makeflow_ending_without_a_master_is_a_success(tmp_path: Path):
     assert end_of(tmp_path / "W.scaling.jsonl")["tasks_done"] == 2
     report = run_hta("report", "W", cwd=tmp_path)
     assert report.returncode == 0 and re.search(r"tasks done/failed/retried +│ 2/0/0 ", report.stdout), report.stdout
+    # --log FILE that holds an earlier run's log: that log is kept, numbered (it was overwritten)
+    (tmp_path / "mine.jsonl").write_text('{"kind": "run"}\n')
+    r = run_hta("makeflow", "-q", "--log", "mine.jsonl", "W", cwd=tmp_path, timeout=120)
+    ok(r)
+    assert (tmp_path / "mine.jsonl.1").read_text() == '{"kind": "run"}\n' and end_of(tmp_path / "mine.jsonl")
+    assert "hta: warning: the scaling log mine.jsonl held an earlier run's log: kept as mine.jsonl.1" in r.stderr
 
 
 def test_shared_fs_runs_without_the_monitor_and_still_learns_runtimes(tmp_path: Path):
@@ -108,15 +114,25 @@ def test_jx_workflow_gets_lookahead(tmp_path: Path):
     (["empty"], "has no rules"),
     (["W", "--", "--password", "W"], "makeflow option --password cannot be used under HTA"),
     (["W", "--log", "/nonexistent-dir/x.jsonl"], "does not exist"),
-    (["W", "--log", "earlier.jsonl"], "--log earlier.jsonl already holds a log"),  # (it would be lost)
 ])
 def test_refused_before_anything_starts(tmp_path: Path, argv, needle):
     (tmp_path / "W").write_text(TWO_RULES)
     (tmp_path / "empty").write_text("# nothing here\nX=1\n")
-    (tmp_path / "earlier.jsonl").write_text('{"kind": "run"}\n')
     r = run_hta("makeflow", *argv, cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("hta: error: ") and needle in line, line
     assert not (tmp_path / "out.txt").exists() and not (tmp_path / "nonexistent-dir").exists()
-    assert (tmp_path / "earlier.jsonl").read_text() == '{"kind": "run"}\n'
+
+
+def test_a_log_file_an_earlier_run_wrote_is_set_aside_numbered_not_overwritten(tmp_path: Path):
+    from hta.submit.run_dir import set_aside
+
+    log = tmp_path / "run.jsonl"
+    assert set_aside(log) is None  # (nothing there)
+    log.write_text("")
+    assert set_aside(log) is None and log.exists()  # (empty: nothing to keep)
+    for n in (1, 2):
+        log.write_text(f"run {n}\n")
+        assert set_aside(log) == tmp_path / f"run.jsonl.{n}" and not log.exists()
+    assert [(tmp_path / f"run.jsonl.{n}").read_text() for n in (1, 2)] == ["run 1\n", "run 2\n"]

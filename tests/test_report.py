@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_hta
+from conftest import HTA, run_hta
 
 
 def write(path: Path, recs: list[dict]) -> Path:
@@ -225,6 +226,10 @@ def test_a_path_that_is_no_regular_file_is_refused_at_once(tmp_path):
     assert f"hta: error: {tmp_path}: is a directory" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.splitlines()) == 3
     assert [x["source"] for x in json.loads(r.stdout)["runs"]] == [str(good)]
+    # a shell's pipe has its writer: read as a file is (`hta report <(zcat run.jsonl.gz)`, `… | hta report /dev/stdin`)
+    r = subprocess.run([*HTA, "report", "--format", "json", "/dev/stdin"], input=good.read_text(), capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0 and len(json.loads(r.stdout)["runs"]) == 1, r.stderr
 
 
 def lines_of(log: Path) -> list[str]:

@@ -60,12 +60,12 @@ REFUSED = [
     (v14(runtime="5"), "task 'a': runtime must be a finite number of seconds ≥ 0, not \"5\""),
     (v14(runtime=True), "task 'a': runtime must be a finite number of seconds ≥ 0, not true"),
     # cores: -2 was taken
-    (v15(execution={"coreCount": -2}), "task 'a': coreCount must be a whole number of cores ≥ 1, not -2"),
-    (v14(cores=-2), "task 'a': cores must be a whole number of cores ≥ 1, not -2"),
-    (v14(cores=NAN), "task 'a': cores must be a whole number of cores ≥ 1, not NaN"),
-    (v15(execution={"coreCount": 0.5}), "task 'a': coreCount must be a whole number of cores ≥ 1, not 0.5"),
-    (v15(execution={"coreCount": "2"}), "task 'a': coreCount must be a whole number of cores ≥ 1, not \"2\""),
-    (v14(cores=True), "task 'a': cores must be a whole number of cores ≥ 1, not true"),
+    (v15(execution={"coreCount": -2}), "task 'a': coreCount must be a number of cores ≥ 1, not -2"),
+    (v14(cores=-2), "task 'a': cores must be a number of cores ≥ 1, not -2"),
+    (v14(cores=NAN), "task 'a': cores must be a number of cores ≥ 1, not NaN"),
+    (v15(execution={"coreCount": 0.5}), "task 'a': coreCount must be a number of cores ≥ 1, not 0.5"),
+    (v15(execution={"coreCount": "2"}), "task 'a': coreCount must be a number of cores ≥ 1, not \"2\""),
+    (v14(cores=True), "task 'a': cores must be a number of cores ≥ 1, not true"),
     # memory: -1 was taken
     (v15(execution={"memoryInBytes": -1}), "task 'a': memoryInBytes must be a finite number of bytes ≥ 0, not -1"),
     (v15(execution={"memoryInBytes": INF}), "task 'a': memoryInBytes must be a finite number of bytes ≥ 0, "
@@ -147,11 +147,12 @@ def _no_nan(text: str) -> float:
     v14(runtime=0, cores=0, memory=0, avgCPU=0, files=[{"name": "f", "link": "input", "size": 0},
                                                       {"name": "g", "link": "output", "size": None}]),
     v14(runtime=12.5, cores=2.0, memory=2048, avgCPU=150, children=None),
+    v15(execution={"coreCount": 1.5}),  # (WfFormat 1.5's schema: a number ≥ 1; it takes 2 cores)
     v15({"inputFiles": ["f"], "outputFiles": ["g"]}, {"runtimeInSeconds": 0.0, "coreCount": None,
                                                       "memoryInBytes": 0, "avgCPU": None},
         files=[{"id": "f", "sizeInBytes": 0}, {"id": "g", "sizeInBytes": 1048576}, {"id": "h"}]),
     {"workflow": {"tasks": [{"id": 1, "runtime": 3}, {"id": 2, "runtime": 4, "parents": [1]}]}},
-], ids=["1.4-zeros", "1.4-floats", "1.5", "numeric-ids"])
+], ids=["1.4-zeros", "1.4-floats", "1.5-fractional-cores", "1.5", "numeric-ids"])
 def test_a_valid_file_still_runs(tmp_path: Path, capsys, data):
     _, r = simulate(tmp_path, capsys, data, "--format", "json")
     assert r.returncode == 0 and r.stderr == "", r.stderr

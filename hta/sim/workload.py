@@ -14,7 +14,7 @@ cached them yet, and brings back.
 Each number read must be a finite JSON number ≥ 0 (not NaN, Infinity, true or a
 string): a runtime of 0 s is a task that ends at once, a file of 0 bytes costs no
 transfer, and a core count, memory or ``avgCPU`` of 0 or null is read as not recorded
-(the default); a core count is a whole number. ``parents``, ``children``, ``inputFiles``,
+(the default); a fractional core count is rounded up. ``parents``, ``children``, ``inputFiles``,
 ``outputFiles`` and the files are lists. Anything else is a :class:`WorkloadError`
 naming the task, the field and what it must be.
 """
@@ -241,11 +241,11 @@ def parse_wfformat(data: dict, name: str | None = None) -> Workload:
             mem_mb = _amount(v, where, "memory", "a finite number of KB ≥ 0") / 1024
         key = "coreCount" if "coreCount" in t else "cores"
         cores = DEFAULT_CORES
-        if (v := t.get(key)) is not None:
-            n = _amount(v, where, key, "a whole number of cores ≥ 1")
-            if n and (n < 1 or n != int(n)):
-                raise _bad(where, key, v, "a whole number of cores ≥ 1")
-            cores = int(n) or DEFAULT_CORES
+        if (v := t.get(key)) is not None:  # (WfFormat 1.5: a number ≥ 1; a task of 1.5 cores takes 2)
+            n = _amount(v, where, key, "a number of cores ≥ 1")
+            if n and n < 1:
+                raise _bad(where, key, v, "a number of cores ≥ 1")
+            cores = math.ceil(n) or DEFAULT_CORES
         # avgCPU is a percentage of one core (WfCommons); over 100 means several cores
         avg = DEFAULT_AVG_CPU
         if (v := t.get("avgCPU")) is not None:

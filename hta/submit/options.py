@@ -94,9 +94,6 @@ class MakeflowOptions(BaseModel):
             if not self.log.parent.is_dir():
                 raise UsageError(f"--log {self.log}: folder {self.log.parent} does not exist: create it or choose "
                                  f"another file")
-            if self.log.is_file() and self.log.stat().st_size > 0:  # (a log holds one run: `hta report` reads it so)
-                raise UsageError(f"--log {self.log} already holds a log (an earlier run's?): choose a new file, or "
-                                 f"leave out --log to number each run under the workflow's .hta/runs/")
         if self.min_workers > self.max_workers:
             raise UsageError(f"--min-workers ({self.min_workers}) is above --max-workers ({self.max_workers})")
         if self.min_interval_s > self.max_interval_s:

@@ -38,7 +38,15 @@ from hta.policies.registry import make_policy
 from hta.scaling_log import EndRecord, RunRecord, WorkerRecord
 from hta.submit.failure_watch import FailureWatch
 from hta.submit.options import STALL_TIMEOUT_S, MakeflowOptions, check_not_empty
-from hta.submit.run_dir import RunLock, new_run_log, open_scaling_log, other_makeflows, paths_for, point_latest_at
+from hta.submit.run_dir import (
+    RunLock,
+    new_run_log,
+    open_scaling_log,
+    other_makeflows,
+    paths_for,
+    point_latest_at,
+    set_aside,
+)
 from hta.submit.view import ViewOptions, show
 from hta.summary import RunSummary, end_run
 from resource_monitor.incremental import IncrementalCategoryLearner
@@ -194,7 +202,8 @@ async def submit(
         workflow = args.workflow_path
         assert workflow is not None
         run_dir, default_log = paths_for(workflow)
-        fresh = not run_dir.exists()
+        # (a log from before runs were numbered would be moved into it: then the folder holds more than this run's)
+        fresh = not run_dir.exists() and not (default_log.is_file() and not default_log.is_symlink())
         lock = RunLock(run_dir, workflow)
         keep = False  # (the run folder of a run that never started is not left behind)
         try:
@@ -209,29 +218,42 @@ async def submit(
             if busy:
                 await _port_or_refuse(port, stop)
             before = default_log.resolve() if default_log.is_symlink() and default_log.exists() else None
-            run = Submission(args, run_dir, scaling_log_path or new_run_log(run_dir, default_log),
-                             policy=policy, backend=backend, config=config, lookahead=lookahead, port=port,
-                             epoch=epoch or time.time(), record=record, stall_timeout_s=stall_timeout_s, stop=stop,
-                             signalled=signalled, view=view or ViewOptions(status=False, verbosity="quiet"))
+            earlier = set_aside(scaling_log_path) if scaling_log_path is not None else None
+            try:
+                run = Submission(args, run_dir, scaling_log_path or new_run_log(run_dir, default_log),
+                                 policy=policy, backend=backend, config=config, lookahead=lookahead, port=port,
+                                 epoch=epoch or time.time(), record=record, stall_timeout_s=stall_timeout_s,
+                                 stop=stop, signalled=signalled,
+                                 view=view or ViewOptions(status=False, verbosity="quiet"))
+            except BaseException:
+                if earlier is not None and scaling_log_path is not None:
+                    earlier.replace(scaling_log_path)
+                raise
             keep = True
             result = await run.run()
             keep = not result.never_started
             if result.never_started:  # nothing ran: no log of it, and the link is the last run's
                 result.scaling_log.unlink(missing_ok=True)
+                if earlier is not None and scaling_log_path is not None:
+                    earlier.replace(scaling_log_path)  # (the earlier run's log, where it was)
                 if scaling_log_path is None:
                     if before is not None:
                         point_latest_at(default_log, before)
                     else:
                         default_log.unlink(missing_ok=True)
-            elif result.did_nothing and scaling_log_path is None and before is not None:
-                # a run that ran nothing is not the run `hta report WORKFLOW` should show: the
-                # link goes back to the last one that did (this one's log is kept, numbered)
-                point_latest_at(default_log, before)
+            else:
+                if earlier is not None:
+                    result.warnings.append(f"the scaling log {scaling_log_path} held an earlier run's log: kept as "
+                                           f"{earlier}")
+                if result.did_nothing and scaling_log_path is None and before is not None:
+                    # a run that ran nothing is not the run `hta report WORKFLOW` should show: the
+                    # link goes back to the last one that did (this one's log is kept, numbered)
+                    point_latest_at(default_log, before)
             return result
         finally:
-            lock.release()
-            if fresh and not keep:
+            if fresh and not keep:  # (under the lock: a run that takes it next finds no folder half gone)
                 shutil.rmtree(run_dir, ignore_errors=True)
+            lock.release()
     except _Stopped:  # before anything started: the caller's handler says so (128 + N)
         stopped_by = signalled[0]
     finally:

@@ -59,6 +59,23 @@ def open_scaling_log(path: Path) -> ScalingLogWriter:
                          f"choose another file with --log") from None
 
 
+def set_aside(log: Path) -> Path | None:
+    """A ``--log`` file that holds an earlier run's log is renamed ``LOG.1`` (``.2``, … the
+    first free), so the new run starts a log of its own and the earlier one is kept (a log
+    holds one run: ``hta report`` reads it so). Returns where it went, or None."""
+    try:
+        if not log.is_file() or log.stat().st_size == 0:
+            return None
+        n = 1
+        while log.with_name(f"{log.name}.{n}").exists():
+            n += 1
+        kept = log.with_name(f"{log.name}.{n}")
+        log.rename(kept)
+    except OSError:
+        return None  # (then opening it says what is wrong)
+    return kept
+
+
 def paths_for(workflow: Path) -> tuple[Path, Path]:
     """(run directory, latest scaling log) next to the makeflow logs of ``workflow``; the
     latest log is a link to the newest of the run directory's ``runs/run-NNN.scaling.jsonl``."""
