@@ -50,6 +50,8 @@ def _could_be_a_workflow(path: Path) -> bool:
     yet: a Makeflow (text whose first line is not JSON) or a JX one (a JSON object with
     ``rules``). Anything else (empty, named ``.json``/``.jsonl``, other JSON) is read as a
     scaling log, and :func:`read_records` says what it is."""
+    if path.name.endswith(".jsonl"):  # (a log's name: not read twice)
+        return False
     try:
         with path.open("rb") as f:
             head = f.read(1 << 24)
@@ -70,7 +72,7 @@ def _could_be_a_workflow(path: Path) -> bool:
         doc = None
     if isinstance(doc, dict) and "rules" in doc:  # a JX workflow (makeflow --jx)
         return True
-    return not (path.name.endswith((".json", ".jsonl")) or line_is_json or first.startswith((b"{", b"[")))
+    return not (path.name.endswith(".json") or line_is_json or first.startswith((b"{", b"[")))
 
 
 def load_runs(paths: list[Path]) -> tuple[list[LoadedRun], list[str]]:

@@ -219,6 +219,10 @@ async def submit(
                 await _port_or_refuse(port, stop)
             before = default_log.resolve() if default_log.is_symlink() and default_log.exists() else None
             earlier = set_aside(scaling_log_path) if scaling_log_path is not None else None
+
+            def put_earlier_back() -> None:
+                if earlier is not None and scaling_log_path is not None:
+                    earlier.replace(scaling_log_path)
             try:
                 run = Submission(args, run_dir, scaling_log_path or new_run_log(run_dir, default_log),
                                  policy=policy, backend=backend, config=config, lookahead=lookahead, port=port,
@@ -226,16 +230,14 @@ async def submit(
                                  stop=stop, signalled=signalled,
                                  view=view or ViewOptions(status=False, verbosity="quiet"))
             except BaseException:
-                if earlier is not None and scaling_log_path is not None:
-                    earlier.replace(scaling_log_path)
+                put_earlier_back()
                 raise
             keep = True
             result = await run.run()
             keep = not result.never_started
             if result.never_started:  # nothing ran: no log of it, and the link is the last run's
                 result.scaling_log.unlink(missing_ok=True)
-                if earlier is not None and scaling_log_path is not None:
-                    earlier.replace(scaling_log_path)  # (the earlier run's log, where it was)
+                put_earlier_back()  # (the earlier run's log, where it was)
                 if scaling_log_path is None:
                     if before is not None:
                         point_latest_at(default_log, before)
