@@ -3,15 +3,15 @@
 Production (``hta makeflow``) and the evaluation simulator run this same
 :class:`Controller`; they differ only in what it talks to:
 
-============  =====================================  ======================================
-dependency    production                             simulator (``hta.sim``)
-============  =====================================  ======================================
-master        :class:`MasterStatusClient` (HTTP)     ``SimMaster`` (the simulated queue)
-backend       local processes or Kubernetes pods     ``SimBackend`` (simulated nodes)
-summaries     ``makeflow --monitor`` directory       ``SimMonitor`` (completed tasks)
-upcoming      the DAG from ``makeflow_viz``          the same code on the workload's DAG
-clock         ``time.time``                          ``simpy`` time
-============  =====================================  ======================================
+============  ======================================  ======================================
+dependency    production                              simulator (``hta.sim``)
+============  ======================================  ======================================
+master        :class:`MasterStatusClient` (HTTP)      ``SimMaster`` (the simulated queue)
+backend       a ``WorkerPool`` over a provider        ``SimBackend`` (simulated nodes)
+summaries     ``makeflow --monitor`` directory        ``SimMonitor`` (completed tasks)
+upcoming      the DAG from ``makeflow_viz``           the same code on the workload's DAG
+clock         ``time.time``                           ``simpy`` time
+============  ======================================  ======================================
 
 Each :meth:`Controller.step` reads the master, the monitor summaries and the
 backend, builds an :class:`~hta.model.Observation` (one builder), logs it
@@ -40,7 +40,7 @@ from hta.accounting import CoreSample
 from hta.backends.base import CPU_UTILIZATION, WorkerBackend
 from hta.model import LatencyStats, Observation, Resources, ScaleDecision
 from hta.observation import ObservationBuilder, UpcomingSource
-from hta.policies.base import Policy
+from hta.policies.base import Policy, as_policy
 from hta.scaling_log import CategoriesRecord, DecisionRecord, ObservationRecord, ScalingLogWriter, WorkerRecord
 from resource_monitor.categories import CategoryLearner
 from workqueue_bridge.monitor_summaries import TaskSummary
@@ -99,7 +99,7 @@ class Controller:
     ):
         self.master = master
         self.backend = backend
-        self.policy = policy
+        self.policy = as_policy(policy)
         self.learner = learner
         self.summaries = summaries
         self.log = scaling_log
@@ -109,7 +109,7 @@ class Controller:
         self.clock = clock
         #: the workers' CPU is read only for a policy that needs it (an HPA): measuring every
         #: worker's process tree, or asking the metrics API, at every step costs what it saves
-        self.reads_cpu = CPU_UTILIZATION in getattr(policy, "needs", frozenset())
+        self.reads_cpu = CPU_UTILIZATION in self.policy.needs
         self.builder = ObservationBuilder(epoch=epoch, worker_shape=config.worker_shape,
                                           min_workers=config.min_workers, max_workers=config.max_workers,
                                           auto_allocation=config.auto_allocation,

@@ -63,7 +63,7 @@ def plugin_dir(tmp_path, monkeypatch):
 
 def test_module_callable_loads_a_policy_and_takes_settings(plugin_dir):
     p = make_policy("mypkg.mymod:make_policy")
-    assert type(p).__name__ == "Fixed" and p.name == "fixed" and p.workers == 2
+    assert type(p.inner).__name__ == "Fixed" and p.name == "fixed" and p.workers == 2
     p = make_policy("mypkg.mymod:make_policy:workers=5")
     assert p.workers == 5 and p.name == "mypkg.mymod:make_policy:workers=5"
     p = make_policy("mypkg.mymod:Fixed@10")  # a class is a callable; time scaling applies too
@@ -93,7 +93,7 @@ def test_empty_settings_are_no_settings(plugin_dir):
     # (a policy that is not a dataclass, with nothing after its second colon, raised TypeError:
     # a traceback from dataclasses.fields)
     p = make_policy("mypkg.mymod:Plain:")
-    assert type(p).__name__ == "Plain" and p.name == "plain"
+    assert type(p.inner).__name__ == "Plain" and p.name == "plain"
     assert make_policy("mypkg.mymod:Plain:,").name == "plain"
     assert make_policy("mypkg.mymod:make_policy:").workers == 2
     assert make_policy("factory:").name == "factory"

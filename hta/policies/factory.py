@@ -55,6 +55,7 @@ import math
 from dataclasses import dataclass, field
 
 from hta.model import Observation, ScaleDecision
+from hta.policies.base import Policy
 
 #: ``factory_period``: the sleep between cycles
 CYCLE_S = 30.0
@@ -63,7 +64,7 @@ REAP_WAIT_S = 5.0
 
 
 @dataclass
-class FactoryPolicy:
+class FactoryPolicy(Policy):
     name: str = "factory"
     tasks_per_worker: float | None = None
     workers_per_cycle: int = 5

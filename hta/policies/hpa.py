@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from hta.model import Observation, ScaleDecision
+from hta.policies.base import Policy
 
 SYNC_S = 15.0
 TOLERANCE = 0.1
@@ -99,9 +99,9 @@ def replica_change(obs: Observation, current: int, desired: int, reason: str) ->
 
 
 @dataclass
-class HPAPolicy:
+class HPAPolicy(Policy):
     #: reads each worker's measured CPU utilisation
-    needs: ClassVar[frozenset[str]] = frozenset({"cpu_utilization"})
+    needs = frozenset({"cpu_utilization"})
     target_percent: float = 50.0
     name: str = ""
     behaviour: ReplicaBehaviour = field(default_factory=ReplicaBehaviour)

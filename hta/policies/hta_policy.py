@@ -25,6 +25,7 @@ from typing import Literal
 from hta.estimator import EstimatorOptions, QueueDrainEstimator
 from hta.model import Observation, Resources, ScaleDecision
 from hta.plural import counted
+from hta.policies.base import Policy
 from hta.policies.pod_split import learned_split, pods_too_small
 from hta.policies.settings import configure
 
@@ -76,7 +77,7 @@ def _as_advertised(obs: Observation) -> Observation:
 
 
 @dataclass
-class HTAPolicy:
+class HTAPolicy(Policy):
     name: str = "hta"
     options: EstimatorOptions = field(default_factory=EstimatorOptions)
     latency_statistic: Literal["last", "median"] = "median"

@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass, field
 
 from hta.model import Observation, ScaleDecision
+from hta.policies.base import Policy
 from hta.policies.hpa import ReplicaBehaviour, replica_change, within_tolerance
 
 #: KEDA's defaults (ScaledObject spec: pollingInterval, cooldownPeriod)
@@ -41,7 +42,7 @@ COOLDOWN_S = 300.0
 
 
 @dataclass
-class KEDAScaledObjectPolicy:
+class KEDAScaledObjectPolicy(Policy):
     tasks_per_pod: float = 3.0
     name: str = ""
     #: ``min_replicas`` is the ScaledObject's minReplicaCount (default 0)

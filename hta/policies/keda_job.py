@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass
 
 from hta.model import Observation, ScaleDecision
-from hta.policies.base import WorkerLifetime
+from hta.policies.base import Policy, WorkerLifetime
 
 #: KEDA's defaults
 POLLING_INTERVAL_S = 30.0
@@ -71,7 +71,7 @@ def jobs_to_create(queue_length: int, tasks_per_job: int, running_jobs: int, pen
 
 
 @dataclass
-class KEDAJobPolicy:
+class KEDAJobPolicy(Policy):
     name: str = ""
     #: the scaler's target value: tasks a job's worker takes before it completes
     tasks_per_job: int = 1

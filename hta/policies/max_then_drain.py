@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hta.model import Observation, ScaleDecision
+from hta.policies.base import Policy
 
 
 @dataclass
-class MaxThenDrainPolicy:
+class MaxThenDrainPolicy(Policy):
     name: str = "max-then-drain"
     #: how often it looks (draining has no latency to wait for)
     check_s: float = 5.0

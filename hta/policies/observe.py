@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hta.model import Observation, ScaleDecision
+from hta.policies.base import Policy
 
 
 @dataclass
-class ObservePolicy:
+class ObservePolicy(Policy):
     name: str = "observe"
     every_s: float = 5.0
 

@@ -25,7 +25,7 @@ PROBE_SPLIT = 3
 CHECK_S = 5.0
 
 
-class PodShaped:
+class PodShaped(Policy):
     def __init__(self, policy: Policy, pods: int | str, probe_split: int = PROBE_SPLIT):
         if pods != "learned" and not (isinstance(pods, int) and pods >= 1):
             raise ValueError(f"pods must be a whole number ≥ 1 or 'learned', not {pods!r}")
@@ -33,7 +33,7 @@ class PodShaped:
         self.pods = pods
         self.probe_split = probe_split
         self.name = f"{policy.name}[pods={pods}]"
-        self.needs: frozenset[str] = getattr(policy, "needs", frozenset())
+        self.needs = policy.needs
         #: the last learned cut (kept while nothing waits to learn one from)
         self._k = probe_split
         #: categories whose tasks a pod could not hold (retried after going over a pod's
@@ -42,7 +42,7 @@ class PodShaped:
 
     @property
     def worker_lifetime(self):
-        return getattr(self.policy, "worker_lifetime", None)
+        return self.policy.worker_lifetime
 
     def split(self, obs: Observation) -> int:
         """Pods per node for this decision."""

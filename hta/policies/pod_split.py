@@ -1,7 +1,7 @@
 """Into how many equal pods a node is cut for the tasks that wait: the learned worker shape.
 
 HTA buys pods of what its tasks measured (``worker_shape=learned``); the shape-fair
-comparison gives a rival the same pods (:mod:`hta.evaluation.rival_shape`). Both ask
+comparison gives a rival the same pods (the benchmarks' rival shapes). Both ask
 this one function, so "the same learned sizes" means the same code.
 """
 

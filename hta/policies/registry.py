@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from importlib.metadata import entry_points
 
-from hta.policies.base import Policy
+from hta.policies.base import PluginPolicy, Policy
 from hta.policies.factory import FactoryPolicy
 from hta.policies.hpa import HPAPolicy
 from hta.policies.hta_policy import make_hta
@@ -83,10 +83,12 @@ def _built(spec: str, what: str, make: Callable[[], object]) -> Policy:
         policy = make()
     except Exception as exc:  # noqa: BLE001 — the user's code: say what failed, in one line
         raise ValueError(f"policy {spec!r}: {what} raised {type(exc).__name__}: {exc}") from None
-    if not isinstance(policy, Policy):
+    if isinstance(policy, Policy):
+        return policy
+    if not (isinstance(getattr(policy, "name", None), str) and callable(getattr(policy, "decide", None))):
         raise ValueError(f"policy {spec!r}: {what} returned {type(policy).__name__}, not a Policy "
                          f"(an object with a name and decide(observation) -> ScaleDecision)")
-    return policy
+    return PluginPolicy(policy)
 
 
 def load_plugin(spec: str) -> Policy:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from hta.policies.base import Policy
+from hta.policies.base import PluginPolicy, Policy
 
 
 def configure(policy: Policy, spec: str, settings: str) -> Policy:
@@ -35,7 +35,8 @@ def configure(policy: Policy, spec: str, settings: str) -> Policy:
     items = [item for item in settings.split(",") if item.strip()]
     if not items:  # ("mymod:make:", "factory:"): no settings, the policy as it was made
         return policy
-    holders = settable(policy)
+    target = policy.inner if isinstance(policy, PluginPolicy) else policy  # a user's own object
+    holders = settable(target)
     #: the first nan or inf setting, refused after ``validate()`` (whose message names the range, if it has one)
     nonfinite: str | None = None
     for item in items:
@@ -68,14 +69,13 @@ def configure(policy: Policy, spec: str, settings: str) -> Policy:
             nonfinite = f"{key}={text!r} is not a finite number: give a number, e.g. {key}={example:g}"
         setattr(holder, key, value)
     # (a dataclass: a setting was found in it)
-    if "name" in {f.name for f in dataclasses.fields(policy)}:  # type: ignore[arg-type]
-        policy.name = spec  # the run record names the settings
-    validate = getattr(policy, "validate", None)
-    if callable(validate):
-        try:
-            validate()
-        except ValueError as exc:
-            raise ValueError(f"policy {spec!r}: {exc}") from None
+    if "name" in {f.name for f in dataclasses.fields(target)}:  # type: ignore[arg-type]
+        target.name = spec  # type: ignore[attr-defined] # the run record names the settings
+        policy.name = spec
+    try:
+        policy.validate()
+    except ValueError as exc:
+        raise ValueError(f"policy {spec!r}: {exc}") from None
     if nonfinite is not None:  # (a nan timeout never expires; a nan interval never comes)
         raise ValueError(f"policy {spec!r}: {nonfinite}")
     return policy

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hta.model import Observation, ScaleDecision
+from hta.policies.base import Policy
 
 
 @dataclass
-class StaticPolicy:
+class StaticPolicy(Policy):
     name: str = "static"
 
     def decide(self, obs: Observation) -> ScaleDecision:

@@ -51,7 +51,7 @@ def time_scale_of(policy_name: str) -> float:
         return 1.0
 
 
-class TimeScaled:
+class TimeScaled(Policy):
     def __init__(self, policy: Policy, k: float):
         if not (k > 0 and math.isfinite(k)):  # nan or inf: every next_decision_s would be nan or 0
             raise ValueError(f"time scale must be a finite positive number, not {k:g}")
@@ -59,12 +59,12 @@ class TimeScaled:
         self.k = k
         #: the run record names the scale, so a report can put the run in the experiment's time
         self.name = f"{policy.name}@{k:g}"
-        self.needs: frozenset[str] = getattr(policy, "needs", frozenset())
+        self.needs = policy.needs
 
     @property
     def worker_lifetime(self):
         """The wrapped policy's workers' own lifetime, its idle timeout in the run's time."""
-        lifetime = getattr(self.policy, "worker_lifetime", None)
+        lifetime = self.policy.worker_lifetime
         if lifetime is None or lifetime.idle_timeout_s is None:
             return lifetime
         return dataclasses.replace(lifetime, idle_timeout_s=lifetime.idle_timeout_s / self.k)

@@ -22,7 +22,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from hta.controller import Controller, ControllerConfig
-from hta.policies.base import Policy
+from hta.policies.base import Policy, as_policy
 from hta.scaling_log import EndRecord, RunRecord, ScalingLogWriter
 from hta.sim.backend import SimBackend
 from hta.sim.cluster import ClusterModel
@@ -56,7 +56,7 @@ class Simulation:
         self.log = log or ScalingLogWriter()
         self.world = World(workload, self.cluster, seed)
         # workers that run to completion (KEDA's ScaledJob) leave by themselves in the world
-        self.world.cluster.lifetime = getattr(policy, "worker_lifetime", None)
+        self.world.cluster.lifetime = as_policy(policy).worker_lifetime
         self.backend = SimBackend(self.world)
         lookahead = SimLookahead(self.world)
         self.controller = Controller(
