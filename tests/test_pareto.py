@@ -1,4 +1,4 @@
-"""The Pareto bench's dominance logic and goals (:mod:`hta.evaluation.pareto`), on hand-made points (no simulation)."""
+"""The Pareto bench's dominance logic and goals (:mod:`bench.evaluation.pareto`), on hand-made points (no simulation)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hta.evaluation import file_order, pareto
-from hta.evaluation import worker_shape as ws
+from bench.evaluation import file_order, pareto
+from bench.evaluation import worker_shape as ws
 from hta.policies.hta_policy import PRESETS
 
 ROOT = Path(__file__).resolve().parent.parent

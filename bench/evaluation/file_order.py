@@ -29,11 +29,12 @@ import statistics
 import time
 from pathlib import Path
 
-from hta.evaluation.pareto import WORKLOADS, run_one, workload
 from hta.sim.cluster import ClusterModel
 from hta.sim.list_schedule import tails
 from hta.sim.oracle import oracle_runtime_s
 from hta.sim.workload import Workload
+
+from .pareto import WORKLOADS, run_one, workload
 
 #: the line the ratios to the bound are counted against
 BOUND_GOAL = 1.10

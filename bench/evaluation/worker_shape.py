@@ -40,11 +40,12 @@ import statistics
 import time
 from pathlib import Path
 
-from hta.evaluation.pareto import CLUSTERS, WORKLOADS, open_store, run_one, settings_of, workload
 from hta.policies import make_policy
 from hta.policies.hta_policy import HTAPolicy
 from hta.sim.cluster import ClusterModel
 from hta.sim.oracle import oracle_runtime_s
+
+from .pareto import CLUSTERS, WORKLOADS, open_store, run_one, settings_of, workload
 
 SETTINGS = ["hta", "hta-time", "hta-cost"]
 #: shape → (worker_shape, probe_split); whole nodes have no probes to split
