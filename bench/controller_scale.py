@@ -8,7 +8,7 @@ stage; each category declares its cores, memory and disk), and writes its transa
 log, which the ``now`` clients tail (``transactions_log``, as ``hta makeflow`` gives it
 makeflow's ``.wqlog.tr``); no worker connects. The
 controller is production's: MasterStatusClient, ObservationBuilder, HTAPolicy from
-``make_policy("hta")``, the real LocalBackend (``max_workers=0``: it never starts a
+``make_policy("hta")``, the real local worker pool (``max_workers=0``: it never starts a
 worker), a SummaryDirectory on an empty monitor folder and a ScalingLogWriter to a file;
 ``max_interval_s=0`` makes every step a decision.
 
@@ -60,7 +60,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hta.backends.local import LocalBackend  # noqa: E402
+from hta.backends.local import LocalProvider  # noqa: E402
+from hta.backends.pool import WorkerPool  # noqa: E402
 from hta.controller import Controller, ControllerConfig  # noqa: E402
 from hta.model import Resources  # noqa: E402
 from hta.policies.registry import make_policy  # noqa: E402
@@ -185,7 +186,7 @@ async def measure(variant: str, master: MasterProcess, cycles: int, work: Path):
     counted_session(client, counter)
     run = work / variant.replace(" ", "-").replace(",", "")
     (run / "monitor").mkdir(parents=True)
-    backend = LocalBackend(run / "workers")
+    backend = WorkerPool(LocalProvider(run / "workers"), epoch=time.time())
     await backend.start("127.0.0.1", master.port)
     # the moving queue decides at the policy's pace (ControllerConfig's clamps); the others every step
     config = (ControllerConfig(worker_shape=SHAPE, min_workers=0, max_workers=0) if variant == MOVING else

@@ -842,7 +842,7 @@ class SlurmRun(Run):
 
 def slurm_finish(bench: Bench, r: Result, run: Run, rc, took: float, complete: bool,
                  rerun: Run | None = None) -> Result:
-    from hta.backends.slurm.backend import run_id_for
+    from hta.backends.provider import run_id_for
 
     r = bench.finish(r, run, rc, took, complete, rerun=rerun)
     assert SLURM_CLUSTER is not None
@@ -860,7 +860,7 @@ def slurm_finish(bench: Bench, r: Result, run: Run, rc, took: float, complete: b
 def busy_job(run: Run) -> dict | None:
     """A running Slurm job of ``run`` whose ``work_queue_worker`` runs a task (a child process);
     the worker's environment names its job."""
-    from hta.backends.slurm.backend import run_id_for
+    from hta.backends.provider import run_id_for
 
     assert SLURM_CLUSTER is not None
     if run.running() < 1:

@@ -30,10 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hta.backends.pool import WorkerPool  # noqa: E402
 from hta.model import LatencyStats, Observation, Resources, TaskGroup  # noqa: E402
 from hta.policies.hta_policy import HTAPolicy  # noqa: E402
 from k8s.api import CallCounter, K8sError, call  # noqa: E402
-from k8s.backend import KubernetesBackend  # noqa: E402
+from k8s.backend import KubernetesProvider  # noqa: E402
 from workqueue_bridge.snapshot import MasterSnapshot  # noqa: E402
 from workqueue_bridge.status_json import QueueStatus  # noqa: E402
 
@@ -51,7 +52,7 @@ def cluster(cmd: str, state: Path, *args: str) -> str:
     return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
 
 
-def observation(backend: KubernetesBackend, now: float) -> Observation:
+def observation(backend: WorkerPool, now: float) -> Observation:
     return Observation(time=now, waiting=[TaskGroup(category="t", count=PODS * 4, request=Resources(cores=1))],
                        pending=backend.pending(), worker_shape=SHAPE, max_workers=PODS,
                        latency=LatencyStats(samples=[5.0]))
@@ -59,12 +60,13 @@ def observation(backend: KubernetesBackend, now: float) -> Observation:
 
 async def drive(kubeconfig: str) -> dict:
     epoch = time.time()
-    b = KubernetesBackend(run_id="bench", epoch=epoch, kubeconfig=kubeconfig, image="none")
+    k = KubernetesProvider(run_id="bench", kubeconfig=kubeconfig, image="none")
+    b = WorkerPool(k, epoch=epoch)
     await b.start("127.0.0.1", 9)
-    start_calls = b.counter.count  # start(): the access check, the informer's list and watch
+    start_calls = k.counter.count  # start(): the access check, the informer's list and watch
     policy = HTAPolicy()
     snap = MasterSnapshot(taken_at=0, queue=QueueStatus(), tasks=[], workers=[])
-    cpu0, calls0 = time.process_time(), b.counter.count
+    cpu0, calls0 = time.process_time(), k.counter.count
     created_at: dict[str, float] = {}
     decisions = 0
     # per decision: (pods created, API calls counted from its start to the next one's, the informer's included)
@@ -74,37 +76,37 @@ async def drive(kubeconfig: str) -> dict:
     all_created: float | None = None  # seconds from the first create call until every pod was created
     budget_cuts: list[str] = []
     for _ in range(DECISIONS):
-        c0 = b.counter.count
+        c0 = k.counter.count
         t_dec = time.time()
         now = t_dec - epoch
         await b.refresh(snap, now)
         d = policy.decide(observation(b, now))
         t = time.time()
         first_create = first_create or t
-        known = set(b._tracked)
+        known = set(b.workers)
         try:
             names = await b.request(d.add, SHAPE, now)
         except K8sError as exc:  # a step's API budget (5 s) ran out: as the controller does, go on next step
-            names = [n for n in b._tracked if n not in known]
+            names = [n for n in b.workers if n not in known]
             budget_cuts.append(str(exc))
         latency.append(time.time() - t_dec)
         if names:
             print(f"scale-up: {len(names)} pods created in {time.time() - t:.2f} s")
         for n in names:
-            created_at[n] = epoch + b._tracked[n].requested_at
+            created_at[n] = epoch + b.workers[n].requested_at
         decisions += 1
         await asyncio.sleep(1.0)
-        per_decision.append((len(names), b.counter.count - c0))
+        per_decision.append((len(names), k.counter.count - c0))
         if all_created is None and len(created_at) >= PODS:
             all_created = time.time() - (first_create or t)
-    calls = b.counter.count - calls0
+    calls = k.counter.count - calls0
     last_up = max((i for i, (n, _) in enumerate(per_decision) if n), default=-1)
     steady = per_decision[last_up + 1:]
     cpu = time.process_time() - cpu0
-    pods = b.informer.snapshot()
+    pods = k.informer.snapshot()
     added_lag = [pods[n].seen[0][0] - created_at[n] for n in created_at if n in pods and pods[n].seen]
     running = [p for p in pods.values() if p.running_at]
-    server = call(b.api.list_namespaced_pod, "default", label_selector=b.selector).items
+    server = call(k.api.list_namespaced_pod, "default", label_selector=k.selector).items
     run_lag = []
     for p in server:
         ready = next((c.last_transition_time for c in p.status.conditions or [] if c.type == "Ready"), None)
@@ -116,7 +118,7 @@ async def drive(kubeconfig: str) -> dict:
     cpu1 = time.process_time()
     listed = 0
     for _ in range(DECISIONS):
-        listed = len(call(b.api.list_namespaced_pod, "default", label_selector=b.selector, counter=base_counter).items)
+        listed = len(call(k.api.list_namespaced_pod, "default", label_selector=k.selector, counter=base_counter).items)
     base = {"calls": base_counter.count, "cpu": time.process_time() - cpu1, "listed": listed}
     t0 = time.time()
     await b.stop_all(time.time() - epoch)
@@ -129,7 +131,7 @@ async def drive(kubeconfig: str) -> dict:
     tracemalloc.stop()
     import sys as _sys
 
-    informer_bytes = _deep_size(b.informer.snapshot(), _sys.getsizeof)
+    informer_bytes = _deep_size(k.informer.snapshot(), _sys.getsizeof)
     return {"budget_cuts": budget_cuts, "latency": latency,
             "created_per_s": len(created_at) / all_created if all_created else None,
             "informer_bytes": informer_bytes, "refresh_alloc": inf_mem,

@@ -10,9 +10,7 @@ runs in the cluster (so deleting HTA deletes its workers).
 
 from __future__ import annotations
 
-import hashlib
 import os
-from pathlib import Path
 
 from kubernetes import client
 
@@ -21,11 +19,6 @@ from hta.model import Resources
 RUN_LABEL = "hta.io/run"
 #: what k8s/image/build.sh builds; with a registry, pass --image REGISTRY/hta-worker:TAG
 DEFAULT_IMAGE = "localhost/hta-worker:latest"
-
-
-def run_id_for(workflow: Path) -> str:
-    """A stable id for a workflow's runs: a restarted HTA finds (adopts) its pods."""
-    return hashlib.sha1(str(Path(workflow).resolve()).encode()).hexdigest()[:10]
 
 
 def owner_reference() -> list[client.V1OwnerReference] | None:

@@ -191,7 +191,7 @@ def test_bash_completion_completes_commands_and_options(tmp_path: Path):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--policy", "nonsense"], "unknown policy 'nonsense'"),
-    (["--backend", "aws"], "unknown backend 'aws': choose one of local, k8s"),
+    (["--backend", "aws"], "unknown backend 'aws': choose one of local, slurm, k8s"),
     (["--min-workers", "5", "--max-workers", "2"], "--min-workers (5) is above --max-workers (2)"),
     (["--min-interval", "10", "--max-interval", "5"], "--min-interval (10) is above --max-interval (5)"),
     (["W", "--", "-T", "local"], "makeflow option -T cannot be used under HTA"),

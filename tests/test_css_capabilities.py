@@ -12,10 +12,10 @@ from pathlib import Path
 
 from conftest import HTA
 
-from hta.backends.local import last_words
 from hta.node.capacity import parse_cpuset
 from hta.node.css.daemon import capabilities, cgroup_pinnable
 from hta.node.css.monitor import available
+from hta.node.launch import last_words
 
 KEYS = {"hta_worker", "backend", "why", "pinned_by", "cgroup_cpuset"}
 

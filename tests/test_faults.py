@@ -327,16 +327,16 @@ def test_a_sigterm_swallowed_where_python_ignores_exceptions_still_stops_the_run
 # a SIGTERM while HTA stops the workers, after makeflow has ended
 SIGTERM_WHILE_STOPPING = """
 import asyncio, os
-from hta.backends.local import LocalBackend
+from hta.backends.pool import WorkerPool
 
-stop_all = LocalBackend.stop_all
+stop_all = WorkerPool.stop_all
 
 async def signalled_then_stop_all(self, now):
     os.kill(os.getpid(), signal.SIGTERM)
     await asyncio.sleep(0.3)  # the loop's handler takes it
     return await stop_all(self, now)
 
-LocalBackend.stop_all = signalled_then_stop_all
+WorkerPool.stop_all = signalled_then_stop_all
 """
 
 

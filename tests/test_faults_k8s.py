@@ -124,44 +124,49 @@ def test_a_worker_connected_before_the_watch_saw_its_pod_run_still_gets_its_phas
     watch (at most ``phases_wait_s``); the worker counts as connected meanwhile."""
     import asyncio
 
+    from hta.backends.pool import WorkerPool
     from hta.model import Resources
-    from k8s.backend import KubernetesBackend
+    from k8s.backend import KubernetesProvider
     from k8s.informer import PodInformer
     from workqueue_bridge.snapshot import MasterSnapshot
     from workqueue_bridge.status_json import QueueStatus, WorkerStatus
 
     async def scenario() -> tuple[list, list, dict, list]:
-        b = KubernetesBackend(run_id="race", epoch=time.time(), kubeconfig=cluster["kubeconfig"],
-                              master_host="127.0.0.1")
-        b.connect()
-        lagging = PodInformer(b.api, "default", b.selector)  # not started yet: as far behind as it gets
-        b.informer = lagging
+        def pool(run_id: str, **options) -> WorkerPool:
+            provider = KubernetesProvider(run_id=run_id, kubeconfig=cluster["kubeconfig"], master_host="127.0.0.1")
+            provider.connect()
+            provider.master = "127.0.0.1:9123"
+            provider.informer = PodInformer(provider.api, "default", provider.selector)  # not started yet
+            return WorkerPool(provider, epoch=time.time(), **options)
+
+        def now(p: WorkerPool) -> float:
+            return time.time() - p.epoch
+
+        b = pool("race")
+        lagging = b.provider.informer  # type: ignore[attr-defined] # not started: as far behind as it gets
         try:
-            [name] = await b.request(1, Resources(cores=1, memory_mb=100, disk_mb=100), b._now())
+            [name] = await b.request(1, Resources(cores=1, memory_mb=100, disk_mb=100), now(b))
             assert await asyncio.to_thread(wait, lambda: core.read_namespaced_pod(name, "default").status.phase
                                            in ("Running", "Failed", "Succeeded"), 120, 0.2)
             worker = WorkerStatus(address="127.0.0.1:4000", hostname=name, cores=1, memory_mb=100, disk_mb=100)
-            snap = lambda: MasterSnapshot(taken_at=b._now(), queue=QueueStatus(), tasks=[], workers=[worker])
-            t_connect = b._now()
+            snap = lambda: MasterSnapshot(taken_at=now(b), queue=QueueStatus(), tasks=[], workers=[worker])
+            t_connect = now(b)
             first = await b.refresh(snap(), t_connect)
             counted = b.worker_ids()
             lagging.start()  # the watch catches up
             assert await asyncio.to_thread(lagging.synced.wait, 30)
-            later = await b.refresh(snap(), b._now())
+            later = await b.refresh(snap(), now(b))
             # a worker whose record waits no more: announced at once, with what is known
-            b2 = KubernetesBackend(run_id="race2", epoch=time.time(), kubeconfig=cluster["kubeconfig"],
-                                   master_host="127.0.0.1", phases_wait_s=0)
-            b2.connect()
-            b2.informer = PodInformer(b2.api, "default", b2.selector)  # never started
-            [name2] = await b2.request(1, Resources(cores=1, memory_mb=100, disk_mb=100), b2._now())
+            b2 = pool("race2", phases_wait_s=0)  # its informer never started
+            [name2] = await b2.request(1, Resources(cores=1, memory_mb=100, disk_mb=100), now(b2))
             w2 = WorkerStatus(address="127.0.0.1:4001", hostname=name2, cores=1, memory_mb=100, disk_mb=100)
-            at_once = await b2.refresh(MasterSnapshot(taken_at=b2._now(), queue=QueueStatus(), tasks=[],
-                                                      workers=[w2]), b2._now())
-            await b2.stop_all(b2._now())
+            at_once = await b2.refresh(MasterSnapshot(taken_at=now(b2), queue=QueueStatus(), tasks=[],
+                                                      workers=[w2]), now(b2))
+            await b2.stop_all(now(b2))
             return first, later, counted, at_once, t_connect
         finally:
             lagging.stop()
-            await b.stop_all(b._now())
+            await b.stop_all(now(b))
 
     first, later, counted, at_once, t_connect = asyncio.run(scenario())
     assert not [r for r in first if r.event == "connected"], first  # held: the watch has not said
@@ -181,15 +186,17 @@ def test_end_of_run_force_deletes_pods_stuck_terminating(cluster, core, caplog):
     says so and deletes it with grace 0 after a bound, instead of waiting silently."""
     import asyncio
 
-    from k8s.backend import KubernetesBackend
+    from hta.backends.pool import WorkerPool
+    from k8s.backend import KubernetesProvider
 
     core.create_namespaced_pod("default", probe_pod("term-1", "term"))
     assert wait(lambda: core.read_namespaced_pod("term-1", "default").status.phase == "Running", 60)
     node = core.read_namespaced_pod("term-1", "default").spec.node_name
     core.delete_node(node)
-    b = KubernetesBackend(run_id="term", epoch=time.time(), kubeconfig=cluster["kubeconfig"],
-                          force_delete_after_s=5, delete_timeout_s=60)
-    b.connect()
+    provider = KubernetesProvider(run_id="term", kubeconfig=cluster["kubeconfig"], force_delete_after_s=5,
+                                  delete_timeout_s=60)
+    provider.connect()
+    b = WorkerPool(provider, epoch=time.time())
     caplog.set_level(logging.WARNING, logger="hta.k8s")
     t0 = time.time()
     asyncio.run(b.stop_all(0.0))

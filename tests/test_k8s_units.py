@@ -11,10 +11,12 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
+from hta.backends.pool import Worker, WorkerState
+from hta.backends.provider import run_id_for
 from hta.model import Resources
 from hta.node.worker import CONNECT_TIMEOUT_S, worker_command
 from k8s.api import K8sError, call, load_client
-from k8s.pods import run_id_for, worker_pod
+from k8s.pods import worker_pod
 
 
 def test_worker_pod_template(monkeypatch):
@@ -126,14 +128,11 @@ def test_a_failing_api_call_gives_up_within_a_step_and_never_blocks_the_loop(ser
     """A create and a delete against an API server that does not answer (or refuses) give up
     within the step's budget with one line, while the event loop keeps running (the controller
     keeps observing; its next step retries)."""
-    from k8s.backend import KubernetesBackend
-
     silent = Silent() if server == "hung" else None
     port = silent.port if silent else _refused_port()
     budget = 2.0  # (the default, STEP_BUDGET_S, is 5 s: the same path, sooner)
-    b = KubernetesBackend(run_id="unit", epoch=time.time(), api_budget_s=budget)
-    b.api = _api_at(port)
-    b._port = 9123
+    b = _pool(api_budget_s=budget)
+    b.provider.api = _api_at(port)
 
     async def scenario():
         ticks = []
@@ -149,9 +148,9 @@ def test_a_failing_api_call_gives_up_within_a_step_and_never_blocks_the_loop(ser
             await asyncio.wait_for(b.request(3, Resources(cores=1, memory_mb=512, disk_mb=512), 0.0), 30)
         took = time.monotonic() - t0
         t1 = time.monotonic()
-        b._tracked["hta-unit-9"] = __import__("k8s.backend", fromlist=["Tracked"]).Tracked(
-            "hta-unit-9", Resources(cores=1), 0.0, state="connected", address="1.2.3.4:5")
-        with pytest.raises(K8sError):
+        b.workers["hta-unit-9"] = Worker("hta-unit-9", Resources(cores=1), 0.0, state=WorkerState.CONNECTED,
+                                         address="1.2.3.4:5")
+        with pytest.raises(RuntimeError, match="delete pod hta-unit-9"):
             await asyncio.wait_for(b.remove(["hta-unit-9"], _empty_snapshot(), 0.0), 30)
         took_delete = time.monotonic() - t1
         tick.cancel()
@@ -166,7 +165,16 @@ def test_a_failing_api_call_gives_up_within_a_step_and_never_blocks_the_loop(ser
     assert took < budget + 2.0 and took_delete < budget + 2.0, (took, took_delete)
     assert gap < 1.0, f"the event loop was blocked for {gap:.1f}s"
     assert "create pod" in str(err) and "\n" not in str(err)
-    assert b._tracked["hta-unit-9"].state == "connected", "a pod whose delete failed is tried again later"
+    assert b.workers["hta-unit-9"].state is WorkerState.CONNECTED, "a pod whose delete failed is tried again later"
+
+
+def _pool(**options):
+    from hta.backends.pool import WorkerPool
+    from k8s.backend import KubernetesProvider
+
+    provider = KubernetesProvider(run_id="unit", **options)
+    provider.master = "127.0.0.1:9123"
+    return WorkerPool(provider, epoch=time.time())
 
 
 def _empty_snapshot():
@@ -177,10 +185,8 @@ def _empty_snapshot():
 
 
 def test_stop_all_with_the_api_server_gone_is_one_line_not_an_exception(caplog):
-    from k8s.backend import KubernetesBackend
-
-    b = KubernetesBackend(run_id="unit", epoch=time.time(), delete_timeout_s=3.0)
-    b.api = _api_at(_refused_port())
+    b = _pool(delete_timeout_s=3.0)
+    b.provider.api = _api_at(_refused_port())
     t0 = time.monotonic()
     assert asyncio.run(b.stop_all(0.0)) == []
     assert time.monotonic() - t0 < 30
@@ -192,16 +198,14 @@ def test_phases_add_up_to_the_latency_whatever_the_clocks_say():
     """Times the watch saw late come from the pod's status in whole seconds (so a little
     early), and a watch that saw Running late reads it after the worker connected: the
     phases are kept in order (requested ≤ scheduled ≤ running ≤ connected) and add up."""
-    from k8s.backend import KubernetesBackend, Tracked
+    from k8s.backend import pod_phases
     from k8s.informer import PodState
 
-    b = KubernetesBackend(run_id="u", epoch=1000.0)
-    tr = Tracked("hta-u-1", Resources(cores=1), requested_at=10.9)
     truncated = PodState(name="hta-u-1", uid="x", scheduled_at=1010.0, running_at=1011.0)  # 10.95 and 11.75
-    phases = b._phases(tr, truncated, now=11.86)
+    phases = pod_phases(truncated, 1010.9, 1011.86)
     assert phases["node"] == 0 and phases["start"] + phases["connect"] == pytest.approx(11.86 - 10.9)
     seen_late = PodState(name="hta-u-1", uid="x", scheduled_at=1011.0, running_at=1013.0)  # Running seen at 13 s
-    phases = b._phases(tr, seen_late, now=12.0)
+    phases = pod_phases(seen_late, 1010.9, 1012.0)
     assert phases["connect"] == 0 and phases["node"] + phases["start"] == pytest.approx(12.0 - 10.9)
 
 
@@ -210,22 +214,19 @@ def test_creates_failing_with_no_worker_connected_end_the_run_after_the_start_ti
     connected: every create fails, and the run waited for ever, quiet. After the start
     timeout, ``fatal`` names it (the run ends with that line); a create that works, or a
     connected worker, keeps it going."""
-    from k8s.backend import KubernetesBackend, Tracked
-
-    b = KubernetesBackend(run_id="unit", epoch=time.time(), api_budget_s=1.0, start_timeout_s=2.0)
-    b.api = _api_at(_refused_port())
-    b._port = 9123
+    b = _pool(api_budget_s=1.0, start_timeout_s=2.0)
+    b.provider.api = _api_at(_refused_port())
     shape = Resources(cores=1, memory_mb=512, disk_mb=512)
     with pytest.raises(K8sError, match="cannot reach the API server at 127.0.0.1"):
         asyncio.run(b.request(2, shape, 0.0))
     asyncio.run(b.refresh(_empty_snapshot(), 0.0))
     assert b.fatal is None  # not yet: a blip of the API server is no reason to end a run
-    b._creates_failing_since -= 3.0  # (as if the creates had failed since 3 s ago)
-    b._tracked["hta-unit-7"] = Tracked("hta-unit-7", shape, 0.0, state="connected", address="1.2.3.4:5")
-    b._check_blocked()
+    b._launch_failing_since -= 3.0  # (as if the creates had failed since 3 s ago)
+    b.workers["hta-unit-7"] = Worker("hta-unit-7", shape, 0.0, state=WorkerState.CONNECTED, address="1.2.3.4:5")
+    b._check_blocked(time.time())
     assert b.fatal is None  # a connected worker runs tasks meanwhile
-    b._tracked["hta-unit-7"].state = "gone"
-    b._check_blocked()
+    b.workers["hta-unit-7"].state = WorkerState.GONE
+    b._check_blocked(time.time())
     assert b.fatal and b.fatal.startswith("no worker pod could be created for 3s and no worker is connected; "
                                           "the last error: create pod hta-unit-"), b.fatal
     assert "cannot reach the API server at 127.0.0.1" in b.fatal and "\n" not in b.fatal

@@ -1,5 +1,5 @@
-"""The local backend against a Work Queue master of the test's own (Debian's
-work_queue Python module): worker identity, latency, and drain-only-idle."""
+"""The local provider under the worker pool, against a Work Queue master of the test's own
+(Debian's work_queue Python module): worker identity, latency, and drain-only-idle."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 from conftest import Master, cctools_processes
 
-from hta.backends.lifecycle import MAX_START_FAILURES
-from hta.backends.local import LocalBackend
+from hta.backends.local import LocalProvider
+from hta.backends.pool import MAX_START_FAILURES, WorkerPool
 from hta.model import Resources
 from workqueue_bridge.snapshot import MasterSnapshot
 from workqueue_bridge.status import MasterStatusClient
@@ -20,6 +20,10 @@ from workqueue_bridge.status_json import QueueStatus
 pytestmark = pytest.mark.slow
 
 SHAPE = Resources(cores=1, memory_mb=256, disk_mb=512)
+
+
+def local_pool(run_dir, **options) -> WorkerPool:
+    return WorkerPool(LocalProvider(run_dir, **options), epoch=0.0)
 
 
 async def poll_until(master, backend, cond, timeout=30.0):
@@ -40,7 +44,7 @@ async def poll_until(master, backend, cond, timeout=30.0):
 
 async def test_workers_connect_are_identified_and_only_idle_ones_drain(tmp_path):
     m = Master()
-    backend = LocalBackend(tmp_path / "run", provision_delay_s=1.0)
+    backend = local_pool(tmp_path / "run", provision_delay_s=1.0)
     try:
         await backend.start("127.0.0.1", m.port)
         t0 = time.monotonic()
@@ -79,24 +83,25 @@ def nothing_connected() -> MasterSnapshot:
     return MasterSnapshot(taken_at=time.time(), queue=QueueStatus(), tasks=[], workers=[])
 
 
-async def launched(backend: LocalBackend, ids: list[str]) -> None:
+async def launched(backend: WorkerPool, ids: list[str]) -> None:
     """Wait until the launches of ``ids`` are over (started, or failed to)."""
-    await asyncio.wait_for(asyncio.gather(*(backend._workers[i].launcher for i in ids)), timeout=60)
+    procs = backend.provider.procs  # type: ignore[attr-defined]
+    await asyncio.wait_for(asyncio.gather(*(procs[i].launcher for i in ids)), timeout=60)
 
 
 async def test_a_worker_that_cannot_be_launched_fails_and_is_pending_no_more(tmp_path, monkeypatch):
     """A launch that raises is a start failure, as a worker that exits before connecting is
     (it stayed provisioning for good: pending against --max-workers, never reported as
     failed, never backed off from)."""
-    backend = LocalBackend(tmp_path / "run")
+    backend = local_pool(tmp_path / "run")
     await backend.start("127.0.0.1", 9)
-    workers = backend.run_dir / "workers"
+    workers = tmp_path / "run" / "workers"
     workers.rmdir()
     workers.write_text("")  # a file where the workdirs go: none can be made
     ids = await backend.request(1, SHAPE, 0.0)
     await launched(backend, ids)
-    assert backend.pending() == []
     events = await backend.refresh(nothing_connected(), 1.0)
+    assert backend.pending() == []
     assert [(e.worker, e.event) for e in events] == [(ids[0], "requested"), (ids[0], "failed")]
     assert events[1].reason.startswith("could not be launched: NotADirectoryError"), events[1].reason
     assert backend.start_failures == 1 and backend.backoff_s() == 1.0 and backend.fatal is None
@@ -110,8 +115,8 @@ async def test_a_worker_that_cannot_be_launched_fails_and_is_pending_no_more(tmp
     monkeypatch.setattr(asyncio, "create_subprocess_exec", no_fork)
     ids = await backend.request(MAX_START_FAILURES - 1, SHAPE, 1.0)  # (each backs off 1 s)
     await launched(backend, ids)
-    assert backend.pending() == []
     events = await backend.refresh(nothing_connected(), 3.0)
+    assert backend.pending() == []
     assert [e.event for e in events] == ["requested"] * len(ids) + ["failed"] * len(ids)  # as they happened
     assert backend.fatal == (f"workers cannot start: {MAX_START_FAILURES} in a row did not start; the last "
                              f"({ids[-1]}) could not be launched: BlockingIOError: [Errno 11] Resource temporarily "
@@ -123,11 +128,11 @@ async def test_a_worker_that_cannot_be_launched_fails_and_is_pending_no_more(tmp
 async def test_stop_cancelled_while_it_waits_for_the_launch_stays_cancelled(tmp_path, monkeypatch):
     """``_stop`` cancels a launch and waits for it; a cancellation of ``_stop`` itself, meanwhile,
     is not swallowed as if it were the launch's (it went on stopping, as if never cancelled)."""
-    backend = LocalBackend(tmp_path / "run")
+    backend = LocalProvider(tmp_path / "run")
     await backend.start("127.0.0.1", 9)
     cancelled, release = asyncio.Event(), asyncio.Event()
 
-    async def slow_to_cancel(w, delay, requested_at):
+    async def slow_to_cancel(p, delay):
         try:
             await asyncio.Event().wait()  # provisioning, for ever
         except asyncio.CancelledError:
@@ -136,12 +141,11 @@ async def test_stop_cancelled_while_it_waits_for_the_launch_stays_cancelled(tmp_
             raise
 
     monkeypatch.setattr(backend, "_launch", slow_to_cancel)
-    (wid,) = await backend.request(1, SHAPE, 0.0)
-    stopping = asyncio.create_task(backend._stop(backend._workers[wid]))
+    (wid,) = await backend.launch(SHAPE, 1)
+    stopping = asyncio.create_task(backend.cancel([wid]))
     await asyncio.wait_for(cancelled.wait(), timeout=10)  # _stop now waits for the launch
     stopping.cancel()
     release.set()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(stopping, timeout=10)
-    assert backend._workers[wid].state == "stopping"  # not carried on to "gone"
-    await backend.stop_all(1.0)
+    await backend.stop_all()

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from hta.backends import BackendOptions
-from hta.backends.slurm.backend import Job, SlurmBackend, permanent, port_for, run_id_for
+from hta.backends.provider import run_id_for
+from hta.backends.slurm.backend import Job, SlurmProvider, permanent, port_for
 from hta.backends.slurm.commands import (
     SlurmError,
     batch_script,
@@ -20,7 +21,6 @@ from hta.backends.slurm.commands import (
     sbatch_argv,
     slurm_time,
 )
-from hta.model import Resources
 
 # squeue --me --noheader --states=all --format='%i|%j|%T|%r|%N|%V|%S|%l|%k' on the test cluster
 SQUEUE = """\
@@ -86,15 +86,15 @@ def test_run_id_and_port_are_stable_per_workflow_and_differ_between_workflows(tm
 
 
 def test_latency_phases_add_up_and_stay_in_order():
-    b = SlurmBackend(run_id="r", epoch=1000.0, run_dir=Path("/nonexistent"))
-    # asked at t=1, given a cloud node at t=3 (Unix 1003), the node booted and the script began at t=20
-    job = Job("hta-r-1", Resources(cores=1), 1.0, "5", allocated_at=1003.0, began_at=1020.0)
-    ph = b.phases(job, 24.5)
+    b = SlurmProvider(run_id="r", run_dir=Path("/nonexistent"))
+    # asked at 1001, given a cloud node at 1003, the node booted and the script began at 1020
+    b._jobs["hta-r-1"] = Job("hta-r-1", "5", 1001.0, allocated_at=1003.0, began_at=1020.0)
+    ph = b.phases("hta-r-1", 1001.0, 1024.5)
     assert ph == {"pending": 2.0, "resume": 17.0, "start": 4.5, "node": 19.0}
     assert ph["pending"] + ph["resume"] + ph["start"] == pytest.approx(24.5 - 1.0)
     # Slurm's whole seconds may read before the request: clamped, never negative
-    early = Job("hta-r-2", Resources(cores=1), 1.4, "6", allocated_at=1001.0, began_at=1001.0)
-    assert b.phases(early, 3.0) == {"pending": 0.0, "resume": 0.0, "start": 1.6, "node": 0.0}
+    b._jobs["hta-r-2"] = Job("hta-r-2", "6", 1001.4, allocated_at=1001.0, began_at=1001.0)
+    assert b.phases("hta-r-2", 1001.4, 1003.0) == {"pending": 0.0, "resume": 0.0, "start": 1.6, "node": 0.0}
 
 
 def test_slurm_options_are_validated_where_they_come_in():

@@ -1,22 +1,29 @@
 """Where workers run, by name: the one registry of backends.
 
-The CLI (and anyone calling :func:`hta.submit.run.run_makeflow` from Python) asks
-for a backend by name with :class:`BackendOptions`; each backend module turns
-those options into a :class:`~hta.backends.base.WorkerBackend`. Adding a
-backend is one entry in :data:`BACKENDS`; nothing else names backends.
+The CLI (and anyone calling :func:`hta.submit.run.run_makeflow` from Python) asks for a
+backend by name with :class:`BackendOptions`. A name is an entry point of the
+``hta.backends`` group (declared in ``setup.cfg`` for the built-in ones; a user's package
+declares its own, see docs/providers.md): a factory that takes (:class:`BackendOptions`,
+:class:`RunContext`) and returns a :class:`~hta.backends.base.WorkerBackend`, in practice a
+:class:`~hta.backends.pool.WorkerPool` over the provider it makes.
 """
 
 from __future__ import annotations
 
-import importlib
 import re
 import shlex
 import time
+from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hta.backends import local, slurm
 from hta.backends.base import WorkerBackend
+
+#: the entry point group every backend, built-in or a user's, is found in
+GROUP = "hta.backends"
 
 
 class BackendOptions(BaseModel):
@@ -38,8 +45,8 @@ class BackendOptions(BaseModel):
     #: the address workers use to reach the master (default: this host's routable address)
     master_host: str | None = None
     host_network: bool = False
-    #: end the run when no worker pod could start (unschedulable, image not pulled, worker
-    #: not reaching the master) for this long (None: $HTA_K8S_START_TIMEOUT_S, else 300 s)
+    #: end the run when no worker could start (unschedulable, image not pulled, worker not
+    #: reaching the master) for this long (None: $HTA_K8S_START_TIMEOUT_S, else 300 s)
     start_timeout_s: float | None = Field(None, gt=0)
     # -- Slurm (each worker a batch job; None: the cluster's default)
     partition: str | None = None
@@ -84,22 +91,34 @@ class RunContext(BaseModel):
     epoch: float = Field(default_factory=time.time)
 
 
-#: name → "module:factory"; a factory takes (BackendOptions, RunContext) and returns a backend
-BACKENDS: dict[str, str] = {
-    "local": "hta.backends.local:from_options",
-    "k8s": "k8s.backend:from_options",
-    "slurm": "hta.backends.slurm:from_options",
-}
+Factory = Callable[[BackendOptions, RunContext], WorkerBackend]
+#: the built-in backends this package can import without a loop; others come from entry points
+BUILT_IN: dict[str, Factory] = {"local": local.from_options, "slurm": slurm.from_options}
+
+
+def backends() -> dict[str, Factory | None]:
+    """Every backend by name: the built-in ones, then the entry points (loaded when chosen)."""
+    found: dict[str, Factory | None] = dict(BUILT_IN)
+    for ep in entry_points(group=GROUP):
+        found.setdefault(ep.name, None)
+    return found
 
 
 def backend_names() -> list[str]:
-    return list(BACKENDS)
+    return list(backends())
 
 
 def make_backend(name: str, options: BackendOptions, run: RunContext) -> WorkerBackend:
     """The named backend, ready to start (a backend that checks access does it here and
     raises ValueError with one line on failure)."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
-    module, factory = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), factory)(options, run)
+    factory = BUILT_IN.get(name)
+    if factory is None:
+        eps = [ep for ep in entry_points(group=GROUP) if ep.name == name]
+        if not eps:
+            raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(backends())}")
+        try:
+            factory = eps[0].load()
+        except Exception as exc:  # noqa: BLE001 — a plug-in that does not import is one line, not a traceback
+            raise ValueError(f"backend {name!r} ({eps[0].value}) cannot be loaded: {type(exc).__name__}: "
+                             f"{exc}") from None
+    return factory(options, run)

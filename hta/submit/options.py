@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from hta.backends import BACKENDS, BackendOptions
+from hta.backends import BackendOptions, backend_names
 from hta.controller import ControllerConfig
 from hta.errors import UsageError
 from hta.model import Resources
@@ -85,8 +85,8 @@ class MakeflowOptions(BaseModel):
         """What :meth:`check` refuses short of the workflow file itself (``hta config`` runs
         it, so that it prints no configuration ``hta makeflow`` would refuse)."""
         args = self.invocation()
-        if self.backend not in BACKENDS:
-            raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if self.backend not in backend_names():
+            raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(backend_names())}")
         # (the policy was checked when the options were built: _a_policy)
         if self.log is not None:
             if self.log.is_dir():

@@ -1,5 +1,5 @@
 """Workers as Slurm batch jobs: ``hta makeflow --backend slurm`` (see :mod:`hta.backends.slurm.backend`)."""
 
-from hta.backends.slurm.backend import SlurmBackend, from_options
+from hta.backends.slurm.backend import SlurmProvider, from_options
 
-__all__ = ["SlurmBackend", "from_options"]
+__all__ = ["SlurmProvider", "from_options"]

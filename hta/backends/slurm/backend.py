@@ -1,7 +1,7 @@
-"""The Slurm backend: each worker is a Slurm batch job (``sbatch``) running ``hta worker``.
+"""The Slurm provider: each worker is a Slurm batch job (``sbatch``) running ``hta worker``.
 
-Behind the same :class:`~hta.backends.base.WorkerBackend` contract as local processes and
-Kubernetes pods; it speaks to Slurm only through its client commands
+A :class:`~hta.backends.provider.Provider` under the worker pool, as local processes and
+Kubernetes pods are; it speaks to Slurm only through its client commands
 (:mod:`hta.backends.slurm.commands`).
 
 - A worker job asks for one task of the worker's cores (``--cpus-per-task``) and memory
@@ -34,12 +34,10 @@ import hashlib
 import logging
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from hta.backends.base import WorkerBackend
-from hta.backends.lifecycle import Lifecycle, WorkerLife, running_by_worker
-from hta.backends.local import hta_executable, last_words
+from hta.backends.provider import JobState, JobStatus, Provider, in_order, run_id_for
 from hta.backends.slurm.commands import (
     SQUEUE_FORMAT,
     SlurmError,
@@ -53,9 +51,9 @@ from hta.backends.slurm.commands import (
     run,
     sbatch_argv,
 )
-from hta.model import PendingWorker, Resources
+from hta.model import Resources
+from hta.node.launch import hta_executable, last_words
 from hta.node.worker import worker_command
-from hta.scaling_log import WorkerRecord
 from workqueue_bridge.resources import whole_cores
 from workqueue_bridge.snapshot import MasterSnapshot
 
@@ -87,11 +85,6 @@ ENDED_HOW = {
 }
 
 
-def run_id_for(workflow: Path) -> str:
-    """A stable id for a workflow's runs (as the Kubernetes backend's): a restarted HTA finds its jobs."""
-    return hashlib.sha1(str(Path(workflow).resolve()).encode()).hexdigest()[:10]
-
-
 def port_for(run_id: str) -> int:
     """The master's default port: fixed for the workflow (adopted workers reconnect to it), and
     different for different workflows, so two runs on one login node do not collide."""
@@ -103,48 +96,42 @@ class Job:
     """A worker job this run asked for (or adopted)."""
 
     name: str
-    shape: Resources
-    #: controller time (seconds since the run's epoch) it was asked for
-    requested_at: float
     job_id: str
-    state: str = "pending"  # pending | connected | cancelling | gone
-    adopted: bool = False
-    address: str | None = None
-    node: str | None = None
-    #: Unix times: Slurm gave it a node; its script began (Slurm's StartTime, reset after a node's boot)
+    #: Unix times: asked for; last listed by squeue; given a node; its script began (Slurm's
+    #: StartTime, reset after a node's boot); first seen COMPLETING (its final state comes next)
+    submitted_at: float
+    seen_at: float | None = None
     allocated_at: float | None = None
     began_at: float | None = None
-    #: the last squeue line of the job, and when the backend last saw it listed (Unix time)
-    last: SlurmJob | None = None
-    seen_at: float | None = None
-    #: when squeue first showed it COMPLETING (Unix time): its final state (TIMEOUT, PREEMPTED...) comes next
     completing_since: float | None = None
-    life: WorkerLife = field(default_factory=WorkerLife)
+    #: its worker's connection, once the job's wrapper put it in the comment
+    address: str | None = None
+    over: bool = False
 
 
-class SlurmBackend(WorkerBackend):
+class SlurmProvider(Provider):
     name = "slurm"
+    noun, job, launched, reached_from = "worker job", "job", "submitted", "the compute nodes"
 
-    def __init__(self, *, run_id: str, epoch: float, run_dir: Path, partition: str | None = None,
+    def __init__(self, *, run_id: str, run_dir: Path, partition: str | None = None,
                  account: str | None = None, qos: str | None = None, time_limit: str | None = None,
                  sbatch_args: list[str] | None = None, master_host: str | None = None, idle_timeout_s: int = 900,
                  start_timeout_s: float | None = None, squeue_every_s: float = SQUEUE_EVERY_S,
                  cancel_timeout_s: float = CANCEL_TIMEOUT_S, css: bool = True):
         self.run_id = run_id
-        self.epoch = epoch
         self.run_dir = Path(run_dir)
         self.partition, self.account, self.qos, self.time_limit = partition, account, qos, time_limit
         self.sbatch_args = list(sbatch_args or [])
         self.master_host = master_host
         self.idle_timeout_s = idle_timeout_s
         self.start_timeout_s = START_TIMEOUT_S if start_timeout_s is None else start_timeout_s
+        self.stuck_after_s = min(self.stuck_after_s, self.start_timeout_s / 4)
         self.squeue_every_s = squeue_every_s
         self.cancel_timeout_s = cancel_timeout_s
         self.css = css
         self.default_port = port_for(run_id)
         self.prefix = f"hta-{run_id}-"
         self.comment = f"hta.run={run_id}"
-        self.lifecycle = Lifecycle()
         self._jobs: dict[str, Job] = {}
         self._seq = 0
         self._port = 0
@@ -152,14 +139,6 @@ class SlurmBackend(WorkerBackend):
         self._queue_at = float("-inf")
         self._said: set[str] = set()
         self._holding_back: str | None = None
-
-    @property
-    def fatal(self) -> str | None:
-        return self.lifecycle.fatal
-
-    @property
-    def start_failures(self) -> int:
-        return self.lifecycle.start_failures
 
     def logs(self) -> Path:
         return self.run_dir / "slurm"
@@ -182,20 +161,11 @@ class SlurmBackend(WorkerBackend):
                 raise SlurmError(f"the Slurm controller does not answer (sbatch: {said}); {hint(said)}") from None
             raise SlurmError(f"sbatch refused a worker job: {said}; {hint(said)}") from None
 
-    # -- lifecycle ----------------------------------------------------------------------
     async def start(self, master_host: str, master_port: int) -> None:
         self.master_host = self.master_host or master_host
         self._port = master_port
+        self.master = f"{self.master_host}:{master_port}"
         self.logs().mkdir(parents=True, exist_ok=True)
-        try:
-            await self._read_queue(force=True)
-        except SlurmError as exc:
-            log.warning("squeue: %s (adopting this run's jobs later)", exc)
-        self._adopt()
-        adopted = [j for j in self._jobs.values() if j.adopted]
-        if adopted:
-            log.info("adopted %d Slurm job(s) of run %s: %s", len(adopted), self.run_id,
-                     ", ".join(j.job_id for j in adopted))
 
     async def _read_queue(self, force: bool = False) -> None:
         """This user's jobs of this run, as squeue lists them (at most every ``squeue_every_s``)."""
@@ -209,33 +179,15 @@ class SlurmBackend(WorkerBackend):
             if job.job_id in self._queue:
                 job.seen_at = now
 
-    def _adopt(self) -> None:
-        """Track the run's live jobs this HTA did not submit (a restarted HTA's)."""
-        known = {j.job_id for j in self._jobs.values()}
-        for sj in self._queue.values():
-            if sj.job_id in known or sj.finished:
-                continue
-            requested = (sj.submitted_at or time.time()) - self.epoch
-            job = Job(sj.name, Resources(), requested, sj.job_id, adopted=True, last=sj, seen_at=time.time())
-            self._jobs[sj.name] = job
-            self.lifecycle.record(WorkerRecord(t=round(max(requested, 0.0), 3), worker=sj.name, event="requested"))
-            try:
-                self._seq = max(self._seq, int(sj.name.rsplit("-", 1)[1]))
-            except (IndexError, ValueError):
-                pass
-
-    # -- scale up -----------------------------------------------------------------------
+    # -- launch -------------------------------------------------------------------------
     def holding_back(self) -> str | None:
         return self._holding_back
 
-    async def request(self, n: int, shape: Resources, now: float) -> list[str]:
-        if self.fatal or n <= 0:
-            return []
+    async def launch(self, shape: Resources, n: int, delay_s: float = 0.0) -> list[str]:
         gate = asyncio.Semaphore(SUBMIT_CONCURRENCY)
         cores, memory = whole_cores(shape.cores), int(shape.memory_mb)
-        worker = worker_command(f"{self.master_host or '127.0.0.1'}:{self._port}", cores=cores, memory_mb=memory,
-                                disk_mb=int(shape.disk_mb), idle_timeout_s=self.idle_timeout_s, css=self.css,
-                                executable=hta_executable())
+        worker = worker_command(self.master, cores=cores, memory_mb=memory, disk_mb=int(shape.disk_mb),
+                                idle_timeout_s=self.idle_timeout_s, css=self.css, executable=hta_executable())
         script = batch_script(sys.executable, self._port, self.comment, worker)
 
         async def submit(name: str) -> str | None:
@@ -246,9 +198,7 @@ class SlurmBackend(WorkerBackend):
                 if self.fatal:
                     return None
                 out = await arun(argv, stdin=script)
-            job = Job(name, shape, now, parse_sbatch(out))
-            self._jobs[name] = job
-            self.lifecycle.record(WorkerRecord(t=round(now, 3), worker=name, event="requested", cores=shape.cores))
+            self._jobs[name] = Job(name, parse_sbatch(out), time.time())
             return name
 
         names = []
@@ -256,200 +206,121 @@ class SlurmBackend(WorkerBackend):
             self._seq += 1
             names.append(f"{self.prefix}{self._seq}")
         done = await asyncio.gather(*(submit(x) for x in names), return_exceptions=True)
+        submitted = [d for d in done if isinstance(d, str)]
         errors = [d for d in done if isinstance(d, BaseException)]
-        if errors:
-            err = str(errors[0])
-            if permanent(err):  # every job would be refused alike: the run cannot go on
-                self.lifecycle.give_up(f"sbatch refused a worker job ({cores} cores, {memory} MB): {err}; {hint(err)}")
-                log.info("%s", self.fatal)
-            else:  # those submitted are tracked; the next decision asks again for the rest
-                raise errors[0]
-        return [d for d in done if isinstance(d, str)]
+        if errors and permanent(str(errors[0])):  # every job would be refused alike: the run cannot go on
+            self.fatal = f"sbatch refused a worker job ({cores} cores, {memory} MB): {errors[0]}; {hint(str(errors[0]))}"
+        elif errors and not submitted:  # the next decision asks again
+            raise errors[0]
+        return submitted
 
-    # -- observation --------------------------------------------------------------------
-    async def refresh(self, snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
+    # -- poll ---------------------------------------------------------------------------
+    async def poll(self, snap: MasterSnapshot | None) -> dict[str, JobStatus]:
         known = {j.address for j in self._jobs.values() if j.address}
-        started = any(j.state == "pending" and j.began_at is not None for j in self._jobs.values())
+        started = any(j.began_at is not None and j.address is None for j in self._jobs.values())
         try:  # a worker the master lists that no job has named yet: ask Slurm now, not a second later
-            await self._read_queue(force=started and any(w.address not in known for w in snap.workers))
+            await self._read_queue(force=snap is None or (started and any(w.address not in known
+                                                                          for w in snap.workers)))
         except SlurmError as exc:
-            self._say("squeue", f"squeue failed: {exc}; the workers keep running, HTA asks again")
-            return self.lifecycle.flush()
-        self._adopt()
-        listed = {w.address: w for w in snap.workers}
-        running = running_by_worker(snap)
+            self._say(f"squeue failed: {exc}; the workers keep running, HTA asks again")
+            return {}
+        out: dict[str, JobStatus] = {}
+        for q in self._queue.values():  # the run's jobs this HTA did not submit (a restarted HTA's)
+            if q.name not in self._jobs and not q.finished:
+                self._jobs[q.name] = Job(q.name, q.job_id, q.submitted_at or time.time(), seen_at=time.time())
+                seq = q.name.removeprefix(self.prefix)
+                self._seq = max(self._seq, int(seq) if seq.isdigit() else 0)
         unix = time.time()
         held: list[str] = []
         for job in self._jobs.values():
-            if job.state in ("gone", "cancelling"):
-                continue
             sj = self._queue.get(job.job_id)
-            if sj is not None:
-                job.last = sj
-                self._note_times(job, sj)
-            elif unix - (job.seen_at or self.epoch + job.requested_at) < LIST_GRACE_S:
+            if job.over or (sj is None and unix - (job.seen_at or job.submitted_at) < LIST_GRACE_S):
                 continue  # just submitted: squeue will list it
+            if sj is not None:
+                self._note_times(job, sj)
             if sj is not None and sj.state == "COMPLETING":
                 job.completing_since = job.completing_since or unix
                 if unix - job.completing_since < COMPLETING_WAIT_S:
-                    continue  # ending: its final state says why, in a moment
-            addr = sj.worker_address if sj is not None else None
-            if job.state == "pending":
-                if sj is not None and sj.running and addr in listed:
-                    self._connected(job, listed[addr].cores, now)
-                elif sj is None or sj.finished:
-                    self._start_failed(job, now, sj)
+                    out[job.name] = JobStatus(JobState.ENDING)
                     continue
-                else:
-                    never = sj.never_starts()
-                    if never:
-                        self.lifecycle.give_up(f"Slurm will never start worker job {job.job_id}: it is pending with "
-                                               f"reason {never}; {hint(never)}")
-                        log.info("%s", self.fatal)
-                    elif sj.state == "PENDING" and sj.reason not in ("", "None", "Priority", "Resources", "BeginTime"):
-                        held.append(sj.reason)
-            if job.state == "connected":
-                if sj is None or sj.finished:
-                    self._lost(job, now, snap.taken_at, self._ended_how(sj))
-                elif addr and addr != job.address and addr in listed:
-                    job.address = addr  # its worker reconnected (a restarted master)
-                    self.lifecycle.listed(job.life, running.get(addr, {}))
-                elif job.address in listed:
-                    self.lifecycle.listed(job.life, running.get(job.address or "", {}))
-                elif self.lifecycle.dropped(job.life, snap.taken_at):
-                    self._lost(job, now, job.life.missing_since or snap.taken_at,
-                               "its worker left the master while its job still ran (node gone or worker stalled): "
-                               "job cancelled and replaced")
-                    await self._cancel([job])
-        self._holding_back = (f"Slurm holds {len(held)} worker job(s) pending: {held[0]}" if held else None)
-        self._check_unreachable(unix)
-        return self.lifecycle.flush()
+            if sj is None or sj.finished:
+                job.over = True
+                out[job.name] = JobStatus(JobState.ENDED, why=self._ended_how(job, sj))
+            elif sj.running:
+                out[job.name] = JobStatus(JobState.RUNNING, address=job.address, node=sj.nodes or None,
+                                          running_since=job.began_at)
+            else:
+                never = sj.never_starts()
+                if never:
+                    self.fatal = self.fatal or (f"Slurm will never start worker job {job.job_id}: it is pending "
+                                                f"with reason {never}; {hint(never)}")
+                elif sj.state == "PENDING" and sj.reason not in ("", "None", "Priority", "Resources", "BeginTime"):
+                    held.append(sj.reason)
+                out[job.name] = JobStatus(JobState.PENDING)
+            out[job.name].created_at = job.submitted_at  # (for a job the pool adopts)
+        self._holding_back = f"Slurm holds {len(held)} worker job(s) pending: {held[0]}" if held else None
+        return out
 
     def _note_times(self, job: Job, sj: SlurmJob) -> None:
-        if sj.nodes:
-            job.node = sj.nodes
+        job.address = sj.worker_address or job.address
         if sj.state == "CONFIGURING" and job.allocated_at is None:
             job.allocated_at = sj.start_at  # given its node, which boots
         if sj.running and job.began_at is None:
             job.began_at = sj.start_at or time.time()
-            if job.allocated_at is None:
-                job.allocated_at = job.began_at
+            job.allocated_at = job.allocated_at or job.began_at
 
-    def _connected(self, job: Job, cores: float, now: float) -> None:
-        job.state, job.address = "connected", job.last.worker_address if job.last else None
-        self.lifecycle.connected()
-        if job.shape == Resources():
-            job.shape = Resources(cores=cores)
-        rec = WorkerRecord(t=round(now, 3), worker=job.name, event="connected", cores=cores, node=job.node,
-                           latency_s=None if job.adopted else round(now - job.requested_at, 3))
-        if not job.adopted:
-            rec.phases = self.phases(job, now)
-        self.lifecycle.record(rec)
+    def phases(self, handle: str, requested: float, connected: float) -> dict[str, float]:
+        """``pending`` + ``resume`` (a powered-down node booting; = ``node``) + ``start``."""
+        job = self._jobs[handle]
+        began = job.began_at or connected
+        out = in_order(requested, connected, [("pending", job.allocated_at or began), ("resume", began)], "start")
+        out["node"] = round(out["pending"] + out["resume"], 3)
+        return out
 
-    def phases(self, job: Job, now: float) -> dict[str, float]:
-        """Where the latency went, in order and adding up: ``pending`` + ``resume`` (= ``node``)
-        + ``start``. Slurm's times have one-second resolution; they are clamped between the
-        request and the connection."""
-        asked = job.requested_at
-        began = min(max(self._rel(job.began_at, now), asked), now)
-        given = min(max(self._rel(job.allocated_at, began), asked), began)
-        return {"pending": round(given - asked, 3), "resume": round(began - given, 3),
-                "start": round(now - began, 3), "node": round(began - asked, 3)}
-
-    def _rel(self, unix: float | None, default: float) -> float:
-        return default if unix is None else unix - self.epoch
-
-    def _ended_how(self, sj: SlurmJob | None) -> str:
+    def _ended_how(self, job: Job, sj: SlurmJob | None) -> str:
+        if job.address is None:  # before its worker connected: its output says why
+            words = last_words(self.logs() / f"{job.name}.log")
+            state = f"{sj.state}" + (f", {sj.reason}" if sj.reason not in ("", "None") else "") if sj else "gone"
+            return f"its job ended before its worker connected ({state})" + (f": {words}" if words else "")
         if sj is None:
             return "its job left Slurm's queue"
         how = ENDED_HOW.get(sj.state, "its job ended")
         return f"{how} ({sj.state}" + (f", time limit {sj.time_limit})" if sj.state == "TIMEOUT" else ")")
 
-    def _lost(self, job: Job, now: float, at: float, why: str) -> None:
-        job.state = "gone"
-        rec = self.lifecycle.ended(job.life, t=now, worker=job.name, event="lost", cores=job.shape.cores or None,
-                                   at=at, reason=why)
-        log.warning("worker job %s (%s) went away with %d running task(s): %s; the master runs them again",
-                    job.job_id, job.name, rec.tasks_lost, why)
+    def cannot_start(self, n: int, handle: str, why: str) -> str:
+        return (f"worker jobs cannot start: {n} in a row ended before their worker connected; the last (job "
+                f"{self._jobs[handle].job_id}): {why} (log: {self.logs() / handle}.log)")
 
-    def _start_failed(self, job: Job, now: float, sj: SlurmJob | None) -> None:
-        job.state = "gone"
-        words = last_words(self.logs() / f"{job.name}.log")
-        state = f"{sj.state}" + (f", {sj.reason}" if sj and sj.reason not in ("", "None") else "") if sj else "gone"
-        why = f"its job ended before its worker connected ({state})" + (f": {words}" if words else "")
-        self.lifecycle.record(WorkerRecord(t=round(now, 3), worker=job.name, event="failed",
-                                           cores=job.shape.cores or None, reason=why))
-
-        def fatal(n: int) -> str:
-            return (f"worker jobs cannot start: {n} in a row ended before their worker connected; the last (job "
-                    f"{job.job_id}): {state}{': ' + words if words else ''} (log: {self.logs() / job.name}.log)")
-
-        if self.lifecycle.start_failed(fatal) == 1:
-            log.warning("worker job %s ended before its worker connected (%s); its output: %s", job.job_id, state,
-                        self.logs() / f"{job.name}.log")
-
-    def _check_unreachable(self, unix: float) -> None:
-        """``fatal`` when no worker is connected and jobs have run ``start_timeout_s`` without
-        their worker reaching the master."""
-        if self.fatal or any(j.state == "connected" for j in self._jobs.values()):
-            return
-        began = [j.began_at for j in self._jobs.values() if j.state == "pending" and j.began_at is not None]
-        if began and unix - min(began) >= self.start_timeout_s:
-            self.lifecycle.give_up(f"worker jobs run but no worker reached the master at {self.master_host}:"
-                                   f"{self._port} for {self.start_timeout_s:.0f}s; pass --master-host an address of "
-                                   f"this host the compute nodes can reach, and let port {self._port} through")
-            log.info("%s", self.fatal)
-
-    def _say(self, key: str, line: str) -> None:
+    def _say(self, line: str) -> None:
         if line not in self._said:
             self._said.add(line)
             log.warning("%s", line)
 
-    def worker_ids(self) -> dict[str, str]:
-        return {j.address: j.name for j in self._jobs.values() if j.state == "connected" and j.address}
-
-    def retired(self) -> set[str]:
-        return {j.address for j in self._jobs.values() if j.address and j.state in ("cancelling", "gone")}
-
-    def pending(self) -> list[PendingWorker]:
-        return [PendingWorker(id=j.name, requested_at=j.requested_at, shape=j.shape)
-                for j in self._jobs.values() if j.state == "pending"]
-
     def job_ids(self) -> list[str]:
         """Slurm ids of the run's jobs not known to be over."""
-        return [j.job_id for j in self._jobs.values() if j.state != "gone"]
+        return [j.job_id for j in self._jobs.values() if not j.over]
 
-    # -- scale down -----------------------------------------------------------------------
-    async def _cancel(self, jobs: list[Job]) -> None:
-        if not jobs:
+    # -- cancel -------------------------------------------------------------------------
+    async def _scancel(self, job_ids: list[str]) -> None:
+        if not job_ids:
             return
         try:
-            await arun(["scancel", *(j.job_id for j in jobs)])
+            await arun(["scancel", *job_ids])
         except SlurmError as exc:
             if "invalid job id" not in str(exc).lower():  # ended meanwhile: what was wanted
                 raise
 
-    async def drain(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
-        busy = {w.address for w in snap.workers if w.tasks_running > 0}
-        picked = [j for j in (self._jobs.get(i) for i in ids)
-                  if j is not None and j.state == "connected" and j.address not in busy]
-        await self._cancel(picked)
-        for j in picked:
-            j.state = "gone"
-            self.lifecycle.record(WorkerRecord(t=round(now, 3), worker=j.name, event="drained",
-                                               cores=j.shape.cores or None))
-        return self.lifecycle.flush()
+    async def cancel(self, handles: list[str], force: bool = False) -> dict[str, str]:
+        jobs = [self._jobs[h] for h in handles if h in self._jobs]
+        try:
+            await self._scancel([j.job_id for j in jobs])
+        except SlurmError as exc:
+            return {j.name: str(exc) for j in jobs}
+        for j in jobs:
+            j.over = True
+        return {}
 
-    async def remove(self, ids: list[str], snap: MasterSnapshot, now: float) -> list[WorkerRecord]:
-        picked = [j for j in (self._jobs.get(i) for i in ids) if j is not None and j.state != "gone"]
-        await self._cancel(picked)
-        for j in picked:
-            j.state = "gone"
-            self.lifecycle.ended(j.life, t=now, worker=j.name, event="removed", cores=j.shape.cores or None,
-                                 at=snap.taken_at)
-        return self.lifecycle.flush()
-
-    async def stop_all(self, now: float) -> list[WorkerRecord]:
+    async def stop_all(self) -> None:
         """Cancel every job of the run (adopted ones and any squeue lists under its name) and
         wait until none is pending or running, at most ``cancel_timeout_s``; a controller that
         does not answer is one line naming the command that cancels what is left."""
@@ -459,12 +330,6 @@ class SlurmBackend(WorkerBackend):
             ids = sorted(set(self.job_ids()) | {j for j, sj in self._queue.items() if not sj.finished}, key=int)
             log.warning("could not cancel this run's Slurm jobs (%s): cancel them with: scancel %s", exc,
                         " ".join(ids) or f"--me --name=<job names starting {self.prefix}>")
-        for j in self._jobs.values():
-            if j.state != "gone":
-                self.lifecycle.record(WorkerRecord(t=round(now, 3), worker=j.name, event="stopped",
-                                                   cores=j.shape.cores or None))
-                j.state = "gone"
-        return self.lifecycle.flush()
 
     async def _cancel_everything(self) -> None:
         t0 = time.monotonic()
@@ -473,8 +338,8 @@ class SlurmBackend(WorkerBackend):
         while True:
             await self._read_queue(force=True)
             live = {j for j, sj in self._queue.items() if not sj.finished or sj.state == "COMPLETING"}
-            live |= {j.job_id for j in self._jobs.values() if j.state != "gone" and j.job_id not in self._queue
-                     and time.time() - (j.seen_at or self.epoch + j.requested_at) < LIST_GRACE_S}
+            live |= {j.job_id for j in self._jobs.values() if not j.over and j.job_id not in self._queue
+                     and time.time() - (j.seen_at or j.submitted_at) < LIST_GRACE_S}
             left = sorted(live, key=int)
             if not left:
                 return
@@ -484,9 +349,7 @@ class SlurmBackend(WorkerBackend):
             if not said and waited >= 5.0:
                 said = True
                 log.warning("waiting for Slurm to end %d worker job(s): %s", len(left), " ".join(left[:8]))
-            pending_or_running = [j for j in left if self._queue.get(j) is None or not self._queue[j].finished]
-            if pending_or_running:
-                await self._cancel([Job("", Resources(), 0.0, j) for j in pending_or_running])
+            await self._scancel([j for j in left if self._queue.get(j) is None or not self._queue[j].finished])
             await asyncio.sleep(0.5)
         raise SlurmError(f"{len(left)} job(s) still listed after {self.cancel_timeout_s:.0f}s: {' '.join(left)}")
 
@@ -511,17 +374,19 @@ def this_host() -> str:
         return "127.0.0.1"
 
 
-def from_options(options, run) -> SlurmBackend:
+def from_options(options, run):
     """The registry's factory (:mod:`hta.backends`): checks Slurm now, so a missing ``sbatch``,
     a controller that does not answer or a partition that does not exist is one line (exit 2)
     before anything starts."""
-    backend = SlurmBackend(
-        run_id=run_id_for(run.workflow), epoch=run.epoch, run_dir=run.run_dir, partition=options.partition,
+    from hta.backends.pool import WorkerPool
+
+    provider = SlurmProvider(
+        run_id=run_id_for(run.workflow), run_dir=run.run_dir, partition=options.partition,
         account=options.account, qos=options.qos, time_limit=options.time_limit, sbatch_args=options.sbatch_args,
         master_host=options.master_host or this_host(), idle_timeout_s=options.idle_timeout_s,
         start_timeout_s=options.start_timeout_s)
     try:
-        backend.check()
+        provider.check()
     except SlurmError as exc:
         raise ValueError(str(exc)) from None
-    return backend
+    return WorkerPool(provider, epoch=run.epoch)

@@ -23,28 +23,10 @@ import subprocess
 import sys
 import time
 
-import psutil
+from hta.node.launch import master_connection
 
 #: how often the wrapper looks at its worker's connection
 LOOK_EVERY_S = 0.3
-
-
-def connection(pid: int, port: int) -> str | None:
-    """The local end (``ip:port``) of the process tree's established TCP connection to ``port``."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return None
-    for p in procs:
-        try:
-            conns = p.net_connections(kind="tcp") if hasattr(p, "net_connections") else p.connections(kind="tcp")
-        except psutil.Error:
-            continue
-        for c in conns:
-            if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED:
-                return f"{c.laddr.ip}:{c.laddr.port}"
-    return None
 
 
 def report(job_id: str, comment: str) -> bool:
@@ -84,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     said: str | None = None
     retry_at = 0.0
     while child.poll() is None:
-        addr = connection(child.pid, a.port)
+        addr = master_connection(child.pid, a.port)
         if addr and addr != said and job_id and time.monotonic() >= retry_at:
             if report(job_id, f"{a.comment} worker={addr}".strip()):
                 said = addr

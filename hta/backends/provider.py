@@ -1,0 +1,189 @@
+"""What a place where workers run must say: how to launch, poll and cancel them.
+
+A provider is as thin as Parsl's (``submit``, ``status``, ``cancel`` over one ``JobState``).
+The :class:`~hta.backends.pool.WorkerPool` above it owns everything a worker's life has
+in common wherever it runs: matching a launch to the worker that connects to the master,
+the latency's phases, drops, lost work, start failures, drain-only-idle, the records::
+
+    pool  ── launch(shape, n) ──►  provider  ──►  processes │ pods │ batch jobs │ yours
+          ◄─ poll() → {handle: JobStatus} ──
+          ── cancel(handles, force) ──►
+
+A handle is the worker's id in every record (``w3``, ``hta-<run>-7``). ``poll`` reports
+the provider's own view only: whether the job runs, and what it knows of its worker (the
+address or host name the master will list it under, the node it sits on, when it must
+end). Whether the worker is connected, idle or lost is the pool's to tell, from the master.
+
+A handle ``poll`` reports that the pool never launched (a restarted HTA's pod or job) is
+adopted. A handle missing from ``poll`` means no news this time; a provider says ENDED
+when it knows a job is gone.
+
+Built-in and user providers are found by name through the ``hta.backends`` entry point
+group (:mod:`hta.backends`); docs/providers.md has a worked example.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from hta.model import Resources
+from workqueue_bridge.snapshot import MasterSnapshot
+
+
+class JobState(enum.Enum):
+    """A launched worker's job, as its provider sees it."""
+
+    #: asked for; not running yet (queued, being scheduled, its node provisioning)
+    PENDING = "pending"
+    #: its process, pod or job runs (its worker may or may not have reached the master)
+    RUNNING = "running"
+    #: ending: its final state (why it ended) comes next; the pool waits for it
+    ENDING = "ending"
+    #: gone, for whatever reason (:attr:`JobStatus.why`)
+    ENDED = "ended"
+
+
+@dataclass
+class JobStatus:
+    state: JobState
+    #: the worker's connection as the master names it (``ip:port``), where the provider knows it
+    address: str | None = None
+    #: else the host names the master may list the worker under (a pod's name; on the host
+    #: network, its node's)
+    hostnames: tuple[str, ...] = ()
+    #: the node it runs on (node-seconds are paid once per node) and when its job must end (Unix)
+    node: str | None = None
+    ends_at: float | None = None
+    #: since when (Unix) it runs: a job that runs this long without its worker connecting is stuck
+    running_since: float | None = None
+    #: (kind, why) it cannot start by itself (an unschedulable pod, an image not pulled), and since when
+    stuck: tuple[str, str] | None = None
+    stuck_since: float | None = None
+    #: False while the provider has yet to learn when its latency's phases passed (a watch's lag)
+    settled: bool = True
+    #: ENDED: why, in the user's words; ``failed``: it failed by itself (counts as a start failure
+    #: before it connects; a job deleted from outside does not)
+    why: str = ""
+    failed: bool = True
+    #: for a handle the pool adopts: when it was asked for (Unix) and its shape, where known
+    created_at: float | None = None
+    shape: Resources | None = None
+
+
+class Provider(ABC):
+    """Launch, poll and cancel workers; see the module. Only the first four methods are
+    required; the rest have defaults that say "this provider cannot"."""
+
+    name: str = "provider"
+    #: how lines name one of its workers, what runs it, and what its launch is called
+    noun: str = "worker"
+    job: str = "process"
+    launched: str = "launched"
+    #: who must reach the master (for the line that says they cannot)
+    reached_from: str = "the workers"
+    #: the optional observation fields it fills (:data:`hta.backends.base.CPU_UTILIZATION`)
+    signals: frozenset[str] = frozenset()
+    signals_why: str = ""
+    #: the master's port when the user names none (0: any free port)
+    default_port: int = 0
+    #: with no worker connected, a run whose every worker has been stuck this long ends (None: never)
+    start_timeout_s: float | None = None
+    #: a job that runs this long without its worker connecting is stuck
+    stuck_after_s: float = 30.0
+    #: set once no worker can ever start (a partition that does not exist): the run ends with it
+    fatal: str | None = None
+    #: the master's address, once :meth:`start` was called
+    master: str = ""
+
+    async def start(self, master_host: str, master_port: int) -> None:
+        self.master = f"{master_host}:{master_port}"
+
+    @abstractmethod
+    async def launch(self, shape: Resources, n: int, delay_s: float = 0.0) -> list[str]:
+        """Ask for ``n`` workers of ``shape`` (``delay_s``: back off before starting them, after
+        start failures); returns their handles at once. Raises with one line if none can be asked."""
+
+    @abstractmethod
+    async def poll(self, snap: MasterSnapshot | None) -> dict[str, JobStatus]:
+        """What the provider knows of its jobs now (``snap``: the master's latest read, if any)."""
+
+    @abstractmethod
+    async def cancel(self, handles: list[str], force: bool = False) -> dict[str, str]:
+        """Stop these workers (``force``: at once, tasks and all; else let an idle worker leave).
+        Returns the handles it could not stop, with why; unknown or ended handles are no error."""
+
+    @abstractmethod
+    async def stop_all(self) -> None:
+        """Stop every worker of the run, adopted ones and any not known yet; leave nothing running."""
+
+    def phases(self, handle: str, requested: float, connected: float) -> dict[str, float]:
+        """Where a worker's latency went (Unix times in, seconds out; :func:`in_order` helps)."""
+        return {}
+
+    def cannot_start(self, n: int, handle: str, why: str) -> str:
+        """The line that ends the run after ``n`` workers in a row ended before connecting."""
+        return f"{self.noun}s cannot start: {n} in a row ended before their worker connected; the last ({handle}): {why}"
+
+    def stuck_line(self, kind: str, why: str, fatal: bool) -> str:
+        """A stuck worker's warning (``fatal``: the line that ends the run); ``kind`` is the
+        provider's own, or ``unreachable`` (it runs, its worker does not connect)."""
+        if kind == "unreachable" and fatal:
+            port = self.master.rsplit(":", 1)[-1]
+            return (f"{self.noun}s run but no worker reached the master at {self.master} for "
+                    f"{self.start_timeout_s:.0f}s; pass --master-host an address of this host {self.reached_from} "
+                    f"can reach, and let port {port} through")
+        if kind == "unreachable":
+            return f"is {why} to the master at {self.master} (the run ends if no worker can start within " \
+                   f"{self.start_timeout_s:.0f}s)"
+        return f"cannot start: {why}"
+
+    def seen_connected(self, handle: str) -> bool:
+        """Whether a worker not yet seen connected did connect (a run that ended between two looks)."""
+        return False
+
+    async def cpu_utilization(self, cores: dict[str, float]) -> dict[str, float] | None:
+        """Busy fraction of each connected worker's ``cores``, by handle; None if it cannot tell."""
+        return None
+
+    def holding_back(self) -> str | None:
+        """Why the last launch gave fewer workers than asked (a quota), in a few words."""
+        return None
+
+    def task_peak_memory_mb(self, task_id: int) -> float | None:
+        """The most memory the master's task ``task_id`` was seen using, if the provider samples tasks."""
+        return None
+
+
+def in_order(requested: float, connected: float, milestones: list[tuple[str, float | None]], last: str) -> dict:
+    """Phases of a latency from the times its milestones passed: ``(phase, when it ended)`` in
+    order, then ``last`` up to the connection. Clocks of another host, or of one-second
+    resolution, may read a milestone early or late: each is clamped between the request and
+    the next, so the phases never go negative and add up to the latency. A milestone not known
+    (None) ends the list there, and ``last`` is left out."""
+    known: list[tuple[str, float]] = []
+    for name, t in milestones:
+        if t is None:
+            break
+        known.append((name, t))
+    complete = len(known) == len(milestones)
+    bound, times = connected, []
+    for _, t in reversed(known):
+        bound = min(max(t, requested), bound)
+        times.append(bound)
+    times.reverse()
+    out, prev = {}, requested
+    for (name, _), t in zip(known, times):
+        out[name] = round(max(0.0, t - prev), 3)
+        prev = t
+    if complete:
+        out[last] = round(max(0.0, connected - prev), 3)
+    return out
+
+
+def run_id_for(workflow: Path) -> str:
+    """A stable id for a workflow's runs: a restarted HTA finds (adopts) its pods or jobs."""
+    return hashlib.sha1(str(Path(workflow).resolve()).encode()).hexdigest()[:10]
