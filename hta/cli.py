@@ -83,8 +83,8 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
     place, :class:`hta.submit.options.MakeflowOptions`: here they are only shown in the help, and a
     flag not given is left out, so that a config file or the environment can set it."""
     p.add_argument("--backend", default="local",
-                   help="where workers run: local processes (local, the default), Kubernetes pods (k8s) or Slurm "
-                        "batch jobs (slurm)")
+                   help="where workers run: local processes (local, the default), Kubernetes pods (k8s), Slurm "
+                        "batch jobs (slurm), or a provider a package registers (docs/providers.md)")
     k = p.add_argument_group("Kubernetes backend")
     k.add_argument("--kubeconfig", default=None, metavar="FILE",
                    help="default: in-cluster config in a pod, else $KUBECONFIG or ~/.kube/config")

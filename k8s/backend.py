@@ -30,7 +30,7 @@ import time
 from kubernetes import client
 
 from hta.backends.base import CPU_UTILIZATION
-from hta.backends.provider import JobState, JobStatus, Provider, in_order, run_id_for
+from hta.backends.provider import JobState, JobStatus, Provider, end_all, in_order, run_id_for
 from hta.model import Resources
 from hta.node.worker import worker_command
 from k8s.api import STEP_BUDGET_S, CallCounter, K8sError, acall, call, load_client
@@ -368,17 +368,14 @@ class KubernetesProvider(Provider):
         return {h: str(d) for h, d in zip(handles, done) if isinstance(d, BaseException)}
 
     async def stop_all(self) -> None:
-        """Delete every pod of the run (not only the tracked ones) and wait until they are gone:
-        at most ``delete_timeout_s``, saying what it waits for; pods still Terminating after
-        ``force_delete_after_s`` (their node is gone, or its kubelet does not answer) are deleted
-        with grace period 0. An API server that does not answer is one line naming the command
-        that deletes what is left; never an exception."""
+        """Delete every pod of the run (not only the tracked ones) and wait until they are gone,
+        at most ``delete_timeout_s``; pods still Terminating after ``force_delete_after_s``
+        (their node is gone, or its kubelet does not answer) are deleted with grace period 0."""
         try:
             if self.api is not None:
-                await self._stop_pods()
-        except K8sError as exc:
-            log.warning("could not delete the worker pods of this run (%s): delete them with: kubectl delete pods "
-                        "-n %s -l %s", exc, self.namespace, self.selector)
+                await end_all("worker pod", lambda: self._list_names(5.0), self._end, self._stop_command,
+                              timeout_s=self.delete_timeout_s, force_after_s=self.force_delete_after_s,
+                              force_words="with grace period 0")
         finally:
             if self.informer:
                 self.informer.stop()
@@ -388,40 +385,13 @@ class KubernetesProvider(Provider):
                            budget_s=budget_s, counter=self.counter, what="list pods")
         return [p.metadata.name for p in pods.items]
 
-    async def _stop_pods(self) -> None:
-        t0 = time.monotonic()
-        end = t0 + self.delete_timeout_s
-        left = await self._list_names(min(20.0, self.delete_timeout_s))
-        if not left:
-            return
-        deadline = time.monotonic() + 20.0
-        await asyncio.gather(*(self._delete(n, deadline=deadline) for n in left), return_exceptions=True)
-        said = forced = False
-        while left and time.monotonic() < end:
-            await asyncio.sleep(0.5)
-            try:
-                left = await self._list_names(5.0)
-            except K8sError as exc:
-                if time.monotonic() >= end:
-                    raise
-                log.debug("listing pods: %s", exc)
-                continue
-            waited = time.monotonic() - t0
-            if left and not said and waited >= 5.0:
-                said = True
-                log.warning("waiting for %d worker pod(s) to terminate: %s", len(left), ", ".join(left[:5])
-                            + (" ..." if len(left) > 5 else ""))
-            if left and not forced and waited >= self.force_delete_after_s:
-                forced = True
-                log.warning("%d worker pod(s) still terminating after %.0fs (their node may be gone): deleting "
-                            "them with grace period 0", len(left), waited)
-                deadline = time.monotonic() + 10.0
-                await asyncio.gather(*(self._delete(n, deadline=deadline, grace_s=0) for n in left),
-                                     return_exceptions=True)
-        if left:
-            log.warning("%d worker pod(s) still present after %.0fs: %s; delete them with: kubectl delete pods "
-                        "-n %s -l %s --grace-period=0 --force", len(left), self.delete_timeout_s, ", ".join(left),
-                        self.namespace, self.selector)
+    async def _end(self, names: list[str], force: bool) -> None:
+        deadline = time.monotonic() + (10.0 if force else 20.0)
+        await asyncio.gather(*(self._delete(n, deadline=deadline, grace_s=0 if force else None) for n in names),
+                             return_exceptions=True)
+
+    def _stop_command(self, names: list[str]) -> str:
+        return f"kubectl delete pods -n {self.namespace} -l {self.selector} --grace-period=0 --force"
 
 
 def routable_address(kubeconfig: str | None, host_network: bool) -> str:

@@ -106,9 +106,6 @@ class LocalProvider(Provider):
         (self.run_dir / "workers").mkdir(parents=True, exist_ok=True)
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
 
-    def pids(self) -> list[int]:
-        return [p.proc.pid for p in self.procs.values() if p.proc is not None and p.alive]
-
     # -- launch -------------------------------------------------------------------------
     async def launch(self, shape: Resources, n: int, delay_s: float = 0.0) -> list[str]:
         ids = []

@@ -24,14 +24,20 @@ group (:mod:`hta.backends`); docs/providers.md has a worked example.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import hashlib
+import logging
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from hta.model import Resources
 from workqueue_bridge.snapshot import MasterSnapshot
+
+log = logging.getLogger("hta.backends")
 
 
 class JobState(enum.Enum):
@@ -187,3 +193,43 @@ def in_order(requested: float, connected: float, milestones: list[tuple[str, flo
 def run_id_for(workflow: Path) -> str:
     """A stable id for a workflow's runs: a restarted HTA finds (adopts) its pods or jobs."""
     return hashlib.sha1(str(Path(workflow).resolve()).encode()).hexdigest()[:10]
+
+
+async def end_all(noun: str, live: Callable[[], Awaitable[list[str]]],
+                  end: Callable[[list[str], bool], Awaitable[object]], stop_command: Callable[[list[str]], str], *,
+                  timeout_s: float, force_after_s: float, force_words: str = "by force") -> None:
+    """Stop every job of a run and wait until the system lists none (``live``: their ids as the
+    system names them, adopted and unknown ones included), at most ``timeout_s``. What it waits
+    for is said after 5 s; what is still there after ``force_after_s`` (its node may be gone) is
+    stopped by force. A system that does not answer, or jobs still there at the end, is one
+    line naming the command that stops them (``stop_command``); never an exception."""
+    t0 = time.monotonic()
+    said = forced = False
+    left: list[str] = []
+    try:
+        left = await live()
+        if left:
+            await end(left, False)
+        while left:
+            waited = time.monotonic() - t0
+            if waited >= timeout_s:
+                log.warning("%d %s(s) still there after %.0fs: %s; stop them with: %s", len(left), noun, timeout_s,
+                            " ".join(left[:8]) + (" ..." if len(left) > 8 else ""), stop_command(left))
+                return
+            if not said and waited >= 5.0:
+                said = True
+                log.warning("waiting for %d %s(s) to end: %s", len(left), noun,
+                            " ".join(left[:8]) + (" ..." if len(left) > 8 else ""))
+            if not forced and waited >= force_after_s:
+                forced = True
+                log.warning("%d %s(s) still ending after %.0fs (their node may be gone): stopping them %s", len(left),
+                            noun, waited, force_words)
+                await end(left, True)
+            await asyncio.sleep(0.5)
+            try:
+                left = await live()
+            except Exception:  # (a blip of the system: asked again, until the time is up)
+                if time.monotonic() - t0 >= timeout_s:
+                    raise
+    except Exception as exc:  # noqa: BLE001 — the system does not answer: say how to finish by hand
+        log.warning("could not stop this run's %ss (%s): stop them with: %s", noun, exc, stop_command(left))

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hta.backends.provider import JobState, JobStatus, Provider, in_order, run_id_for
+from hta.backends.provider import JobState, JobStatus, Provider, end_all, in_order, run_id_for
 from hta.backends.slurm.commands import (
     SQUEUE_FORMAT,
     SlurmError,
@@ -322,36 +322,24 @@ class SlurmProvider(Provider):
 
     async def stop_all(self) -> None:
         """Cancel every job of the run (adopted ones and any squeue lists under its name) and
-        wait until none is pending or running, at most ``cancel_timeout_s``; a controller that
-        does not answer is one line naming the command that cancels what is left."""
-        try:
-            await self._cancel_everything()
-        except SlurmError as exc:
-            ids = sorted(set(self.job_ids()) | {j for j, sj in self._queue.items() if not sj.finished}, key=int)
-            log.warning("could not cancel this run's Slurm jobs (%s): cancel them with: scancel %s", exc,
-                        " ".join(ids) or f"--me --name=<job names starting {self.prefix}>")
+        wait until none is pending or running, at most ``cancel_timeout_s``."""
+        await end_all("worker job", self._live, self._end, self._stop_command,
+                      timeout_s=self.cancel_timeout_s, force_after_s=5.0, force_words="again")
 
-    async def _cancel_everything(self) -> None:
-        t0 = time.monotonic()
-        said = False
-        left: list[str] = []
-        while True:
-            await self._read_queue(force=True)
-            live = {j for j, sj in self._queue.items() if not sj.finished or sj.state == "COMPLETING"}
-            live |= {j.job_id for j in self._jobs.values() if not j.over and j.job_id not in self._queue
-                     and time.time() - (j.seen_at or j.submitted_at) < LIST_GRACE_S}
-            left = sorted(live, key=int)
-            if not left:
-                return
-            waited = time.monotonic() - t0
-            if waited >= self.cancel_timeout_s:
-                break
-            if not said and waited >= 5.0:
-                said = True
-                log.warning("waiting for Slurm to end %d worker job(s): %s", len(left), " ".join(left[:8]))
-            await self._scancel([j for j in left if self._queue.get(j) is None or not self._queue[j].finished])
-            await asyncio.sleep(0.5)
-        raise SlurmError(f"{len(left)} job(s) still listed after {self.cancel_timeout_s:.0f}s: {' '.join(left)}")
+    async def _live(self) -> list[str]:
+        """The run's jobs Slurm lists as not over, and those just submitted it does not list yet."""
+        await self._read_queue(force=True)
+        live = {j for j, sj in self._queue.items() if not sj.finished or sj.state == "COMPLETING"}
+        live |= {j.job_id for j in self._jobs.values() if not j.over and j.job_id not in self._queue
+                 and time.time() - (j.seen_at or j.submitted_at) < LIST_GRACE_S}
+        return sorted(live, key=int)
+
+    async def _end(self, ids: list[str], force: bool) -> None:
+        await self._scancel([j for j in ids if (q := self._queue.get(j)) is None or not q.finished])  # not COMPLETING
+
+    def _stop_command(self, ids: list[str]) -> str:
+        ids = ids or sorted(set(self.job_ids()) | {j for j, sj in self._queue.items() if not sj.finished}, key=int)
+        return "scancel " + (" ".join(ids) or f"--me --name=<job names starting {self.prefix}>")
 
 
 def permanent(error: str) -> bool:
