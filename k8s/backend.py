@@ -137,8 +137,9 @@ class KubernetesProvider(Provider):
         self.api: client.CoreV1Api | None = None
         self.informer: PodInformer | None = None
         self._seq = 0
-        #: pods this run created: the watch may not have seen them yet
+        #: pods this run created: the watch may not have seen them yet; the pods the last poll saw
         self._created: set[str] = set()
+        self._seen: dict[str, PodState] = {}
         self._cpu: dict[str, float] = {}
         self._cpu_at = float("-inf")
         self.start_timeout_s = (start_timeout_s if start_timeout_s is not None
@@ -323,7 +324,7 @@ class KubernetesProvider(Provider):
 
     # -- poll -----------------------------------------------------------------------------
     async def poll(self, snap: MasterSnapshot | None) -> dict[str, JobStatus]:
-        pods = self._pods()
+        pods = self._seen = self._pods()
         out = {name: JobStatus(JobState.PENDING, hostnames=(name,), settled=False)  # not seen by the watch yet
                for name in self._created if name not in pods}
         now = time.time()
@@ -347,7 +348,11 @@ class KubernetesProvider(Provider):
         return out
 
     def phases(self, handle: str, requested: float, connected: float) -> dict[str, float]:
-        return pod_phases(self._pods().get(handle), requested, connected)
+        st = self._seen.get(handle)
+        if st is None or st.running_at is None:  # (at the end: what the watch knows by now)
+            self._seen = self._pods()
+            st = self._seen.get(handle)
+        return pod_phases(st, requested, connected)
 
     # -- cancel ---------------------------------------------------------------------------
     async def _delete(self, name: str, *, deadline: float | None = None, grace_s: int | None = None) -> None:
@@ -359,13 +364,17 @@ class KubernetesProvider(Provider):
             if " 404 " not in f" {exc} ":
                 raise
 
-    async def cancel(self, handles: list[str], force: bool = False) -> dict[str, str]:
-        """Delete these pods at once, within one API budget (``force``: grace period 0, for a
-        worker already gone whose node may be gone too)."""
+    async def cancel(self, handles: list[str], force: bool = False, grace_s: int | None = None) -> dict[str, str]:
+        """Delete these pods at once, within one API budget, with their grace period: ``hta
+        worker`` leaves at once when idle, and a busy one's tasks go back to the queue."""
         deadline = time.monotonic() + self.api_budget_s
-        done = await asyncio.gather(*(self._delete(h, deadline=deadline, grace_s=0 if force else None)
-                                      for h in handles), return_exceptions=True)
+        done = await asyncio.gather(*(self._delete(h, deadline=deadline, grace_s=grace_s) for h in handles),
+                                    return_exceptions=True)
         return {h: str(d) for h, d in zip(handles, done) if isinstance(d, BaseException)}
+
+    async def kill(self, handles: list[str]) -> dict[str, str]:
+        """Pods whose worker is gone already (its node may be gone too): grace period 0."""
+        return await self.cancel(handles, force=True, grace_s=0)
 
     async def stop_all(self) -> None:
         """Delete every pod of the run (not only the tracked ones) and wait until they are gone,

@@ -224,3 +224,23 @@ async def test_workers_stuck_or_launches_failing_for_the_start_timeout_end_the_r
 def test_phases_are_clamped_in_order_and_add_up():
     assert in_order(10.0, 20.0, [("a", 9.0), ("b", 25.0)], "c") == {"a": 0.0, "b": 10.0, "c": 0.0}
     assert in_order(10.0, 20.0, [("a", 12.0), ("b", None)], "c") == {"a": 2.0}  # unknown: no later phase
+
+
+async def test_a_provider_that_fails_to_stop_everything_still_ends_the_run_with_its_records(pool, caplog):
+    (h,) = await pool.request(1, SHAPE, 0.0)
+    await connect(pool, h, "1.1.1.1:1")
+
+    async def broken():
+        raise RuntimeError("the batch system does not answer")
+
+    pool.provider.stop_all = broken
+    assert [(e.worker, e.event) for e in await pool.stop_all(5.0)] == [(h, "stopped")]
+    assert any("stopping every worker failed (the batch system does not answer)" in r.getMessage()
+               for r in caplog.records)
+
+
+async def test_a_provider_that_cannot_tell_the_phases_costs_the_phases_not_the_record(pool):
+    (h,) = await pool.request(1, SHAPE, 0.0)
+    pool.provider.phases = lambda *a: 1 / 0
+    (rec,) = [e for e in await connect(pool, h, "1.1.1.1:1") if e.event == "connected"]
+    assert rec.phases == {} and pool.worker_ids() == {"1.1.1.1:1": h}

@@ -58,8 +58,9 @@ class Process:
     started_at: float | None = None
     launch_error: str | None = None
     address: str | None = None
-    #: nothing more to report: it was stopped, or its end was reported
-    done: bool = False
+    #: stopped by the pool (nothing more to report), and its workdir removed
+    cancelled: bool = False
+    cleaned: bool = False
     cpu: deque[tuple[float, float]] = field(default_factory=deque)
 
     @property
@@ -143,15 +144,17 @@ class LocalProvider(Provider):
         busy = {w.address for w in snap.workers if w.tasks_running} if snap is not None else set()
         out = {}
         for p in self.procs.values():
-            if p.done:
+            if p.cancelled:
                 continue
             if p.launch_error is not None or (p.proc is not None and not p.alive):
                 why = f"could not be launched: {p.launch_error}" if p.launch_error else self._why_ended(p)
                 out[p.id] = JobStatus(JobState.ENDED, why=why)
-                p.done = True
-                shutil.rmtree(p.workdir, ignore_errors=True)
-            elif p.alive:
-                p.address = master_connection(p.proc.pid, self._port) or p.address  # type: ignore[union-attr]
+                if not p.cleaned:
+                    p.cleaned = True
+                    shutil.rmtree(p.workdir, ignore_errors=True)
+            elif p.proc is not None:
+                if p.address is None:  # (found once: it keeps its connection)
+                    p.address = master_connection(p.proc.pid, self._port)
                 out[p.id] = JobStatus(JobState.RUNNING, address=p.address, running_since=p.started_at)
                 if p.address in busy:
                     self._sample_task_memory(p)
@@ -244,7 +247,10 @@ class LocalProvider(Provider):
                     continue
                 cpu += t.user + t.system + t.children_user + t.children_system
             if not p.cpu:
-                p.cpu.append((tree[0].create_time(), 0.0))
+                try:
+                    p.cpu.append((tree[0].create_time(), 0.0))
+                except psutil.Error:
+                    continue
             p.cpu.append((now, cpu))
             while len(p.cpu) > 2 and now - p.cpu[1][0] >= CPU_WINDOW_S:
                 p.cpu.popleft()
@@ -258,11 +264,18 @@ class LocalProvider(Provider):
         await asyncio.gather(*(self._stop(self.procs[h], force) for h in handles if h in self.procs))
         return {}
 
+    async def kill(self, handles: list[str]) -> dict[str, str]:
+        """A stalled or hung worker: its process tree is killed at once (it answers no SIGTERM)."""
+        for h in handles:
+            p = self.procs.get(h)
+            if p is not None and p.proc is not None:
+                _kill(_tree(p.proc.pid))
+        return await self.cancel(handles, force=True)
+
     async def _stop(self, p: Process, force: bool, grace_s: float = 5.0) -> None:
         """SIGTERM: ``hta worker`` drains (exits once its tasks ended); with ``force`` a second
-        SIGTERM makes it stop at once (its tasks go back to the master's queue), and a stopped
-        (SIGSTOP) or hung worker is killed."""
-        p.done = True
+        SIGTERM makes it stop at once (its tasks go back to the master's queue)."""
+        p.cancelled = p.cleaned = True
         if p.launcher is not None and not p.launcher.done():
             p.launcher.cancel()
             try:
@@ -273,8 +286,6 @@ class LocalProvider(Provider):
                     raise
         if p.proc is not None:
             tree = _tree(p.proc.pid)  # a stopped worker's tasks ignore SIGTERM and outlive the process group
-            if force and any(_status(q) == psutil.STATUS_STOPPED for q in tree):
-                _kill(tree)
             await stop(p.proc, grace_s, signals=2 if force else 1)
             _kill(tree[1:])
         shutil.rmtree(p.workdir, ignore_errors=True)
@@ -284,13 +295,6 @@ class LocalProvider(Provider):
         await asyncio.gather(*(self._stop(p, force=True) for p in self.procs.values()
                                if p.alive or (p.launcher is not None and not p.launcher.done())))
         shutil.rmtree(self.run_dir / "workers", ignore_errors=True)
-
-
-def _status(p: psutil.Process) -> str:
-    try:
-        return p.status()
-    except psutil.Error:
-        return ""
 
 
 def from_options(options, run):

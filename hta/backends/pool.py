@@ -77,7 +77,6 @@ class Worker:
     address: str | None = None
     node: str | None = None
     connected_at: float | None = None
-    ends_at: float | None = None
     #: the tasks the master last showed running on it, and since when it has not listed it
     tasks: TaskClock = field(default_factory=dict)
     missing_since: float | None = None
@@ -183,7 +182,10 @@ class WorkerPool(WorkerBackend):
         if rec is None:
             return
         if not w.adopted and w.connected_at is not None:
-            rec.phases = self.provider.phases(w.id, self.epoch + w.requested_at, self.epoch + w.connected_at)
+            try:
+                rec.phases = self.provider.phases(w.id, self.epoch + w.requested_at, self.epoch + w.connected_at)
+            except Exception as exc:  # noqa: BLE001 — a provider's bug costs the phases, not the record
+                log.warning("%s: the phases of %s: %s", self.name, w.id, exc)
         rec.node = w.node
         self._events.append(rec)
 
@@ -243,6 +245,7 @@ class WorkerPool(WorkerBackend):
         by_host = {w.hostname: w for w in snap.workers}
         running = running_by_worker(snap)
         unix = time.time()
+        dropped: list[Worker] = []
         for w in list(self.workers.values()):
             st = statuses.get(w.id)
             if st is not None and st.state is JobState.ENDING:
@@ -255,25 +258,23 @@ class WorkerPool(WorkerBackend):
                     self._start_failed(w, st, now)
                 else:
                     self._check_stuck(w, st, unix)
-            if st is not None and w.state is WorkerState.CONNECTED:
-                if st.state is JobState.ENDED:
-                    self._lost(w, now, snap.taken_at, st.why)
-                elif st.address and st.address != w.address and st.address in listed:
-                    w.address = st.address  # its worker reconnected (a restarted master)
-                w.ends_at = st.ends_at or w.ends_at
             if w.state is WorkerState.CONNECTED:
-                if w.address in listed:
+                w.node = (st.node if st else None) or w.node  # (a watch that lagged may tell it only now)
+                if st is not None and st.state is JobState.ENDED:
+                    self._lost(w, now, snap.taken_at, st.why)
+                elif w.address in listed:
                     w.missing_since, w.tasks = None, running.get(w.address or "", {})
-                elif self._dropped(w, snap.taken_at):
+                elif st is not None and st.address and st.address in listed:
+                    w.address = st.address  # its worker reconnected (a restarted master)
+                elif st is not None and self._dropped(w, snap.taken_at):
                     self._lost(w, now, w.missing_since or snap.taken_at,
                                f"stopped answering the master while its {self.provider.job} still ran (stalled, "
                                f"or its node went away): stopped and replaced")
-                    try:  # (its worker is gone already: no grace to give)
-                        await self.provider.cancel([w.id], force=True)
-                    except Exception as exc:  # noqa: BLE001 — stopped at the end, whatever this says
-                        log.warning("could not stop %s: %s (stopped at the end)", w.id, exc)
+                    dropped.append(w)
             if w.held is not None and (st is None or st.settled or time.time() >= w.hold_until):
                 self._announce(w)
+        if dropped:
+            await self._kill(dropped)
         self._check_blocked(unix)
         return self._flush()
 
@@ -287,6 +288,15 @@ class WorkerPool(WorkerBackend):
         w.hold_until = time.time() + self.phases_wait_s
         if st.settled or w.adopted:
             self._announce(w)
+
+    async def _kill(self, workers: list[Worker]) -> None:
+        """Stop workers the master gave up on; what cannot be stopped now is stopped at the end."""
+        try:
+            failed = await self.provider.kill([w.id for w in workers])
+        except Exception as exc:  # noqa: BLE001
+            failed = {w.id: str(exc) for w in workers}
+        for handle, why in failed.items():
+            log.warning("could not stop %s %s: %s (stopped at the end)", self.provider.noun, handle, why)
 
     def _dropped(self, w: Worker, taken_at: float) -> bool:
         if w.missing_since is None:
@@ -398,10 +408,11 @@ class WorkerPool(WorkerBackend):
                 self._record(now, w, "connected", reason="seen in its log only: the run ended before the next look")
         try:
             await self.provider.stop_all()
-        finally:
-            for w in self.workers.values():
-                self._announce(w)
-                if w.state is not WorkerState.GONE:
-                    self._record(now, w, "stopped")
-                    w.state = WorkerState.GONE
+        except Exception as exc:  # noqa: BLE001 — a provider's bug: the run still ends, and says so
+            log.warning("%s: stopping every worker failed (%s): check that none is left running", self.name, exc)
+        for w in self.workers.values():
+            self._announce(w)
+            if w.state is not WorkerState.GONE:
+                self._record(now, w, "stopped")
+                w.state = WorkerState.GONE
         return self._flush()

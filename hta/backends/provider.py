@@ -61,9 +61,8 @@ class JobStatus:
     #: else the host names the master may list the worker under (a pod's name; on the host
     #: network, its node's)
     hostnames: tuple[str, ...] = ()
-    #: the node it runs on (node-seconds are paid once per node) and when its job must end (Unix)
+    #: the node it runs on (node-seconds are paid once per node)
     node: str | None = None
-    ends_at: float | None = None
     #: since when (Unix) it runs: a job that runs this long without its worker connecting is stuck
     running_since: float | None = None
     #: (kind, why) it cannot start by itself (an unschedulable pod, an image not pulled), and since when
@@ -122,9 +121,14 @@ class Provider(ABC):
         """Stop these workers (``force``: at once, tasks and all; else let an idle worker leave).
         Returns the handles it could not stop, with why; unknown or ended handles are no error."""
 
+    async def kill(self, handles: list[str]) -> dict[str, str]:
+        """Stop workers the master has given up on (stalled, or their node gone): no grace to give."""
+        return await self.cancel(handles, force=True)
+
     @abstractmethod
     async def stop_all(self) -> None:
-        """Stop every worker of the run, adopted ones and any not known yet; leave nothing running."""
+        """Stop every worker of the run, adopted ones and any not known yet; leave nothing running.
+        Never raises: what it cannot stop, it names in one line with the command that would."""
 
     def phases(self, handle: str, requested: float, connected: float) -> dict[str, float]:
         """Where a worker's latency went (Unix times in, seconds out; :func:`in_order` helps)."""

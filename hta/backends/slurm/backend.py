@@ -212,6 +212,8 @@ class SlurmProvider(Provider):
             self.fatal = f"sbatch refused a worker job ({cores} cores, {memory} MB): {errors[0]}; {hint(str(errors[0]))}"
         elif errors and not submitted:  # the next decision asks again
             raise errors[0]
+        elif errors:
+            log.warning("%d of %d worker job(s) could not be submitted: %s", len(errors), n, errors[0])
         return submitted
 
     # -- poll ---------------------------------------------------------------------------
@@ -234,7 +236,7 @@ class SlurmProvider(Provider):
         held: list[str] = []
         for job in self._jobs.values():
             sj = self._queue.get(job.job_id)
-            if job.over or (sj is None and unix - (job.seen_at or job.submitted_at) < LIST_GRACE_S):
+            if sj is None and not job.over and unix - (job.seen_at or job.submitted_at) < LIST_GRACE_S:
                 continue  # just submitted: squeue will list it
             if sj is not None:
                 self._note_times(job, sj)
@@ -324,7 +326,7 @@ class SlurmProvider(Provider):
         """Cancel every job of the run (adopted ones and any squeue lists under its name) and
         wait until none is pending or running, at most ``cancel_timeout_s``."""
         await end_all("worker job", self._live, self._end, self._stop_command,
-                      timeout_s=self.cancel_timeout_s, force_after_s=5.0, force_words="again")
+                      timeout_s=self.cancel_timeout_s, force_after_s=10.0, force_words="again")
 
     async def _live(self) -> list[str]:
         """The run's jobs Slurm lists as not over, and those just submitted it does not list yet."""
