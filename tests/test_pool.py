@@ -244,3 +244,30 @@ async def test_a_provider_that_cannot_tell_the_phases_costs_the_phases_not_the_r
     pool.provider.phases = lambda *a: 1 / 0
     (rec,) = [e for e in await connect(pool, h, "1.1.1.1:1") if e.event == "connected"]
     assert rec.phases == {} and pool.worker_ids() == {"1.1.1.1:1": h}
+
+
+async def test_ending_everything_waits_out_a_system_that_is_briefly_away(caplog):
+    """The run ended while the API server restarts: the end asks again until it answers (it
+    gave up at once, and left a pod behind), then stops what is there."""
+    from hta.backends.provider import end_all
+
+    answers = [RuntimeError("connection refused"), RuntimeError("connection refused"), ["pod-1"], []]
+    ended: list[tuple[list[str], bool]] = []
+
+    async def live():
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    async def end(ids, force):
+        ended.append((ids, force))
+
+    await end_all("worker pod", live, end, lambda ids: "kubectl delete ...", timeout_s=30, force_after_s=20)
+    assert ended == [(["pod-1"], False)] and not answers
+    assert not [r for r in caplog.records if "could not stop" in r.getMessage()]
+
+    answers[:] = [RuntimeError("connection refused")] * 100
+    await end_all("worker pod", live, end, lambda ids: "kubectl delete ...", timeout_s=1, force_after_s=20)
+    assert any("could not stop this run's worker pods (connection refused): stop them with: kubectl delete"
+               in r.getMessage() for r in caplog.records)

@@ -205,13 +205,24 @@ async def end_all(noun: str, live: Callable[[], Awaitable[list[str]]],
     """Stop every job of a run and wait until the system lists none (``live``: their ids as the
     system names them, adopted and unknown ones included), at most ``timeout_s``. What it waits
     for is said after 5 s; what is still there after ``force_after_s`` (its node may be gone) is
-    stopped by force. A system that does not answer, or jobs still there at the end, is one
-    line naming the command that stops them (``stop_command``); never an exception."""
+    stopped by force. A system that does not answer is asked again until the time is up; it,
+    or jobs still there at the end, is then one line naming the command that stops them
+    (``stop_command``); never an exception."""
     t0 = time.monotonic()
     said = forced = False
     left: list[str] = []
+
+    async def listed() -> list[str]:
+        while True:  # (a blip of the system, a restarted API server: asked again until the time is up)
+            try:
+                return await live()
+            except Exception:
+                if time.monotonic() - t0 >= timeout_s:
+                    raise
+                await asyncio.sleep(0.5)
+
     try:
-        left = await live()
+        left = await listed()
         if left:
             await end(left, False)
         while left:
@@ -230,10 +241,6 @@ async def end_all(noun: str, live: Callable[[], Awaitable[list[str]]],
                             noun, waited, force_words)
                 await end(left, True)
             await asyncio.sleep(0.5)
-            try:
-                left = await live()
-            except Exception:  # (a blip of the system: asked again, until the time is up)
-                if time.monotonic() - t0 >= timeout_s:
-                    raise
+            left = await listed()
     except Exception as exc:  # noqa: BLE001 — the system does not answer: say how to finish by hand
         log.warning("could not stop this run's %ss (%s): stop them with: %s", noun, exc, stop_command(left))
