@@ -213,12 +213,17 @@ async def end_all(noun: str, live: Callable[[], Awaitable[list[str]]],
     left: list[str] = []
 
     async def listed() -> list[str]:
+        nonlocal said
         while True:  # (a blip of the system, a restarted API server: asked again until the time is up)
             try:
                 return await live()
-            except Exception:
-                if time.monotonic() - t0 >= timeout_s:
+            except Exception as exc:
+                waited = time.monotonic() - t0
+                if waited >= timeout_s:
                     raise
+                if not said and waited >= 5.0:
+                    said = True
+                    log.warning("cannot list this run's %ss (%s): asking again for up to %.0fs", noun, exc, timeout_s)
                 await asyncio.sleep(0.5)
 
     try:
