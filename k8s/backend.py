@@ -30,7 +30,7 @@ import time
 from kubernetes import client
 
 from hta.backends.base import CPU_UTILIZATION
-from hta.backends.provider import JobState, JobStatus, Provider, end_all, in_order, run_id_for
+from hta.backends.provider import JobState, JobStatus, Provider, end_all, in_order, launched, run_id_for
 from hta.model import Resources
 from hta.node.worker import worker_command
 from k8s.api import STEP_BUDGET_S, CallCounter, K8sError, acall, call, load_client
@@ -313,14 +313,7 @@ class KubernetesProvider(Provider):
             self._created.add(name)
             return name
 
-        done = await asyncio.gather(*(create(n) for n in names), return_exceptions=True)
-        created = [n for n in done if isinstance(n, str)]
-        errors = [d for d in done if isinstance(d, BaseException)]
-        if errors and not created:  # the next decision asks again
-            raise errors[0]
-        if errors:
-            log.warning("%d of %d pod(s) could not be created: %s", len(errors), n, errors[0])
-        return created
+        return launched(await asyncio.gather(*(create(n) for n in names), return_exceptions=True), self.noun)
 
     # -- poll -----------------------------------------------------------------------------
     async def poll(self, snap: MasterSnapshot | None) -> dict[str, JobStatus]:

@@ -30,7 +30,7 @@ import hashlib
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,6 +192,19 @@ def in_order(requested: float, connected: float, milestones: list[tuple[str, flo
     if complete:
         out[last] = round(max(0.0, connected - prev), 3)
     return out
+
+
+def launched(done: Sequence[object], noun: str) -> list[str]:
+    """The handles of launches made at once (``asyncio.gather(..., return_exceptions=True)``;
+    None: skipped). None launched and an error: it is raised, and the pool counts the launch
+    as failing; some launched: the others' first error is said in one line."""
+    handles = [d for d in done if isinstance(d, str)]
+    errors = [d for d in done if isinstance(d, BaseException)]
+    if errors and not handles:
+        raise errors[0]
+    if errors:
+        log.warning("%d of %d %s(s) could not be launched: %s", len(errors), len(done), noun, errors[0])
+    return handles
 
 
 def run_id_for(workflow: Path) -> str:

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hta.backends.provider import JobState, JobStatus, Provider, end_all, in_order, run_id_for
+from hta.backends.provider import JobState, JobStatus, Provider, end_all, in_order, launched, run_id_for
 from hta.backends.slurm.commands import (
     SQUEUE_FORMAT,
     SlurmError,
@@ -206,15 +206,11 @@ class SlurmProvider(Provider):
             self._seq += 1
             names.append(f"{self.prefix}{self._seq}")
         done = await asyncio.gather(*(submit(x) for x in names), return_exceptions=True)
-        submitted = [d for d in done if isinstance(d, str)]
-        errors = [d for d in done if isinstance(d, BaseException)]
-        if errors and permanent(str(errors[0])):  # every job would be refused alike: the run cannot go on
-            self.fatal = f"sbatch refused a worker job ({cores} cores, {memory} MB): {errors[0]}; {hint(str(errors[0]))}"
-        elif errors and not submitted:  # the next decision asks again
-            raise errors[0]
-        elif errors:
-            log.warning("%d of %d worker job(s) could not be submitted: %s", len(errors), n, errors[0])
-        return submitted
+        error = next((d for d in done if isinstance(d, BaseException)), None)
+        if error is not None and permanent(str(error)):  # every job would be refused alike: the run cannot go on
+            self.fatal = f"sbatch refused a worker job ({cores} cores, {memory} MB): {error}; {hint(str(error))}"
+            return [d for d in done if isinstance(d, str)]
+        return launched(done, self.noun)
 
     # -- poll ---------------------------------------------------------------------------
     async def poll(self, snap: MasterSnapshot | None) -> dict[str, JobStatus]:
