@@ -271,3 +271,18 @@ async def test_ending_everything_waits_out_a_system_that_is_briefly_away(caplog)
     await end_all("worker pod", live, end, lambda ids: "kubectl delete ...", timeout_s=1, force_after_s=20)
     assert any("could not stop this run's worker pods (connection refused): stop them with: kubectl delete"
                in r.getMessage() for r in caplog.records)
+
+
+def test_a_provider_package_that_does_not_import_is_one_line(tmp_path, monkeypatch):
+    from hta.backends import BackendOptions, RunContext, backend_names, make_backend
+
+    info = tmp_path / "broken-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[hta.backends]\nbroken = no_such_module:from_options\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "broken" in backend_names()
+    with pytest.raises(ValueError) as e:
+        make_backend("broken", BackendOptions(), RunContext(workflow=tmp_path / "Makeflow", run_dir=tmp_path))
+    assert str(e.value) == ("backend 'broken' (no_such_module:from_options) cannot be loaded: ModuleNotFoundError: "
+                            "No module named 'no_such_module'")
