@@ -141,6 +141,7 @@ class LocalProvider(Provider):
 
     # -- poll ---------------------------------------------------------------------------
     async def poll(self, snap: MasterSnapshot | None) -> dict[str, JobStatus]:
+        listed = {w.address for w in snap.workers} if snap is not None else set()
         busy = {w.address for w in snap.workers if w.tasks_running} if snap is not None else set()
         out = {}
         for p in self.procs.values():
@@ -153,8 +154,8 @@ class LocalProvider(Provider):
                     p.cleaned = True
                     shutil.rmtree(p.workdir, ignore_errors=True)
             elif p.proc is not None:
-                if p.address is None:  # (found once: it keeps its connection)
-                    p.address = master_connection(p.proc.pid, self._port)
+                if p.address is None or (snap is not None and p.address not in listed):  # (a worker may reconnect)
+                    p.address = master_connection(p.proc.pid, self._port) or p.address
                 out[p.id] = JobStatus(JobState.RUNNING, address=p.address, running_since=p.started_at)
                 if p.address in busy:
                     self._sample_task_memory(p)
