@@ -38,7 +38,7 @@ from typing import Protocol
 
 from hta.accounting import CoreSample
 from hta.backends.base import CPU_UTILIZATION, WorkerBackend
-from hta.model import LatencyStats, Observation, Resources, ScaleDecision
+from hta.model import LINK_PRIOR_MB_PER_S, LatencyStats, Observation, Resources, ScaleDecision
 from hta.observation import ObservationBuilder, UpcomingSource
 from hta.policies.base import Policy, as_policy
 from hta.scaling_log import CategoriesRecord, DecisionRecord, ObservationRecord, ScalingLogWriter, WorkerRecord
@@ -80,6 +80,10 @@ class ControllerConfig:
     #: category → file → MB: the files every task of a category reads (what a worker keeps in
     #: its cache for the next task of it; :attr:`hta.model.Observation.shared_inputs`)
     shared_inputs: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: category → mean MB a task of it reads beyond those (:attr:`hta.model.Observation.task_inputs_mb`)
+    task_inputs_mb: dict[str, float] = field(default_factory=dict)
+    #: the master link's bandwidth until it has moved enough to measure (:class:`hta.model.LinkStats`)
+    link_prior_mb_per_s: float = LINK_PRIOR_MB_PER_S
 
 
 class Controller:
@@ -113,7 +117,9 @@ class Controller:
         self.builder = ObservationBuilder(epoch=epoch, worker_shape=config.worker_shape,
                                           min_workers=config.min_workers, max_workers=config.max_workers,
                                           auto_allocation=config.auto_allocation,
-                                          shared_inputs=config.shared_inputs)
+                                          shared_inputs=config.shared_inputs,
+                                          task_inputs_mb=config.task_inputs_mb,
+                                          link_prior_mb_per_s=config.link_prior_mb_per_s)
         self.latency = LatencyStats(prior_s=config.latency_prior_s)
         self.next_decision_at = 0.0
         self.samples: list[CoreSample] = []
@@ -166,7 +172,8 @@ class Controller:
             snap, categories=self.learner.models(), worker_ids=self.backend.worker_ids(),
             pending=self.backend.pending(), latency=self.latency.frozen(), upcoming=self.upcoming,
             cpu_utilization=await self.backend.cpu_utilization() if self.reads_cpu else None,
-            retired=self.backend.retired(),
+            retired=self.backend.retired(), node_hold_s=self.backend.node_hold_s(),
+            worker_nodes=self.backend.worker_nodes(),
         )
         self.last_observation = obs
         self._record_observation(obs)

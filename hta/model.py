@@ -15,7 +15,7 @@ the control loop speaks one vocabulary.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -23,7 +23,7 @@ from resource_monitor.model import CategoryModel
 from workqueue_bridge.queue import RunningTask, TaskGroup, UpcomingTasks, WorkerInfo
 from workqueue_bridge.resources import Resources
 
-__all__ = ["CategoryModel", "LatencyStats", "Observation", "PendingWorker", "Resources", "RunningTask",
+__all__ = ["CategoryModel", "LatencyStats", "LinkStats", "Observation", "PendingWorker", "Resources", "RunningTask",
            "ScaleDecision", "TaskGroup", "UpcomingTasks", "WorkerInfo"]
 
 
@@ -92,6 +92,36 @@ class LatencyStats(BaseModel):
         return recent[mid] if n % 2 else (recent[mid - 1] + recent[mid]) / 2
 
 
+#: MB/s assumed for the master's link until it has moved ``LinkStats.LEARNED_AFTER_MB``: what
+#: ``bench/world_costs.py`` measured for a Work Queue input transfer on this machine
+#: (:data:`hta.sim.costs.MEASURED`), a figure for a master and workers on one fast network
+LINK_PRIOR_MB_PER_S = 450.0
+
+
+class LinkStats(BaseModel):
+    """The master's one link: what it moved and how long that took, by its own counters
+    (``/queue_status``'s bytes and ``time_send``/``time_receive``). Work Queue sends a task's
+    inputs before it goes on to the next, so the link is a serial server: its bandwidth sets
+    how many tasks a second the master can start, however many workers wait."""
+
+    #: learned from the master once it has moved this much (a few small files measure their
+    #: per-file latency, not the link)
+    LEARNED_AFTER_MB: ClassVar[float] = 32.0
+
+    mb: float = 0.0
+    busy_s: float = 0.0
+    prior_mb_per_s: float = LINK_PRIOR_MB_PER_S
+
+    @property
+    def learned(self) -> bool:
+        return self.mb >= self.LEARNED_AFTER_MB and self.busy_s > 0
+
+    @property
+    def mb_per_s(self) -> float:
+        """The bandwidth: measured where the master has moved enough, else the prior."""
+        return self.mb / self.busy_s if self.learned else self.prior_mb_per_s
+
+
 class Observation(BaseModel):
     """Everything a policy may see at one instant."""
 
@@ -115,6 +145,16 @@ class Observation(BaseModel):
     #: category → the files every task of it reads → their MB (known sizes only; see
     #: :attr:`WorkerInfo.cached_inputs`)
     shared_inputs: dict[str, dict[str, float]] = Field(default_factory=dict)
+    #: category → the mean MB a task of it reads beyond ``shared_inputs`` (known sizes only):
+    #: what the master sends for each of its tasks, cached or not
+    task_inputs_mb: dict[str, float] = Field(default_factory=dict)
+    link: LinkStats = Field(default_factory=LinkStats)
+    #: how long a node stays once its last worker left, as the backend has seen it (None:
+    #: it cannot tell, or none has emptied yet): shorter than a latency, a drained worker
+    #: bought back pays a whole latency (:meth:`hta.backends.base.WorkerBackend.node_hold_s`)
+    node_hold_s: float | None = None
+    #: the node each connected worker runs on, by worker id, where the backend knows it
+    worker_nodes: dict[str, str] = Field(default_factory=dict)
 
     @property
     def waiting_count(self) -> int:

@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from hta.model import (
+    LINK_PRIOR_MB_PER_S,
     CategoryModel,
     LatencyStats,
+    LinkStats,
     Observation,
     PendingWorker,
     Resources,
@@ -45,7 +47,8 @@ class ObservationBuilder:
     """
 
     def __init__(self, *, epoch: float, worker_shape: Resources, min_workers: int, max_workers: int,
-                 auto_allocation: bool = False, shared_inputs: Mapping[str, Mapping[str, float]] | None = None):
+                 auto_allocation: bool = False, shared_inputs: Mapping[str, Mapping[str, float]] | None = None,
+                 task_inputs_mb: Mapping[str, float] | None = None, link_prior_mb_per_s: float = LINK_PRIOR_MB_PER_S):
         self.epoch = epoch
         self.worker_shape = worker_shape
         self.min_workers = min_workers
@@ -65,6 +68,8 @@ class ObservationBuilder:
         self.shared_inputs = {c: dict(files) for c, files in (shared_inputs or {}).items()}
         self._shared = {c: frozenset(files) for c, files in self.shared_inputs.items()}
         self._cached: dict[str, frozenset[str]] = {}
+        self.task_inputs_mb = dict(task_inputs_mb or {})
+        self.link_prior_mb_per_s = link_prior_mb_per_s
 
     def build(
         self,
@@ -77,10 +82,14 @@ class ObservationBuilder:
         upcoming: UpcomingSource | None = None,
         cpu_utilization: Mapping[str, float] | None = None,
         retired: set[str] | None = None,
+        node_hold_s: float | None = None,
+        worker_nodes: Mapping[str, str] | None = None,
     ) -> Observation:
         """``worker_ids`` maps a worker's ``ip:port`` to the backend's name for it (unknown
         workers keep the address); ``retired`` addresses (workers the backend already
-        stopped) are left out; ``cpu_utilization`` is by backend worker name."""
+        stopped) are left out; ``cpu_utilization`` is by backend worker name; ``node_hold_s``
+        is how long the backend has seen an empty node stay; ``worker_nodes``, the node of each
+        worker (by backend name) where the backend knows it."""
         now = snap.taken_at - self.epoch
         gone = retired or set()
         live = [w for w in snap.workers if w.address not in gone]
@@ -107,7 +116,15 @@ class ObservationBuilder:
             min_workers=self.min_workers, max_workers=self.max_workers,
             tasks_done=snap.queue.tasks_done, tasks_failed=snap.queue.tasks_failed,
             auto_allocation=self.auto_allocation, shared_inputs=self.shared_inputs,
+            task_inputs_mb=self.task_inputs_mb, link=self._link(snap), node_hold_s=node_hold_s,
+            worker_nodes=dict(worker_nodes or {}),
         )
+
+    def _link(self, snap: MasterSnapshot) -> LinkStats:
+        """The master's link by its own counters, in and out together (one link, one thread)."""
+        q = snap.queue
+        return LinkStats(mb=(q.bytes_sent + q.bytes_received) / 2**20, busy_s=q.time_send_s + q.time_receive_s,
+                         prior_mb_per_s=self.link_prior_mb_per_s)
 
     def _caches(self, running: list[RunningTask]) -> dict[str, frozenset[str]]:
         """Each worker's cached shared inputs, with those of the tasks it runs now: seen

@@ -294,6 +294,12 @@ def test_the_default_holds_no_worker_for_what_a_never_measured_task_releases():
     assert sorted(est.unused_idle(o, 10.0, 310.0, measured_only=True)) == ["w2", "w3"]
     assert sorted(HTAPolicy().decide(o).drain) == ["w2", "w3"]
     assert HTAPolicy(hold_for_unmeasured=True).decide(o).drain == make_policy("hta-time").decide(o).drain == []
+    # hold_where_nodes_go holds them only where the backend saw an empty node go within a
+    # latency (L = 10 s here): there buying them back pays a latency, not a pod start
+    gone, stays = (o.model_copy(update={"node_hold_s": s}) for s in (0.0, 600.0))
+    assert HTAPolicy(hold_where_nodes_go=True).decide(gone).drain == []
+    assert sorted(HTAPolicy(hold_where_nodes_go=True).decide(stays).drain) == ["w2", "w3"]
+    assert sorted(HTAPolicy().decide(gone).drain) == ["w2", "w3"]  # (off by default)
     # measured, the same task ends at t=170 too (past 2 × p90: as long again), not a guess
     measured = o.model_copy(update={"categories": {**o.categories, "split": cat("split", 10.0)}})
     assert HTAPolicy().decide(measured).drain == []

@@ -125,6 +125,20 @@ class Dag:
         return out
 
 
+    def task_input_sizes(self, size_mb: Callable[[str], float | None]) -> dict[str, float]:
+        """Category → the mean MB of what one of its rules reads beyond :meth:`shared_inputs`,
+        by ``size_mb`` (files of unknown size count nothing): what the master sends for every
+        task of it, where a shared input is sent once to each worker."""
+        shared = {c: set(files) for c, files in self.shared_inputs().items()}
+        total: dict[str, float] = {}
+        rules: dict[str, int] = {}
+        for r in self.rules:
+            own = shared.get(r.category, set())
+            total[r.category] = total.get(r.category, 0.0) + sum(size_mb(f) or 0.0 for f in r.inputs if f not in own)
+            rules[r.category] = rules.get(r.category, 0) + 1
+        return {c: mb / rules[c] for c, mb in total.items() if mb > 0}
+
+
 def sizes_in(folder: Path) -> Callable[[str], float | None]:
     """A file's MB as it lies in ``folder`` (the workflow's own) now; None if it is not there
     (yet: a rule makes it) or cannot be read."""

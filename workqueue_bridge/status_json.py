@@ -53,6 +53,14 @@ class QueueStatus(BaseModel):
     tasks_failed: int = 0
     workers_connected: int = 0
     categories: list[CategoryStatus] = []
+    #: the master's link, since it started: bytes it sent to workers and brought back, and
+    #: the seconds it spent doing so (CCTools reports ``time_send``/``time_receive`` in µs).
+    #: Work Queue 9.9's transactions log writes no transfer lines; these counters are where
+    #: the master says what its transfers took
+    bytes_sent: float = 0.0
+    bytes_received: float = 0.0
+    time_send_s: float = 0.0
+    time_receive_s: float = 0.0
 
 
 class TaskStatus(BaseModel):
@@ -113,6 +121,10 @@ def parse_queue_status(data: Any) -> QueueStatus:
         tasks_failed=int(num(d.get("tasks_failed"))),
         workers_connected=int(num(d.get("workers_connected"))),
         categories=cats,
+        bytes_sent=num(d.get("bytes_sent")),
+        bytes_received=num(d.get("bytes_received")),
+        time_send_s=num(d.get("time_send")) / 1e6,
+        time_receive_s=num(d.get("time_receive")) / 1e6,
     )
 
 

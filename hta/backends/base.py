@@ -78,6 +78,18 @@ class WorkerBackend(ABC):
         (what Kubernetes' HPA averages); None if this backend cannot measure it."""
         return None
 
+    def worker_nodes(self) -> dict[str, str]:
+        """The node each connected worker runs on, by worker id, where the backend knows it
+        (several workers may share one): what a drain must empty to give a node back."""
+        return {}
+
+    def node_hold_s(self) -> float | None:
+        """How long a node stays after its last worker left, as this backend has seen it (the
+        node autoscaler's hold: the cluster-autoscaler's 10 min, Karpenter's 0), or None if
+        it cannot tell or has not seen one empty yet. A worker bought back within the hold
+        lands on the node in seconds; after it, it pays a whole latency."""
+        return None
+
     def holding_back(self) -> str | None:
         """Why the last :meth:`request` started fewer workers than asked (a quota, pods that
         cannot be scheduled), in a few words; None if it did not, or cannot tell."""

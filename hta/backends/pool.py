@@ -152,6 +152,12 @@ class WorkerPool(WorkerBackend):
         return [PendingWorker(id=w.id, requested_at=w.requested_at, shape=w.shape)
                 for w in self._in(WorkerState.PENDING)]
 
+    def worker_nodes(self) -> dict[str, str]:
+        return {w.id: w.node for w in self.workers.values() if w.state is WorkerState.CONNECTED and w.node}
+
+    def node_hold_s(self) -> float | None:
+        return self.provider.node_hold_s()
+
     def holding_back(self) -> str | None:
         return self.provider.holding_back()
 

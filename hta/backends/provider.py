@@ -159,6 +159,11 @@ class Provider(ABC):
         """Busy fraction of each connected worker's ``cores``, by handle; None if it cannot tell."""
         return None
 
+    def node_hold_s(self) -> float | None:
+        """How long a node stays once the run's last worker on it left, where the provider
+        watches nodes (:meth:`hta.backends.base.WorkerBackend.node_hold_s`); None if it does not."""
+        return None
+
     def holding_back(self) -> str | None:
         """Why the last launch gave fewer workers than asked (a quota), in a few words."""
         return None

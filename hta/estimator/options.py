@@ -42,6 +42,8 @@ class EstimatorOptions:
     #: are packed by what it used, so a worker bought for two runs the second, and its
     #: category's later ones beside it
     unmeasured_per_worker: float = 1.0
+    #: buy no more workers than the master's link can feed (:mod:`hta.estimator.link`)
+    link_aware: bool = True
 
     @property
     def unmeasured_rounds(self) -> float:
@@ -66,6 +68,9 @@ class Estimate:
     #: (cores, seconds) measured tasks running at the horizon still hold after it: the
     #: capacity they hold is not free to drain the leftover tasks until they end
     inflight: list[tuple[float, float]] = field(default_factory=list)
+    #: what held ``workers_needed`` below the shortage other than tail awareness, in a
+    #: user's words (the master's link: :mod:`hta.estimator.link`); None: nothing did
+    limit: str | None = None
 
     @property
     def inflight_core_s(self) -> float:

@@ -203,9 +203,24 @@ class DrainPlay:
         return self._keys.setdefault((amounts.cores, amounts.memory_mb, amounts.disk_mb), len(self._keys))
 
     def _add_connected_workers(self) -> dict[str, int]:
-        """One slot per connected worker, busy ones first; returns worker id → slot."""
+        """One slot per connected worker, busy ones first; returns worker id → slot.
+
+        Idle workers on nodes where others are busy come before those on nodes where none
+        is: the play gives work to the first, so the idle ones it leaves unused, and drains,
+        are those whose nodes it empties (C-Balancer's packing: a node the node autoscaler
+        can take back, where draining a worker beside busy ones frees no node·s)."""
+        nodes = self.obs.worker_nodes
+        busy_on: dict[str, int] = {}
+        if nodes:
+            for w in self.obs.workers:
+                if not w.idle and w.id in nodes:
+                    busy_on[nodes[w.id]] = busy_on.get(nodes[w.id], 0) + 1
+
+        def order(w) -> tuple:
+            return (w.idle, -busy_on.get(nodes.get(w.id, ""), 0), w.id)
+
         index: dict[str, int] = {}
-        for w in sorted(self.obs.workers, key=lambda w: (w.idle, w.id)):
+        for w in sorted(self.obs.workers, key=order):
             cap, used = w.capacity, w.in_use
             # what w.free computes, without building a Resources per worker
             free = Room(max(cap.cores - used.cores, 0), max(cap.memory_mb - used.memory_mb, 0),

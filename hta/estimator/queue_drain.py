@@ -3,7 +3,8 @@ ones to drain.
 
 Given an :class:`~hta.model.Observation` and the preparation latency L, play the next L
 seconds forward (:class:`~hta.estimator.play.DrainPlay`). What still waits at the horizon
-is the shortage to buy now, packed into the worker shape and capped by tail awareness;
+is the shortage to buy now, packed into the worker shape, capped by tail awareness and by
+what the master's link can feed (:mod:`hta.estimator.link`);
 workers idle now that the play never needed are the waste to drain.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 
 from hta.estimator.forecast import p90_runtime, runtime_of
+from hta.estimator.link import link_limit
 from hta.estimator.options import Estimate, EstimatorOptions
 from hta.estimator.play import DrainPlay, fit_in
 from hta.estimator.releases import BarrierMemo
@@ -41,8 +43,13 @@ class QueueDrainEstimator:
             # workers on their way are credited only when each is to run u > 1 rounds
             started = play.unmeasured_started() if self.options.unmeasured_rounds > 1 else None
             needed = min(packed, self._tail_cap(obs, left, backlog, play.inflight, started, horizon_s))
+        limit = None
+        if needed > 0 and self.options.link_aware:
+            link = link_limit(obs, left, horizon_s)
+            if link is not None and link.workers < needed:
+                needed, limit = link.workers, link.reason
         return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases.released,
-                        play.inflight)
+                        play.inflight, limit)
 
     def unused_idle(self, obs: Observation, latency_s: float, horizon_s: float,
                     measured_only: bool = False) -> list[str]:

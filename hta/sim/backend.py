@@ -60,6 +60,13 @@ class SimBackend(WorkerBackend):
         their workers."""
         return [NodeRecord(t=round(t, 3), node=f"h{h}") for h, t in sorted(self.world.cluster.held_until.items())]
 
+    def worker_nodes(self) -> dict[str, str]:
+        c = self.world.cluster
+        return {i: f"h{n.host}" for i in c.order if (n := c.nodes[i]).host is not None}
+
+    def node_hold_s(self) -> float | None:
+        return self.world.cluster.node_hold_s()
+
     def _flush(self) -> list[WorkerRecord]:
         out, self._events = self._events, []
         return out

@@ -227,6 +227,8 @@ class SimCluster:
         self.exited: list[SimNode] = []
         #: when each node kept empty went, or will go (``empty_node_ttl_s``): paid until then
         self.held_until: dict[int, float] = {}
+        #: how long each node that went had stayed empty first (what a node watch sees)
+        self.empty_holds: list[float] = []
         self.dispatch: Callable[[], None] = _nothing
         self.evict: Callable[[SimNode], int] = lambda node: 0
         self.on_change: Callable[[], None] = _nothing
@@ -263,6 +265,14 @@ class SimCluster:
         """Nodes without a worker, with the time they emptied."""
         return {h.id: h.empty_since for h in self.hosts.values() if not h.workers and h.empty_since is not None}
 
+    def node_hold_s(self) -> float | None:
+        """How long an empty node stays, as someone watching the nodes would tell: the
+        median hold of the last ten that went after emptying; None before one has."""
+        if not self.empty_holds:
+            return None
+        holds = sorted(self.empty_holds[-10:])
+        return holds[len(holds) // 2]
+
     def _empty(self, host: SimHost) -> None:
         now = self.env.now
         host.empty_since = now
@@ -270,6 +280,7 @@ class SimCluster:
         def remove(_ev: object, host: SimHost = host, since: float = now) -> None:
             if host.empty_since == since and not host.workers:
                 self.hosts.pop(host.id, None)
+                self.empty_holds.append(self.env.now - since)
         if self.model.empty_node_ttl_s > 0:
             self.held_until[host.id] = now + self.model.empty_node_ttl_s  # (a worker placed on it meanwhile
             self.env.timeout(self.model.empty_node_ttl_s).callbacks.append(remove)  # moves it on)

@@ -92,6 +92,7 @@ class SimMaster:
         queue = QueueStatus(tasks_waiting=len(w.waiting), tasks_running=len(w.runs),
                             tasks_done=len(self.world.makeflow.done),
                             workers_connected=len(workers),
+                            bytes_sent=w.transferred_mb * 2**20, time_send_s=w.link_busy_s,
                             categories=[CategoryStatus(name=c, waiting=n[0], running=n[1])
                                         for c, n in sorted(counts.items())])
         return SimSnapshot.model_construct(taken_at=now, queue=queue, tasks=tasks, workers=workers,
@@ -146,8 +147,19 @@ class SimLookahead:
         a world that sends files (none where they cost nothing: there is nothing to cache)."""
         if self.world.model.transfer_mb_per_s <= 0:
             return {}
-        size = {f: mb for t in self.world.workload.tasks for f, mb in t.inputs}
-        return self.dag.shared_input_sizes(size.get)
+        return self.dag.shared_input_sizes(self._size_mb())
+
+    def task_input_sizes(self) -> dict[str, float]:
+        """:meth:`~workqueue_bridge.dag.Dag.task_input_sizes` by the workload's file sizes, as
+        :meth:`shared_input_sizes`."""
+        if self.world.model.transfer_mb_per_s <= 0:
+            return {}
+        return self.dag.task_input_sizes(self._size_mb())
+
+    def _size_mb(self):
+        # every file's size, those a task writes too: a sim liberty over production, which
+        # knows only the files that exist when it starts (the workflow's own inputs)
+        return {f: mb for t in self.world.workload.tasks for f, mb in t.inputs}.get
 
     def __call__(self, waiting_group_of: Mapping[int, str], running_tasks: set[int]) -> list[UpcomingTasks]:
         log = self.world.makeflow.state_log

@@ -22,6 +22,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from hta.controller import Controller, ControllerConfig
+from hta.model import LINK_PRIOR_MB_PER_S
 from hta.policies.base import Policy, as_policy
 from hta.scaling_log import EndRecord, RunRecord, ScalingLogWriter
 from hta.sim.backend import SimBackend
@@ -62,16 +63,20 @@ class Simulation:
         self.controller = Controller(
             master=SimMaster(self.world), backend=self.backend, policy=policy, learner=IncrementalCategoryLearner(),
             summaries=SimMonitor(self.world), scaling_log=self.log,
-            config=self.config(lookahead.shared_input_sizes()), epoch=0.0, upcoming=lookahead,
+            config=self.config(lookahead.shared_input_sizes(), lookahead.task_input_sizes()), epoch=0.0,
+            upcoming=lookahead,
             clock=lambda: self.world.env.now,
         )
 
-    def config(self, shared_inputs: dict[str, dict[str, float]] | None = None) -> ControllerConfig:
+    def config(self, shared_inputs: dict[str, dict[str, float]] | None = None,
+               task_inputs_mb: dict[str, float] | None = None) -> ControllerConfig:
         c = self.cluster
         return ControllerConfig(worker_shape=c.node_shape, min_workers=0, max_workers=c.max_nodes,
                                 min_interval_s=c.min_interval_s, max_interval_s=c.max_interval_s,
                                 latency_prior_s=c.latency_mean_s, auto_allocation=c.auto_allocation,
-                                shared_inputs=shared_inputs or {})
+                                shared_inputs=shared_inputs or {}, task_inputs_mb=task_inputs_mb or {},
+                                # (the world's link, as its latency: what a user who measured it would set)
+                                link_prior_mb_per_s=c.transfer_mb_per_s or LINK_PRIOR_MB_PER_S)
 
     def _tearing_down(self) -> bool:
         w = self.world

@@ -149,6 +149,10 @@ class SimRun:
     busy_cores: float = 0.0
     #: its outputs are on their way back to the master (its run itself has ended)
     returning: bool = False
+    #: the resource monitor's window: from its inputs' arrival to the end of its command
+    #: (a real monitor starts once the worker has them, and ends before outputs go back)
+    monitored_from: float = 0.0
+    monitored_to: float | None = None
 
 
 def _nothing() -> None:
@@ -189,6 +193,8 @@ class SimWorkQueue:
         self.link_free_at = 0.0
         #: MB sent to workers and brought back
         self.transferred_mb = 0.0
+        #: seconds the link spent on them (what a real master counts in ``time_send``)
+        self.link_busy_s = 0.0
 
     # -- what a task is given ----------------------------------------------------------------
     def declared(self, t: SimTask) -> Resources | None:
@@ -285,8 +291,9 @@ class SimWorkQueue:
         held = node.limits.cores if alloc is node.capacity else alloc.cores  # a whole worker: the pod's quota
         killed = t.memory_mb > alloc.memory_mb + 1e-9 or reads_cores(t, quota) > held + 1e-9
         overhead = self.model.task_overhead_by_category_s.get(t.category, self.model.task_overhead_s)
-        duration = self._send(sum(mb for f, mb in t.inputs if f not in node.cache)) + t.runtime_s * (
-            0.5 if killed else slow) + overhead
+        inputs_s = self._send(sum(mb for f, mb in t.inputs if f not in node.cache))
+        run.monitored_from = now + inputs_s
+        duration = inputs_s + t.runtime_s * (0.5 if killed else slow) + overhead
         node.cache.update(f for f, _ in t.inputs)
         ev = self.env.timeout(duration)
         ev.callbacks.append(functools.partial(self._finished, t.id, run.token, killed))
@@ -301,6 +308,7 @@ class SimWorkQueue:
         now = self.env.now
         self.link_free_at = max(now, self.link_free_at) + mb / bandwidth
         self.transferred_mb += mb
+        self.link_busy_s += mb / bandwidth
         return self.link_free_at - now
 
     def _finished(self, tid: str, token: int, failed: bool, _event: simpy.Event) -> None:
@@ -309,6 +317,7 @@ class SimWorkQueue:
         r = self.runs.get(tid)
         if r is not None and r.token == token and not failed and not r.returning:
             back = self._send(r.task.output_mb)
+            r.monitored_to = self.env.now
             if back > 0:
                 r.returning = True
                 self.env.timeout(back).callbacks.append(functools.partial(self._finished, tid, token, failed))
@@ -337,7 +346,8 @@ class SimWorkQueue:
             self._wait(tid)
             self.dispatch()
             return
-        self._summarize(r.task, r.start, now, quota_of(r.node, r.alloc))
+        self._summarize(r.task, r.monitored_from, r.monitored_to if r.monitored_to is not None else now,
+                        quota_of(r.node, r.alloc))
         self.on_done(tid)
 
     def _summarize(self, t: SimTask, start: float, end: float, pod: Resources) -> None:

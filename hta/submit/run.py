@@ -349,9 +349,11 @@ class Submission:
             log.warning("cannot read the workflow ahead of makeflow (%s): HTA sizes workers from what is queued "
                         "only", exc)
             return None
-        shared = await asyncio.to_thread(dag.shared_input_sizes, sizes_in(self.mf.workdir))
-        if shared:  # (before the controller is made, and before a recording writes the config down)
-            self.config = dataclasses.replace(self.config, shared_inputs=shared)
+        size_mb = sizes_in(self.mf.workdir)
+        shared = await asyncio.to_thread(dag.shared_input_sizes, size_mb)
+        own = await asyncio.to_thread(dag.task_input_sizes, size_mb)
+        if shared or own:  # (before the controller is made, and before a recording writes the config down)
+            self.config = dataclasses.replace(self.config, shared_inputs=shared, task_inputs_mb=own)
         return Lookahead(dag, self.mflog)
 
     async def _run_workflow(self, upcoming: Lookahead | None) -> None:
