@@ -40,6 +40,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from hta.model import LinkStats  # noqa: E402  (the repository's, as the path above makes it)
+from workqueue_bridge.status_json import parse_queue_status  # noqa: E402
+
 MB = 2**20
 PHASES = {"scheduled": " (the API polled every 0.1 s)", "joined": " (the worker's connection accepted)",
           "running": " (the API's container status, polled every 0.1 s)"}
@@ -70,6 +73,18 @@ def compare(name: str, measured: float, default: float | None, unit: str) -> boo
 
 
 # ---- Work Queue ----------------------------------------------------------------------------
+
+#: HTA's link bandwidth, learned from the master's own counters, against the per-task
+#: timings of the same transfers
+LEARNED_WITHIN = 0.15
+
+
+def master_link(q: Any) -> LinkStats:
+    """The master's link as HTA reads it: its ``/queue_status`` counters (here from the
+    Python API's stats, the same figures), through the same parser and model."""
+    st = q.stats
+    return LinkStats.of(parse_queue_status({"bytes_sent": st.bytes_sent, "bytes_received": st.bytes_received,
+                                            "time_send": st.time_send, "time_receive": st.time_receive}))
 
 class Master:
     """A Work Queue master on a free port and the local workers connected to it."""
@@ -148,12 +163,16 @@ def work_queue_costs(tmp: Path, repeats: int) -> tuple[float, list[str]]:
     try:
         m.add_workers(1)
         rates: dict[str, list[float]] = {}
+        learned: dict[str, float] = {}
         for f, mb in ((big, 256), (small, 16)):
+            before = master_link(m.q)
             for _ in range(2 * repeats + 1):  # (the rate swings with the load on this host: many)
                 (r,) = m.run([copy(f)])
                 if r["sent"] < mb * MB:
                     raise Failed(f"the master sent {r['sent']:.0f} bytes of a new {mb} MB input")
                 rates.setdefault(f.name, []).append(r["sent"] / MB / max(r["finish"] - r["start"], 1e-6))
+            after = master_link(m.q)
+            learned[f.name] = LinkStats(mb=after.mb - before.mb, busy_s=after.busy_s - before.busy_s).mb_per_s
         again = tmp / f"{big.name}-cached"
         os.link(big, again)
         first, second = m.run([again])[0], m.run([again])[0]
@@ -162,7 +181,13 @@ def work_queue_costs(tmp: Path, repeats: int) -> tuple[float, list[str]]:
     for name, mb in (("big", 256), ("small", 16)):
         rs = rates[name]
         lines.append(f"  {mb} MB input, {len(rs)} transfers: median {statistics.median(rs):.0f} MB/s "
-                     f"(range {min(rs):.0f}–{max(rs):.0f})")
+                     f"(range {min(rs):.0f}–{max(rs):.0f}); what HTA learns from the master's counters over "
+                     f"them: {learned[name]:.0f} MB/s")
+    small_err = abs(learned["small"] - statistics.median(rates["small"])) / statistics.median(rates["small"])
+    lines.append(f"  HTA's learned link against the 16 MB median: {100 * small_err:.0f} % apart"
+                 + ("" if small_err <= LEARNED_WITHIN else f"  ← over {100 * LEARNED_WITHIN:.0f} %"))
+    if small_err > LEARNED_WITHIN:
+        raise Failed("\n".join(lines))
     cached = second["sent"] < 0.01 * first["sent"]
     lines.append(f"  cache: the same 256 MB input to the same worker again: {first['sent'] / MB:.0f} MB sent, "
                  f"then {second['sent'] / MB:.2f} MB ({second['finish'] - second['start']:.3f} s): "

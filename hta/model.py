@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from resource_monitor.model import CategoryModel
 from workqueue_bridge.queue import RunningTask, TaskGroup, UpcomingTasks, WorkerInfo
 from workqueue_bridge.resources import Resources
+from workqueue_bridge.status_json import QueueStatus
 
 __all__ = ["CategoryModel", "LatencyStats", "LinkStats", "Observation", "PendingWorker", "Resources", "RunningTask",
            "ScaleDecision", "TaskGroup", "UpcomingTasks", "WorkerInfo"]
@@ -111,6 +112,12 @@ class LinkStats(BaseModel):
     mb: float = 0.0
     busy_s: float = 0.0
     prior_mb_per_s: float = LINK_PRIOR_MB_PER_S
+
+    @classmethod
+    def of(cls, queue: QueueStatus, prior_mb_per_s: float = LINK_PRIOR_MB_PER_S) -> LinkStats:
+        """The link by a read of the master's counters, in and out together (one link, one thread)."""
+        return cls(mb=(queue.bytes_sent + queue.bytes_received) / 2**20,
+                   busy_s=queue.time_send_s + queue.time_receive_s, prior_mb_per_s=prior_mb_per_s)
 
     @property
     def learned(self) -> bool:

@@ -116,15 +116,9 @@ class ObservationBuilder:
             min_workers=self.min_workers, max_workers=self.max_workers,
             tasks_done=snap.queue.tasks_done, tasks_failed=snap.queue.tasks_failed,
             auto_allocation=self.auto_allocation, shared_inputs=self.shared_inputs,
-            task_inputs_mb=self.task_inputs_mb, link=self._link(snap), node_hold_s=node_hold_s,
-            worker_nodes=dict(worker_nodes or {}),
+            task_inputs_mb=self.task_inputs_mb, link=LinkStats.of(snap.queue, self.link_prior_mb_per_s),
+            node_hold_s=node_hold_s, worker_nodes=dict(worker_nodes or {}),
         )
-
-    def _link(self, snap: MasterSnapshot) -> LinkStats:
-        """The master's link by its own counters, in and out together (one link, one thread)."""
-        q = snap.queue
-        return LinkStats(mb=(q.bytes_sent + q.bytes_received) / 2**20, busy_s=q.time_send_s + q.time_receive_s,
-                         prior_mb_per_s=self.link_prior_mb_per_s)
 
     def _caches(self, running: list[RunningTask]) -> dict[str, frozenset[str]]:
         """Each worker's cached shared inputs, with those of the tasks it runs now: seen

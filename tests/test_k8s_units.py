@@ -36,6 +36,11 @@ def test_worker_pod_template(monkeypatch):
     assert f"--connect-timeout={CONNECT_TIMEOUT_S}" in cmd
     (owner,) = pod.metadata.owner_references
     assert (owner.kind, owner.name, owner.uid) == ("Pod", "hta-0", "1234")
+    # it prefers (never requires) a node where the run has a worker already: workers pack
+    (term,) = pod.spec.affinity.pod_affinity.preferred_during_scheduling_ignored_during_execution
+    assert term.pod_affinity_term.label_selector.match_labels == {"hta.io/run": "abc"}
+    assert term.pod_affinity_term.topology_key == "kubernetes.io/hostname"
+    assert pod.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution is None
 
 
 def test_run_id_is_stable_per_workflow(tmp_path):

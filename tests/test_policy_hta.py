@@ -867,3 +867,21 @@ def test_plays_of_one_observation_share_its_barrier_times(monkeypatch):
     for o in (moved, relearned, rereleased):
         est.estimate(o, 100.0)
     assert calls == [2, 2, 2, 2]
+
+
+def test_never_measured_tasks_wait_briefly_for_a_first_one_of_theirs_to_end():
+    # 40 tasks of a never-measured category wait; one of them has run on w1 for 3 s (L = 40 s)
+    def seen(ran_s):
+        return obs(workers=[worker("w1", 1, 1)], waiting=[TaskGroup(category="new", count=40, request=ONE)],
+                   running=[RunningTask(task_id=1, category="new", allocation=ONE, started_at=100.0 - ran_s,
+                                        worker="w1")],
+                   latency=LatencyStats(samples=[40.0]), max_workers=100)
+    d = HTAPolicy(worker_shape="node").decide(seen(3.0))
+    assert d.add == 0 and "waiting for a first new task to end" in d.reason
+    # past a quarter of a latency, its tasks are long enough to buy for at once, one each
+    assert HTAPolicy(worker_shape="node").decide(seen(11.0)).add == 20
+    assert HTAPolicy(worker_shape="node", options=EstimatorOptions(first_finish_latencies=0)).decide(
+        seen(3.0)).add == 20
+    # none of them running: nothing will measure them soon, so they are bought for
+    nothing_runs = seen(3.0).model_copy(update={"running": [], "workers": [worker("w1", 1, 1)]})
+    assert HTAPolicy(worker_shape="node").decide(nothing_runs).add == 20

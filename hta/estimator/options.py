@@ -44,6 +44,13 @@ class EstimatorOptions:
     unmeasured_per_worker: float = 1.0
     #: buy no more workers than the master's link can feed (:mod:`hta.estimator.link`)
     link_aware: bool = True
+    #: tail awareness: never-measured tasks of a category whose first tasks already run get
+    #: no worker until one of those ends or they have run this many latencies (0: buy at
+    #: once). A first finisher measures the category, and the cap on measured tasks then
+    #: buys what its backlog keeps busy, where a worker per task would have been bought for
+    #: tasks of seconds, each paying a latency (and, under the cluster autoscaler, its
+    #: node's 10-minute hold); tasks that run longer wait this long for theirs
+    first_finish_latencies: float = 0.25
 
     @property
     def unmeasured_rounds(self) -> float:
@@ -71,6 +78,9 @@ class Estimate:
     #: what held ``workers_needed`` below the shortage other than tail awareness, in a
     #: user's words (the master's link: :mod:`hta.estimator.link`); None: nothing did
     limit: str | None = None
+    #: never-measured categories bought nothing for until a first task of theirs ends
+    #: (``first_finish_latencies``)
+    awaiting_first: list[str] = field(default_factory=list)
 
     @property
     def inflight_core_s(self) -> float:

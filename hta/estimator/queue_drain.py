@@ -39,17 +39,36 @@ class QueueDrainEstimator:
         packed = self._pack(left, obs.worker_shape)
         backlog = self._backlog(obs, left)
         needed = packed
+        awaiting: list[str] = []
         if self.options.tail_aware and packed > 0:
             # workers on their way are credited only when each is to run u > 1 rounds
             started = play.unmeasured_started() if self.options.unmeasured_rounds > 1 else None
-            needed = min(packed, self._tail_cap(obs, left, backlog, play.inflight, started, horizon_s))
+            awaiting = self._awaiting_first(obs, left, horizon_s)
+            capped = [g for g in left if g.category not in awaiting] if awaiting else left
+            needed = min(packed, self._tail_cap(obs, capped, backlog, play.inflight, started, horizon_s))
         limit = None
         if needed > 0 and self.options.link_aware:
             link = link_limit(obs, left, horizon_s)
             if link is not None and link.workers < needed:
                 needed, limit = link.workers, link.reason
         return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases.released,
-                        play.inflight, limit)
+                        play.inflight, limit, awaiting)
+
+    def _awaiting_first(self, obs: Observation, left: list[TaskGroup], latency_s: float) -> list[str]:
+        """The never-measured categories left waiting whose first tasks run now, none of them
+        for ``first_finish_latencies`` latencies yet: one of them ending soon measures the
+        category, and then its backlog is bought for by what it measured."""
+        wait_s = self.options.first_finish_latencies * latency_s
+        if wait_s <= 0:
+            return []
+        unmeasured = {g.category for g in left if runtime_of(obs.categories, g.category) is None}
+        if not unmeasured:
+            return []
+        longest: dict[str, float] = {}
+        for t in obs.running:
+            if t.category in unmeasured:
+                longest[t.category] = max(longest.get(t.category, 0.0), obs.time - t.started_at)
+        return sorted(c for c, ran in longest.items() if ran < wait_s)
 
     def unused_idle(self, obs: Observation, latency_s: float, horizon_s: float,
                     measured_only: bool = False) -> list[str]:

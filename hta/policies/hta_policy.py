@@ -259,6 +259,8 @@ class HTAPolicy(Policy):
             f"(pack into {est.packed_need}, tail-aware {est.workers_needed}); "
             f"{counted(len(est.unused_idle), 'idle worker')} unneeded"
         )
+        if est.awaiting_first:
+            reason += f"; waiting for a first {' or '.join(est.awaiting_first)} task to end"
         if est.limit:
             reason += f"; {est.limit}"
         if split > 1:
