@@ -885,3 +885,19 @@ def test_never_measured_tasks_wait_briefly_for_a_first_one_of_theirs_to_end():
     # none of them running: nothing will measure them soon, so they are bought for
     nothing_runs = seen(3.0).model_copy(update={"running": [], "workers": [worker("w1", 1, 1)]})
     assert HTAPolicy(worker_shape="node").decide(nothing_runs).add == 20
+
+
+def test_work_behind_a_never_measured_task_is_bought_for_once_released_not_on_its_guessed_end():
+    # w1 runs a never-measured split (started 2 s ago); 6 aligns of 100 s wait for it. The
+    # play guesses the split ends soon, but nothing measured says so: a stage whose first
+    # task was short bought for the rest and idled through it
+    o = obs(workers=[worker("w1", 1, 1)],
+            running=[RunningTask(task_id=1, category="split", allocation=ONE, started_at=98.0, worker="w1")],
+            categories={"a": cat("a", 100.0)},
+            upcoming=[UpcomingTasks(id="u0", category="a", count=6, request=ONE, after=["task:1"])])
+    assert HTAPolicy(worker_shape="node").decide(o).add == 0
+    assert HTAPolicy(worker_shape="node", options=EstimatorOptions(buy_for_gated=True)).decide(o).add == 2
+    # released, they are bought for at once
+    released = o.model_copy(update={"running": [], "workers": [worker("w1")], "upcoming": [],
+                                    "waiting": [TaskGroup(category="a", count=6, request=ONE)]})
+    assert HTAPolicy(worker_shape="node").decide(released).add == 2

@@ -51,6 +51,12 @@ class EstimatorOptions:
     #: tasks of seconds, each paying a latency (and, under the cluster autoscaler, its
     #: node's 10-minute hold); tasks that run longer wait this long for theirs
     first_finish_latencies: float = 0.25
+    #: tail awareness: buy for work the DAG releases after a never-measured task ends, as if
+    #: it ended when the play guesses (a short prior, or as long again as it has run). Off:
+    #: such work is bought for once it is released or its gate measured; bought ahead, the
+    #: workers of a stage whose first task was short idled through the rest, each paying a
+    #: latency and its node's hold
+    buy_for_gated: bool = False
 
     @property
     def unmeasured_rounds(self) -> float:

@@ -498,9 +498,10 @@ class DrainPlay:
 
     # -- results ---------------------------------------------------------------
 
-    def left_waiting(self) -> list[TaskGroup]:
-        """Tasks still waiting at the horizon, in queue order."""
-        return self.queue.left_waiting()
+    def left_waiting(self, gated: bool | None = None) -> list[TaskGroup]:
+        """Tasks still waiting at the horizon, in queue order (``gated``: only those the play
+        released after a never-measured task ended, whose time it guessed; or only the others)."""
+        return self.queue.left_waiting(gated)
 
     def unmeasured_started(self) -> dict[str, float]:
         """Workers' worth of never-measured tasks the play started, by category (tasks over

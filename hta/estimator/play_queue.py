@@ -98,7 +98,8 @@ class PlayQueue:
             self.live = [gi for gi in live if groups[gi].count]
             self._dead = 0
 
-    def left_waiting(self) -> list[TaskGroup]:
-        """Tasks still waiting, in queue order."""
+    def left_waiting(self, gated: bool | None = None) -> list[TaskGroup]:
+        """Tasks still waiting, in queue order (``gated``: only those released after a
+        never-measured task, or only the others)."""
         return [TaskGroup(category=g.category, count=g.count, request=g.request, id=g.id)
-                for g in self.groups if g.count > 0]
+                for g in self.groups if g.count > 0 and (gated is None or g.after_unmeasured == gated)]

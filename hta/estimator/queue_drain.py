@@ -36,19 +36,22 @@ class QueueDrainEstimator:
         play = DrainPlay(obs, horizon_s, self.options, barrier_memo=self._barriers)
         play.run()
         left = play.left_waiting()
-        packed = self._pack(left, obs.worker_shape)
-        backlog = self._backlog(obs, left)
+        # (tail-aware: work the play released after a never-measured task is bought for once
+        # it is released, or its gate measured; the guessed end says nothing of when it comes)
+        sized = left if self.options.buy_for_gated or not self.options.tail_aware else play.left_waiting(gated=False)
+        packed = self._pack(sized, obs.worker_shape)
+        backlog = self._backlog(obs, sized)
         needed = packed
         awaiting: list[str] = []
         if self.options.tail_aware and packed > 0:
             # workers on their way are credited only when each is to run u > 1 rounds
             started = play.unmeasured_started() if self.options.unmeasured_rounds > 1 else None
-            awaiting = self._awaiting_first(obs, left, horizon_s)
-            capped = [g for g in left if g.category not in awaiting] if awaiting else left
+            awaiting = self._awaiting_first(obs, sized, horizon_s)
+            capped = [g for g in sized if g.category not in awaiting] if awaiting else sized
             needed = min(packed, self._tail_cap(obs, capped, backlog, play.inflight, started, horizon_s))
         limit = None
         if needed > 0 and self.options.link_aware:
-            link = link_limit(obs, left, horizon_s)
+            link = link_limit(obs, sized, horizon_s)
             if link is not None and link.workers < needed:
                 needed, limit = link.workers, link.reason
         return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases.released,
