@@ -47,6 +47,8 @@ from workqueue_bridge.monitor_summaries import TaskSummary
 from workqueue_bridge.snapshot import MasterSnapshot
 
 log = logging.getLogger("hta.controller")
+#: what HTA learned of the world it runs in (apart: the live view silences the controller's own lines)
+world_log = logging.getLogger("hta.world")
 
 
 class MasterSource(Protocol):
@@ -132,6 +134,8 @@ class Controller:
         #: steps that failed since the run started (the status server's API-error count)
         self.step_failures = 0
         self._last_record: tuple | None = None
+        self._told_hold: float | None = None
+        self._told_link = False
 
     def now(self) -> float:
         """Seconds since the run started, for observers (status page, panel): read past a
@@ -177,7 +181,22 @@ class Controller:
         )
         self.last_observation = obs
         self._record_observation(obs)
+        self._tell_world(obs)
         return snap, obs
+
+    def _tell_world(self, obs: Observation) -> None:
+        """Say once what the world HTA learned is: how long the cluster keeps an empty node
+        (again if that moves by half), and the master's link once it is measured."""
+        hold = obs.node_hold_s
+        if hold is not None and (self._told_hold is None or abs(hold - self._told_hold) > 0.5 * max(self._told_hold, 1.0)):
+            self._told_hold = hold
+            world_log.info("the cluster keeps an empty node %.0f s after its last worker left (seen as nodes went): a "
+                     "drained worker bought back %s", hold,
+                     "waits for a new node" if hold < obs.latency.estimate() else "lands on its node in seconds")
+        if obs.link.learned and not self._told_link:
+            self._told_link = True
+            world_log.info("the master's link: %.0f MB/s (%.0f MB moved in %.1f s of transfers)", obs.link.mb_per_s,
+                     obs.link.mb, obs.link.busy_s)
 
     def _record_observation(self, obs: Observation, force: bool = False) -> None:
         """Log the curve the report integrates; a sample equal to the last one adds nothing

@@ -35,6 +35,7 @@ from hta.model import Resources
 from hta.node.worker import worker_command
 from k8s.api import STEP_BUDGET_S, CallCounter, K8sError, acall, call, load_client
 from k8s.informer import PodInformer, PodState
+from k8s.nodes import NodeWatch, node_holds, typical_hold
 from k8s.pods import DEFAULT_IMAGE, RUN_LABEL, worker_pod
 from workqueue_bridge.snapshot import MasterSnapshot
 
@@ -136,6 +137,7 @@ class KubernetesProvider(Provider):
         self.selector = f"{RUN_LABEL}={run_id}"
         self.api: client.CoreV1Api | None = None
         self.informer: PodInformer | None = None
+        self.nodes: NodeWatch | None = None
         self._seq = 0
         #: pods this run created: the watch may not have seen them yet; the pods the last poll saw
         self._created: set[str] = set()
@@ -219,6 +221,8 @@ class KubernetesProvider(Provider):
         self.master = f"{self.master_host or master_host}:{master_port}"
         self.informer = PodInformer(self.core, self.namespace, self.selector, self.counter)
         self.informer.start()
+        watch = NodeWatch(self.core, self.counter)
+        self.nodes = watch if await asyncio.to_thread(watch.start) else None
         await asyncio.to_thread(self.informer.synced.wait, 30)
 
     def _pods(self) -> dict[str, PodState]:
@@ -278,6 +282,13 @@ class KubernetesProvider(Provider):
         return None
 
     # -- launch ---------------------------------------------------------------------------
+    def node_hold_s(self) -> float | None:
+        """How long a node stayed after the run's last pod on it went, by the Node objects
+        (:mod:`k8s.nodes`); None before one went, or where nodes cannot be listed."""
+        if self.nodes is None:
+            return None
+        return typical_hold(node_holds(self._pods(), self.nodes.deleted()))
+
     def holding_back(self) -> str | None:
         return self._holding_back
 
@@ -381,6 +392,8 @@ class KubernetesProvider(Provider):
         finally:
             if self.informer:
                 self.informer.stop()
+            if self.nodes:
+                self.nodes.stop()
 
     async def _list_names(self, budget_s: float) -> list[str]:
         pods = await acall(self.core.list_namespaced_pod, self.namespace, label_selector=self.selector,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -69,10 +70,13 @@ def records(path: Path) -> list[dict]:
 def test_blast_on_kubernetes_scales_pods_and_leaves_nothing(cluster, core, blast_copy):
     # the narrow stage (one long align task) outlasts a preparation latency, so its idle pods are drained
     subprocess.run(["python3", "make_makeflow.py", "6", "1", "4", "30,400,30"], cwd=blast_copy, check=True)
-    # (no hold: HTA's default would keep them up to 30 latencies for the stage after it)
+    # (no hold: HTA's default would keep them up to 30 latencies for the stage after it; a
+    # worker per never-measured task at once, bought ahead of the split: the default waits
+    # for a first finisher, and one pod then runs these short stages alone)
     # (whole nodes: each pod waits for a node of its own, so every latency below is one
     # node's; a pod that lands beside another on a node being prepared waits less)
-    r = run_hta(*k8s_args(cluster, "--max-workers", "3", "--policy", "hta:hold_latencies=0,worker_shape=node"),
+    r = run_hta(*k8s_args(cluster, "--max-workers", "3", "--policy",
+                          "hta:hold_latencies=0,worker_shape=node,first_finish_latencies=0,buy_for_gated=true"),
                 str(blast_copy / "Makeflow"), timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     for s in (1, 2, 3):
@@ -103,6 +107,22 @@ def test_blast_on_kubernetes_scales_pods_and_leaves_nothing(cluster, core, blast
     assert hta_pods(core) == []
     assert wait(lambda: not stand_in_nodes(core), EMPTY_TTL_S + 20), "stand-in nodes outlived the run"
     assert not cctools_processes(str(blast_copy))
+
+
+def test_hta_reads_from_the_node_objects_how_long_an_empty_node_stays(cluster, core, tmp_path):
+    # a short task and a long one on whole-node workers: the short one's worker is drained
+    # at once (no hold), its node goes EMPTY_TTL_S later, while the long one still runs
+    wf = tmp_path / "hold"
+    wf.mkdir()
+    (wf / "Makeflow").write_text("CATEGORY=short\nCORES=1\nMEMORY=50\nDISK=50\n\nshort.txt:\n\techo s > short.txt\n\n"
+                                 "CATEGORY=long\nlong.txt:\n\tsleep 45; echo l > long.txt\n")
+    r = run_hta(*k8s_args(cluster, "--max-workers", "2", "--policy", "hta:hold_latencies=0,worker_shape=node"),
+                "-v", str(wf / "Makeflow"), timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    held = re.findall(r"the cluster keeps an empty node (\d+) s after its last worker left", r.stderr)
+    assert held and abs(int(held[0]) - EMPTY_TTL_S) <= 3, r.stderr[-3000:]
+    assert "a drained worker bought back waits for a new node" in r.stderr  # (5 s is under a latency)
+    assert hta_pods(core) == []
 
 
 def _sleepy(tmp_path: Path, n: int, seconds: int) -> Path:

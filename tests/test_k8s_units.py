@@ -273,3 +273,17 @@ def test_a_namespace_kubernetes_would_refuse_is_refused_before_anything_starts(n
     with pytest.raises(ValidationError, match="not a Kubernetes namespace name: lowercase letters, digits and '-'"):
         BackendOptions(namespace=namespace)
     assert BackendOptions(namespace="batch-2").namespace == "batch-2"
+
+
+def test_the_node_hold_is_from_the_run_s_last_pod_on_a_node_to_the_node_s_deletion():
+    from k8s.informer import PodState
+    from k8s.nodes import node_holds, typical_hold
+
+    pods = {"a": PodState("a", "1", node="n1", gone=True, gone_at=100.0),
+            "b": PodState("b", "2", node="n1", gone=True, gone_at=130.0),   # n1's last pod went at 130
+            "c": PodState("c", "3", node="n2", gone=True, gone_at=200.0),
+            "d": PodState("d", "4", node="n3"),                             # still on n3
+            "e": PodState("e", "5", node=None, gone=True, gone_at=50.0)}    # never bound
+    deleted = {"n1": 135.0, "n2": 800.0, "n3": 900.0, "other": 10.0}
+    assert node_holds(pods, deleted) == [5.0, 600.0]  # n3 was not empty; "other" never ran the run's pods
+    assert typical_hold([5.0, 600.0, 7.0]) == 7.0 and typical_hold([]) is None

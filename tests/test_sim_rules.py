@@ -733,3 +733,16 @@ def test_no_node_seconds_floor_for_a_policy_whose_runs_were_cut_off():
     assert c.floor_node_s("observe") is None and _floor(c, "observe") == "–"
     assert c.as_json()["oracle"]["node_s_floor_at_mean_runtime"]["observe"] is None
     assert 0 < c.floor_node_s("hta") <= c.mean("hta", "node_s")
+
+
+def test_the_node_seconds_floor_is_given_where_empty_nodes_are_kept_and_paid():
+    # the measured world keeps an empty node 10 min, and pays it: the floor holds there
+    # (tests/test_bound.py plays kept nodes and transfers), so it is printed there too
+    from hta.sim.cluster import ClusterModel
+    from hta.sim.compare import _floor, compare
+    from hta.sim.costs import MEASURED
+
+    c = compare("io-bound", ["hta", "max-then-drain"], 1, ClusterModel(max_nodes=20, **MEASURED.cluster_update()))
+    for policy in ("hta", "max-then-drain"):
+        assert 0 < c.floor_node_s(policy) <= c.mean(policy, "node_s")
+        assert _floor(c, policy).endswith("×)")

@@ -57,10 +57,10 @@ nodes. The faster a policy, the more nodes it must buy, each paying L: the floor
 T grows, to the work itself. What it leaves out (idle cores beside a stage's last tasks,
 a never-measured task on a whole worker, teardown) only adds node·s, so a run paying
 less than the floor at its own runtime is a bug (``tests/test_bound.py``). It holds as
-node time is paid: a node from its request until it goes. With ``empty_node_ttl_s`` > 0
-the simulator pays a node-sized worker's time, not its node's time while empty, and a
-worker asked for while an emptied node is still prepared or kept pays no latency of its
-own: there a run can pay less than the floor (the comparisons here keep no empty node).
+node time is paid: a node from its request until it goes, the time the node autoscaler
+keeps it empty (``empty_node_ttl_s``) included. A worker bought back onto a kept node
+pays no latency of its own, but its node was paid all along, so the floor holds there
+too (``tests/test_bound.py`` plays random DAGs with kept nodes and transfers).
 
 Everything here walks the DAG iteratively in topological order: a chain of
 100k tasks is fine.
