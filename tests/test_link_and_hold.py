@@ -142,3 +142,17 @@ def test_the_play_gives_work_to_an_idle_worker_beside_busy_ones_and_drains_the_o
     assert QueueDrainEstimator().estimate(o, 30.0).unused_idle == ["a-alone"]
     # without nodes, by name
     assert QueueDrainEstimator().estimate(o.model_copy(update={"worker_nodes": {}}), 30.0).unused_idle == ["z-beside"]
+
+
+def test_the_link_limits_the_workers_of_tasks_that_wait_on_it_not_those_of_a_stage_beside_them():
+    # 15 workers run individuals; 40 frequency tasks (0.7 MB each) wait beside 360 individuals
+    o = genome(categories={"individuals": measured("individuals", 76.0), "frequency": measured("frequency", 300.0)},
+               workers=[WorkerInfo(id=f"w{i}", capacity=SHAPE, in_use=SHAPE, running=1) for i in range(15)],
+               waiting=[TaskGroup(category="frequency", count=40, request=SHAPE),
+                        TaskGroup(category="individuals", count=360, request=SHAPE)],
+               task_inputs_mb={"individuals": 1750.0, "frequency": 0.7})
+    est = QueueDrainEstimator().estimate(o, 150.0)
+    # the link keeps 21 busy on individuals (6 more); frequency's 40 are bought as without it
+    alone = QueueDrainEstimator().estimate(o.model_copy(update={"waiting": o.waiting[:1]}), 150.0)
+    assert alone.workers_needed > 20 and est.workers_needed == 6 + alone.workers_needed
+    assert est.limit is not None and "link-bound" in est.limit

@@ -43,6 +43,22 @@ def _gb(mb: float) -> str:
     return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb:.0f} MB"
 
 
+#: a task waits on the link when its inputs take at least this share of its runtime (or,
+#: never measured, of a latency) on it
+LINK_SHARE = 0.005
+
+
+def waits_on_link(obs: Observation, group: TaskGroup, latency_s: float) -> bool:
+    """Whether ``group``'s tasks move enough over the link for it to limit their workers: a
+    new worker's first inputs take at least :data:`LINK_SHARE` of a task's runtime."""
+    bandwidth = obs.link.mb_per_s
+    first = obs.task_inputs_mb.get(group.category, 0.0) + sum(obs.shared_inputs.get(group.category, {}).values())
+    if bandwidth <= 0 or first <= 0:
+        return False
+    work = runtime_of(obs.categories, group.category) or max(latency_s, obs.latency.prior_s)
+    return first / bandwidth >= LINK_SHARE * work
+
+
 def link_limit(obs: Observation, left: list[TaskGroup], latency_s: float) -> LinkLimit | None:
     """How many more workers the master's link can feed for the tasks ``left`` waiting at the
     horizon (None: the link sets no limit, e.g. nothing of known size is sent)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from hta.estimator.forecast import p90_runtime, runtime_of
-from hta.estimator.link import link_limit
+from hta.estimator.link import link_limit, waits_on_link
 from hta.estimator.options import Estimate, EstimatorOptions
 from hta.estimator.play import DrainPlay, fit_in
 from hta.estimator.releases import BarrierMemo
@@ -41,21 +41,34 @@ class QueueDrainEstimator:
         sized = left if self.options.buy_for_gated or not self.options.tail_aware else play.left_waiting(gated=False)
         packed = self._pack(sized, obs.worker_shape)
         backlog = self._backlog(obs, sized)
-        needed = packed
-        awaiting: list[str] = []
-        if self.options.tail_aware and packed > 0:
-            # workers on their way are credited only when each is to run u > 1 rounds
-            started = play.unmeasured_started() if self.options.unmeasured_rounds > 1 else None
-            awaiting = self._awaiting_first(obs, sized, horizon_s)
-            capped = [g for g in sized if g.category not in awaiting] if awaiting else sized
-            needed = min(packed, self._tail_cap(obs, capped, backlog, play.inflight, started, horizon_s))
+        awaiting = self._awaiting_first(obs, sized, horizon_s) if self.options.tail_aware else []
+        needed = self._needed(obs, play, sized, awaiting, horizon_s)
         limit = None
         if needed > 0 and self.options.link_aware:
-            link = link_limit(obs, sized, horizon_s)
-            if link is not None and link.workers < needed:
-                needed, limit = link.workers, link.reason
+            # the link limits the workers for tasks that wait on it; those for the others
+            # (a stage of small inputs behind one of large ones) are bought as they would be
+            heavy = [g for g in sized if waits_on_link(obs, g, horizon_s)]
+            link = link_limit(obs, heavy, horizon_s) if heavy else None
+            if link is not None:
+                light = [g for g in sized if not waits_on_link(obs, g, horizon_s)]
+                within = link.workers + (self._needed(obs, play, light, awaiting, horizon_s) if light else 0)
+                if within < needed:
+                    needed, limit = within, link.reason
         return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases.released,
                         play.inflight, limit, awaiting)
+
+    def _needed(self, obs: Observation, play: DrainPlay, groups: list[TaskGroup], awaiting: list[str],
+                horizon_s: float) -> int:
+        """Workers to buy for ``groups`` left at the horizon: packed into the shape, capped by
+        tail awareness (no worker for a category ``awaiting`` its first finisher)."""
+        packed = self._pack(groups, obs.worker_shape)
+        if not self.options.tail_aware or packed <= 0:
+            return packed
+        # workers on their way are credited only when each is to run u > 1 rounds
+        started = play.unmeasured_started() if self.options.unmeasured_rounds > 1 else None
+        capped = [g for g in groups if g.category not in awaiting] if awaiting else groups
+        return min(packed, self._tail_cap(obs, capped, self._backlog(obs, groups), play.inflight, started,
+                                          horizon_s))
 
     def _awaiting_first(self, obs: Observation, left: list[TaskGroup], latency_s: float) -> list[str]:
         """The never-measured categories left waiting whose first tasks run now, none of them
