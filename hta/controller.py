@@ -187,16 +187,16 @@ class Controller:
     def _tell_world(self, obs: Observation) -> None:
         """Say once what the world HTA learned is: how long the cluster keeps an empty node
         (again if that moves by half), and the master's link once it is measured."""
-        hold = obs.node_hold_s
-        if hold is not None and (self._told_hold is None or abs(hold - self._told_hold) > 0.5 * max(self._told_hold, 1.0)):
+        hold, told = obs.node_hold_s, self._told_hold
+        if hold is not None and (told is None or abs(hold - told) > 0.5 * max(told, 1.0)):
             self._told_hold = hold
-            world_log.info("the cluster keeps an empty node %.0f s after its last worker left (seen as nodes went): a "
-                     "drained worker bought back %s", hold,
-                     "waits for a new node" if hold < obs.latency.estimate() else "lands on its node in seconds")
+            back = "waits for a new node" if hold < obs.latency.estimate() else "lands on its node in seconds"
+            world_log.info("the cluster keeps an empty node %.0f s after its last worker left (seen as nodes "
+                           "went): a drained worker bought back %s", hold, back)
         if obs.link.learned and not self._told_link:
             self._told_link = True
-            world_log.info("the master's link: %.0f MB/s (%.0f MB moved in %.1f s of transfers)", obs.link.mb_per_s,
-                     obs.link.mb, obs.link.busy_s)
+            world_log.info("the master's link: %.0f MB/s (%.0f MB moved in %.1f s of transfers)",
+                           obs.link.mb_per_s, obs.link.mb, obs.link.busy_s)
 
     def _record_observation(self, obs: Observation, force: bool = False) -> None:
         """Log the curve the report integrates; a sample equal to the last one adds nothing

@@ -188,6 +188,16 @@ class RecordingBackend(WorkerBackend):
         self.tape.put("cpu_utilization", out)
         return out
 
+    def node_hold_s(self) -> float | None:
+        out = self.inner.node_hold_s()
+        self.tape.put("node_hold_s", out)
+        return out
+
+    def worker_nodes(self) -> dict[str, str]:
+        out = self.inner.worker_nodes()
+        self.tape.put("worker_nodes", out)
+        return out
+
 
 def record_header(tape: Tape, config: ControllerConfig, policy: Policy, epoch: float) -> None:
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
@@ -278,6 +288,13 @@ class _PlayedBackend(WorkerBackend):
 
     async def cpu_utilization(self) -> dict[str, float] | None:
         return self.tape.take("cpu_utilization")
+
+    def node_hold_s(self) -> float | None:
+        # (a recording made before backends told it has none: what they told then)
+        return self.tape.take("node_hold_s") if self.tape.next_call() == "node_hold_s" else None
+
+    def worker_nodes(self) -> dict[str, str]:
+        return dict(self.tape.take("worker_nodes")) if self.tape.next_call() == "worker_nodes" else {}
 
 
 def replay(path: Path | str, policy: Policy, lookahead: bool = True) -> list[DecisionRecord]:

@@ -287,7 +287,7 @@ class KubernetesProvider(Provider):
         (:mod:`k8s.nodes`); None before one went, or where nodes cannot be listed."""
         if self.nodes is None:
             return None
-        return typical_hold(node_holds(self._pods(), self.nodes.deleted()))
+        return typical_hold(node_holds(self._pods(), self.nodes.gone()))
 
     def holding_back(self) -> str | None:
         return self._holding_back

@@ -16,6 +16,7 @@ import logging
 import statistics
 import threading
 import time
+from typing import Any
 
 from kubernetes import client
 
@@ -29,23 +30,34 @@ KEPT = 10
 
 
 class NodeWatch:
-    """When each node was deleted, as seen here (Unix seconds)."""
+    """The nodes that went, as seen here: (name, created, deleted), Unix seconds. A node's
+    name may come back (a new node of the same name): each deletion is its own entry, and
+    pods are paired with the node they ran on by its creation time."""
 
     def __init__(self, api: client.CoreV1Api, counter: CallCounter | None = None):
         self.api = api
         self.counter = counter
-        self.deleted_at: dict[str, float] = {}
+        self.went: list[tuple[str, float, float]] = []
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> bool:
-        """Start watching; False (and one warning) if the nodes cannot be listed."""
+        """Start watching; False (and one warning) if the nodes cannot be listed and watched."""
         try:
             self.api.list_node(limit=1, _request_timeout=(3.0, 10.0))
+            # (a grant to list but not to watch would relist every node once a second, for ever)
+            probe: Any = self.api.list_node(watch=True, timeout_seconds=1, _preload_content=False,
+                                            _request_timeout=(3.0, 10.0))
+            probe.release_conn()  # (the raw response: nothing read)
         except client.exceptions.ApiException as exc:
-            log.warning("cannot list nodes (%s %s): HTA cannot see how long the cluster keeps an empty node; "
-                        "grant list and watch on nodes (a ClusterRole) for it", exc.status, exc.reason or "")
+            log.warning("cannot list and watch nodes (%s %s): HTA cannot see how long the cluster keeps an empty "
+                        "node; grant list and watch on nodes for it (k8s/manifests/examples/node-reader.yaml)",
+                        exc.status, exc.reason or "")
+            return False
+        except Exception as exc:  # noqa: BLE001 — a timeout, a reset: the run goes on without it
+            log.warning("cannot watch nodes (%s): HTA cannot see how long the cluster keeps an empty node",
+                        type(exc).__name__)
             return False
         self._thread = threading.Thread(target=self._run, name="node-watch", daemon=True)
         self._thread.start()
@@ -54,44 +66,37 @@ class NodeWatch:
     def stop(self) -> None:
         self.stop_event.set()
 
-    def deleted(self) -> dict[str, float]:
+    def gone(self) -> list[tuple[str, float, float]]:
         with self.lock:
-            return dict(self.deleted_at)
-
-    def _sync(self, items: list) -> None:
-        names = {n.metadata.name for n in items if n.metadata}
-        with self.lock:
-            for name in list(self.deleted_at):
-                if name in names:  # (a node of the same name again)
-                    del self.deleted_at[name]
+            return list(self.went)
 
     def _event(self, kind: str, node: client.V1Node) -> None:
-        name = node.metadata.name if node.metadata else None
-        if kind == "DELETED" and name:
+        meta = node.metadata
+        if kind == "DELETED" and meta is not None and meta.name:
+            created = meta.creation_timestamp.timestamp() if meta.creation_timestamp else 0.0
             with self.lock:
-                self.deleted_at.setdefault(name, time.time())
+                if not any(n == meta.name and c == created for n, c, _ in self.went):  # (seen again on a relist)
+                    self.went.append((meta.name, created, time.time()))
 
     def _run(self) -> None:
-        list_and_watch(self.api.list_node, selector="", on_sync=self._sync, on_event=self._event,
+        list_and_watch(self.api.list_node, selector="", on_sync=lambda items: None, on_event=self._event,
                        stop=self.stop_event, counter=self.counter)
 
 
-def node_holds(pods: dict[str, PodState], deleted_at: dict[str, float]) -> list[float]:
-    """For each deleted node the run's pods ran on, the seconds from its last such pod's end
-    to the node's deletion, in deletion order (a node one of them still ran on when it went
-    is left out: it was not empty)."""
-    last_gone: dict[str, float] = {}
-    still_on: set[str] = set()
-    for st in pods.values():
-        if st.node is None:
-            continue
-        if st.gone and st.gone_at is not None:
-            last_gone[st.node] = max(last_gone.get(st.node, 0.0), st.gone_at)
-        else:
-            still_on.add(st.node)
-    holds = [(at, at - last_gone[name]) for name, at in deleted_at.items()
-             if name in last_gone and name not in still_on and at >= last_gone[name]]
-    return [h for _, h in sorted(holds)]
+def node_holds(pods: dict[str, PodState], went: list[tuple[str, float, float]]) -> list[float]:
+    """For each node that went (name, created, deleted) after the run's pods ran on it, the
+    seconds from its last such pod's end to its deletion, in deletion order. A node one of
+    them was still on when it went was not empty: left out. A pod that ended without being
+    deleted (Succeeded, Failed) holds no node, but tells no end time either."""
+    holds = []
+    for name, created, deleted in sorted(went, key=lambda w: w[2]):
+        on = [st for st in pods.values() if st.node == name and (st.scheduled_at or st.created or 0.0) >= created - 1.0
+              and (st.scheduled_at or st.created or 0.0) <= deleted]
+        ended = [st.gone_at for st in on if st.gone and st.gone_at is not None and st.gone_at <= deleted]
+        still = [st for st in on if not st.finished or (st.gone_at is not None and st.gone_at > deleted)]
+        if ended and not still:
+            holds.append(deleted - max(ended))
+    return holds
 
 
 def typical_hold(holds: list[float]) -> float | None:

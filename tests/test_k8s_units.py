@@ -279,11 +279,19 @@ def test_the_node_hold_is_from_the_run_s_last_pod_on_a_node_to_the_node_s_deleti
     from k8s.informer import PodState
     from k8s.nodes import node_holds, typical_hold
 
-    pods = {"a": PodState("a", "1", node="n1", gone=True, gone_at=100.0),
-            "b": PodState("b", "2", node="n1", gone=True, gone_at=130.0),   # n1's last pod went at 130
-            "c": PodState("c", "3", node="n2", gone=True, gone_at=200.0),
-            "d": PodState("d", "4", node="n3"),                             # still on n3
-            "e": PodState("e", "5", node=None, gone=True, gone_at=50.0)}    # never bound
-    deleted = {"n1": 135.0, "n2": 800.0, "n3": 900.0, "other": 10.0}
-    assert node_holds(pods, deleted) == [5.0, 600.0]  # n3 was not empty; "other" never ran the run's pods
+    def pod(name, node, at, gone_at=None, phase="Running"):
+        return PodState(name, name, phase=phase, node=node, scheduled_at=at, gone=gone_at is not None,
+                        gone_at=gone_at)
+
+    pods = {p.name: p for p in [
+        pod("a", "n1", 10.0, 100.0), pod("b", "n1", 20.0, 130.0),   # n1's last pod went at 130
+        pod("c", "n2", 10.0, 200.0),
+        pod("d", "n3", 10.0),                                        # still on n3
+        pod("e", None, 10.0, 50.0),                                  # never bound
+        pod("f", "n4", 10.0, phase="Succeeded"),                     # ended, never deleted: no end time
+        pod("g", "n1", 900.0, 950.0)]}                               # on a new node named n1
+    went = [("n1", 0.0, 135.0), ("n2", 0.0, 800.0), ("n3", 0.0, 900.0), ("other", 0.0, 10.0), ("n4", 0.0, 60.0),
+            ("n1", 850.0, 1000.0)]
+    # n3 was not empty; "other" and n4 tell no end; n1 came back under its name and went again
+    assert node_holds(pods, went) == [5.0, 600.0, 50.0]
     assert typical_hold([5.0, 600.0, 7.0]) == 7.0 and typical_hold([]) is None

@@ -16,8 +16,9 @@ from hta.model import (
     Observation,
     PendingWorker,
     Resources,
-        TaskGroup,
-        WorkerInfo,
+    RunningTask,
+    TaskGroup,
+    WorkerInfo,
 )
 from hta.policies.hta_policy import HTAPolicy
 from hta.sim.cluster import ClusterModel
@@ -33,6 +34,13 @@ DATA = Path(__file__).parent / "data"
 def measured(name: str, runtime: float) -> CategoryModel:
     return CategoryModel(name=name, samples=5, peak=SHAPE, runtime_mean_s=runtime, runtime_median_s=runtime,
                          runtime_p90_s=runtime)
+
+
+def busy(n: int) -> dict:
+    """``n`` workers, each running one individuals task."""
+    return dict(workers=[WorkerInfo(id=f"w{i}", capacity=SHAPE, in_use=SHAPE, running=1) for i in range(n)],
+                running=[RunningTask(task_id=i, category="individuals", allocation=SHAPE, started_at=0.0,
+                                     worker=f"w{i}") for i in range(n)])
 
 
 def genome(**kw) -> Observation:
@@ -65,7 +73,7 @@ def test_never_measured_tasks_get_no_more_workers_than_the_link_feeds_in_a_laten
     lim = link_limit(genome(), genome().waiting, 150.0)
     # 450 MB/s × 150 s / 1750 MB: 38 first inputs within a latency of the workers' arrival
     assert lim is not None and lim.workers == 38
-    assert "link-bound: 1.7 GB a task's inputs at 450 MB/s" in lim.reason
+    assert "link-bound: 1.7 GB a worker's first inputs at 450 MB/s" in lim.reason
     # workers on their way are owed their own first inputs before a new one's
     def coming(n):
         return genome(pending=[PendingWorker(id=f"p{i}", requested_at=0.0, shape=SHAPE) for i in range(n)])
@@ -75,12 +83,11 @@ def test_never_measured_tasks_get_no_more_workers_than_the_link_feeds_in_a_laten
 
 
 def test_measured_tasks_get_no_more_workers_than_the_link_keeps_busy():
-    o = genome(categories={"individuals": measured("individuals", 76.0)},
-               workers=[WorkerInfo(id=f"w{i}", capacity=SHAPE, in_use=SHAPE, running=1) for i in range(15)])
+    o = genome(categories={"individuals": measured("individuals", 76.0)}, **busy(15))
     lim = link_limit(o, o.waiting, 150.0)
     # each worker needs 1750 MB every 76 s: the link keeps ⌈76 × 450 / 1750⌉ + 1 = 21 busy
     assert lim.workers == 21 - 15
-    assert "the link keeps 21 workers busy, 15 here or coming" in lim.reason
+    assert "the link keeps 21 tasks busy, 15 running" in lim.reason
     # and HTA buys that many, not a worker per waiting task, and says why
     d = HTAPolicy(worker_shape="node").decide(o)
     assert d.add == 6 and "link-bound" in d.reason
@@ -103,9 +110,13 @@ def big_inputs(n: int = 40) -> Workload:
     return Workload("big-inputs", [SimTask(f"t{i}", "read", 20.0, inputs=((f"in{i}", 500.0),)) for i in range(n)])
 
 
-def test_the_simulated_master_counts_its_link_as_a_real_one_and_hta_learns_it():
+def test_the_simulated_master_counts_its_link_as_a_real_one_and_hta_learns_it(caplog):
     sim = Simulation(big_inputs(), HTAPolicy(worker_shape="node"), link_world(), seed=1)
-    s = sim.run()
+    with caplog.at_level("INFO", logger="hta.world"):
+        s = sim.run()
+    # said once, with -v
+    assert [r.getMessage().split(" (")[0] for r in caplog.records if r.name == "hta.world"
+            and "link" in r.getMessage()] == ["the master's link: 100 MB/s"]
     assert s.exit_code == 0
     obs = sim.controller.last_observation
     assert obs.link.learned and obs.link.mb_per_s == pytest.approx(100.0)
@@ -144,15 +155,37 @@ def test_the_play_gives_work_to_an_idle_worker_beside_busy_ones_and_drains_the_o
     assert QueueDrainEstimator().estimate(o.model_copy(update={"worker_nodes": {}}), 30.0).unused_idle == ["z-beside"]
 
 
-def test_the_link_limits_the_workers_of_tasks_that_wait_on_it_not_those_of_a_stage_beside_them():
+def test_the_link_limits_the_workers_of_tasks_that_wait_on_it_not_those_of_a_stage_beside_them(monkeypatch):
     # 15 workers run individuals; 40 frequency tasks (0.7 MB each) wait beside 360 individuals
     o = genome(categories={"individuals": measured("individuals", 76.0), "frequency": measured("frequency", 300.0)},
-               workers=[WorkerInfo(id=f"w{i}", capacity=SHAPE, in_use=SHAPE, running=1) for i in range(15)],
+               **busy(15),
                waiting=[TaskGroup(category="frequency", count=40, request=SHAPE),
                         TaskGroup(category="individuals", count=360, request=SHAPE)],
                task_inputs_mb={"individuals": 1750.0, "frequency": 0.7})
     est = QueueDrainEstimator().estimate(o, 150.0)
-    # the link keeps 21 busy on individuals (6 more); frequency's 40 are bought as without it
-    alone = QueueDrainEstimator().estimate(o.model_copy(update={"waiting": o.waiting[:1]}), 150.0)
-    assert alone.workers_needed > 20 and est.workers_needed == 6 + alone.workers_needed
     assert est.limit is not None and "link-bound" in est.limit
+    # the link keeps 21 individuals busy (6 more workers); frequency's workers come on top
+    assert est.workers_needed > 6 + 15
+    # were frequency's tasks held to the link as well, only the 6 would be bought
+    monkeypatch.setattr("hta.estimator.queue_drain.waits_on_link", lambda obs, g, latency_s: True)
+    assert QueueDrainEstimator().estimate(o, 150.0).workers_needed < est.workers_needed - 10
+
+
+def test_a_stage_only_the_link_limits_still_gets_a_worker():
+    # tasks of 3 s that each read 2 GB: a new worker would wait longer for its inputs than it
+    # works, but with none here or coming the stage would never run
+    o = genome(categories={"individuals": measured("individuals", 3.0)}, task_inputs_mb={"individuals": 2048.0})
+    assert link_limit(o, o.waiting, 150.0).workers >= 1
+    assert HTAPolicy(worker_shape="node").decide(o).add >= 1
+
+
+def test_a_worker_that_holds_several_tasks_counts_as_their_inputs():
+    # 4-core workers, 1-core tasks that declare their core: each worker takes 4 tasks at once,
+    # 4 × 1750 MB for its first round: within a round (76 s) the link sends that to 4 of
+    # them (and keeps 21 tasks busy: 5 such workers), where 1-core workers get 19
+    four = Resources(cores=4, memory_mb=4000, disk_mb=4000)
+    o = genome(worker_shape=four, categories={"individuals": measured("individuals", 76.0)})
+    lim = link_limit(o, o.waiting, 150.0)
+    assert lim.workers == 4 and "6.8 GB a worker's first inputs" in lim.reason
+    one = genome(categories={"individuals": measured("individuals", 76.0)})
+    assert link_limit(one, one.waiting, 150.0).workers == 19

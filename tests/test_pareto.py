@@ -325,6 +325,21 @@ def test_goals_hold_hta_against_max_then_drain_with_the_same_pods():
     assert not over.met and over.ratio == "1.0002"
 
 
+def test_no_static_pool_asked_for_at_t0_is_faster_and_cheaper_than_hta():
+    hta = P("hta", 1000, 100, 10000)
+    slow_cheap = P("static pool 5 nodes [1-core]", 3000, 100, 6000)    # slower: no goal on it
+    fast_dear = P("static pool 20 nodes [1-core]", 900, 100, 40000)    # faster, dearer: fine
+    assert pareto.pool_goal(hta, [slow_cheap, fast_dear]).met
+    both = P("static pool 10 nodes [learned]", 990, 100, 9990)         # faster and cheaper
+    g = pareto.pool_goal(hta, [slow_cheap, both])
+    assert not g.met and "static pool 10 nodes [learned]" in g.figures and "faster and cheaper" in g.figures
+    # as fast (within 1.02 ×) and HTA pays more than 1.10 × its node·s
+    near = P("static pool 10 nodes [1-core]", 1015, 100, 9000)
+    g = pareto.pool_goal(hta, [near])
+    assert not g.met and g.ratio == "1.11"
+    assert pareto.pool_goal(hta, [P("static pool 10 nodes [1-core]", 1015, 100, 9200)]).met
+
+
 def test_rivals_run_at_every_shape_with_their_counts_in_workers_of_it():
     from hta.policies import make_policy
     from hta.policies.pod_shape import PodShaped

@@ -734,6 +734,8 @@ def test_presets_and_estimator_settings_by_name():
                       ("hta:hold_latencies=-1", "must be a number ≥ 0"), ("hta:hold_latencies=nan", "must be a number ≥ 0"),
                       ("hta:hold_for_unmeasured=maybe", "is not a bool"),
                       ("hta:hold_cached_mb=-1", "hold_cached_mb must be a number ≥ 0"),
+                      ("hta:first_finish_latencies=-1", "first_finish_latencies must be a number ≥ 0"),
+                      ("hta:hold_latencies_where_nodes_go=nan", "hold_latencies_where_nodes_go must be"),
                       ("hta:nope=1", "it has: barrier_aware, busy_latencies, busy_latencies_runtime, busy_runtimes")]:
         with pytest.raises(ValueError, match=says):
             make_policy(bad)
@@ -895,7 +897,8 @@ def test_work_behind_a_never_measured_task_is_bought_for_once_released_not_on_it
             running=[RunningTask(task_id=1, category="split", allocation=ONE, started_at=98.0, worker="w1")],
             categories={"a": cat("a", 100.0)},
             upcoming=[UpcomingTasks(id="u0", category="a", count=6, request=ONE, after=["task:1"])])
-    assert HTAPolicy(worker_shape="node").decide(o).add == 0
+    d = HTAPolicy(worker_shape="node").decide(o)
+    assert d.add == 0 and "5 tasks behind a never-measured one, bought for once released" in d.reason
     assert HTAPolicy(worker_shape="node", options=EstimatorOptions(buy_for_gated=True)).decide(o).add == 2
     # released, they are bought for at once
     released = o.model_copy(update={"running": [], "workers": [worker("w1")], "upcoming": [],

@@ -55,8 +55,9 @@ class QueueStatus(BaseModel):
     categories: list[CategoryStatus] = []
     #: the master's link, since it started: bytes it sent to workers and brought back, and
     #: the seconds it spent doing so (CCTools reports ``time_send``/``time_receive`` in µs).
-    #: Work Queue 9.9's transactions log writes no transfer lines; these counters are where
-    #: the master says what its transfers took
+    #: The transactions log of the Work Queue HTA runs (9.9) wrote no ``TRANSFER`` line for
+    #: the inputs of a run checked here; these counters are where the master says what its
+    #: transfers took, both ways
     bytes_sent: float = 0.0
     bytes_received: float = 0.0
     time_send_s: float = 0.0

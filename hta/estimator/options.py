@@ -73,7 +73,8 @@ class Estimate:
     unused_idle: list[str]
     #: workers to buy (after packing and tail awareness, before max_workers)
     workers_needed: int
-    #: workers the leftover tasks would fill, before tail awareness
+    #: workers the leftover tasks would fill, before tail awareness (those bought for: not
+    #: the work behind a never-measured task, unless ``buy_for_gated``)
     packed_need: int
     backlog_core_s: float = 0.0
     #: (time, tasks) the DAG is expected to release within the horizon
@@ -87,6 +88,8 @@ class Estimate:
     #: never-measured categories bought nothing for until a first task of theirs ends
     #: (``first_finish_latencies``)
     awaiting_first: list[str] = field(default_factory=list)
+    #: tasks left at the horizon behind a never-measured task, not bought for (``buy_for_gated``)
+    gated_count: int = 0
 
     @property
     def inflight_core_s(self) -> float:

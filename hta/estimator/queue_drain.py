@@ -51,11 +51,14 @@ class QueueDrainEstimator:
             link = link_limit(obs, heavy, horizon_s) if heavy else None
             if link is not None:
                 light = [g for g in sized if not waits_on_link(obs, g, horizon_s)]
-                within = link.workers + (self._needed(obs, play, light, awaiting, horizon_s) if light else 0)
-                if within < needed:
-                    needed, limit = within, link.reason
+                for_heavy = self._needed(obs, play, heavy, awaiting, horizon_s) if light else needed
+                if link.workers < for_heavy:
+                    needed = min(needed, link.workers + (self._needed(obs, play, light, awaiting, horizon_s)
+                                                         if light else 0))
+                    limit = link.reason
+        gated = sum(g.count for g in left) - sum(g.count for g in sized)
         return Estimate(horizon_s, left, play.unused_idle(), needed, packed, backlog, play.releases.released,
-                        play.inflight, limit, awaiting)
+                        play.inflight, limit, awaiting, gated)
 
     def _needed(self, obs: Observation, play: DrainPlay, groups: list[TaskGroup], awaiting: list[str],
                 horizon_s: float) -> int:

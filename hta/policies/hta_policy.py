@@ -13,7 +13,9 @@ checks in a row (hysteresis, as Dask's ``wait_count``), and never below
 gives it work that no never-measured task comes before, or any work that reads the
 inputs it holds in its cache (buying it back would cost a latency of runtime, and
 fetching those again). Workers on their way count as capacity arriving one L after they were
-asked for, so a decision never buys the same shortage twice.
+asked for, so a decision never buys the same shortage twice. What the estimator sees of the
+world beyond cores (the master's link, work behind never-measured tasks, the node hold) is in
+docs/decisions/0030-the-link-and-the-node-hold.md.
 """
 
 from __future__ import annotations
@@ -167,6 +169,10 @@ class HTAPolicy(Policy):
             raise ValueError(f"latency_statistic must be last or median, not {self.latency_statistic!r}")
         if not (self.hold_latencies >= 0 and math.isfinite(self.hold_latencies)):
             raise ValueError("hold_latencies must be a number ≥ 0 (0: no hold)")
+        if not (self.options.first_finish_latencies >= 0 and math.isfinite(self.options.first_finish_latencies)):
+            raise ValueError("first_finish_latencies must be a number ≥ 0 (0: buy for never-measured tasks at once)")
+        if not (self.hold_latencies_where_nodes_go >= 0 and math.isfinite(self.hold_latencies_where_nodes_go)):
+            raise ValueError("hold_latencies_where_nodes_go must be a number ≥ 0 (0: no hold where nodes go)")
         if not (self.hold_cached_mb >= 0 and math.isfinite(self.hold_cached_mb)):
             raise ValueError("hold_cached_mb must be a number ≥ 0 (0: no hold for cached inputs)")
         if not (self.check_s > 0 and math.isfinite(self.check_s)):
@@ -259,6 +265,8 @@ class HTAPolicy(Policy):
             f"(pack into {est.packed_need}, tail-aware {est.workers_needed}); "
             f"{counted(len(est.unused_idle), 'idle worker')} unneeded"
         )
+        if est.gated_count:
+            reason += f"; {counted(est.gated_count, 'task')} behind a never-measured one, bought for once released"
         if est.awaiting_first:
             reason += f"; waiting for a first {' or '.join(est.awaiting_first)} task to end"
         if est.limit:

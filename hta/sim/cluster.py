@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -268,10 +269,7 @@ class SimCluster:
     def node_hold_s(self) -> float | None:
         """How long an empty node stays, as someone watching the nodes would tell: the
         median hold of the last ten that went after emptying; None before one has."""
-        if not self.empty_holds:
-            return None
-        holds = sorted(self.empty_holds[-10:])
-        return holds[len(holds) // 2]
+        return statistics.median(self.empty_holds[-10:]) if self.empty_holds else None
 
     def _empty(self, host: SimHost) -> None:
         now = self.env.now

@@ -85,7 +85,7 @@ class SimMaster:
                 whole = r.alloc is r.node.capacity
                 r.status = TaskStatus.model_construct(
                     task_id=w.task_id[tid], state="running", category=r.task.category, worker=r.node.address,
-                    started_at=r.start, **_declared(Resources() if whole else r.alloc))
+                    started_at=r.dispatched_at, **_declared(Resources() if whole else r.alloc))
             tasks.append(r.status)
         tasks.sort(key=lambda t: t.task_id)
         workers = [self._worker(cluster.nodes[i]) for i in cluster.order]

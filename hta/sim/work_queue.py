@@ -152,6 +152,8 @@ class SimRun:
     #: the resource monitor's window: from its inputs' arrival to the end of its command
     #: (a real monitor starts once the worker has them, and ends before outputs go back)
     monitored_from: float = 0.0
+    #: when the master began sending its inputs (what it reports as the task's start)
+    dispatched_at: float = 0.0
     monitored_to: float | None = None
 
 
@@ -291,8 +293,13 @@ class SimWorkQueue:
         held = node.limits.cores if alloc is node.capacity else alloc.cores  # a whole worker: the pod's quota
         killed = t.memory_mb > alloc.memory_mb + 1e-9 or reads_cores(t, quota) > held + 1e-9
         overhead = self.model.task_overhead_by_category_s.get(t.category, self.model.task_overhead_s)
-        inputs_s = self._send(sum(mb for f, mb in t.inputs if f not in node.cache))
+        sent = sum(mb for f, mb in t.inputs if f not in node.cache)
+        inputs_s = self._send(sent)
         run.monitored_from = now + inputs_s
+        # a real master sends one task's inputs at a time and dispatches the next after: this
+        # task's dispatch, as it reports it, begins when its own transfer does
+        bandwidth = self.model.transfer_mb_per_s
+        run.dispatched_at = run.monitored_from - (sent / bandwidth if sent > 0 and bandwidth > 0 else 0.0)
         duration = inputs_s + t.runtime_s * (0.5 if killed else slow) + overhead
         node.cache.update(f for f, _ in t.inputs)
         ev = self.env.timeout(duration)
