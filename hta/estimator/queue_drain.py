@@ -47,10 +47,12 @@ class QueueDrainEstimator:
         if needed > 0 and self.options.link_aware:
             # the link limits the workers for tasks that wait on it; those for the others
             # (a stage of small inputs behind one of large ones) are bought as they would be
-            heavy = [g for g in sized if waits_on_link(obs, g, horizon_s)]
+            heavy: list[TaskGroup] = []
+            light: list[TaskGroup] = []
+            for g in sized:
+                (heavy if waits_on_link(obs, g, horizon_s) else light).append(g)
             link = link_limit(obs, heavy, horizon_s) if heavy else None
             if link is not None:
-                light = [g for g in sized if not waits_on_link(obs, g, horizon_s)]
                 for_heavy = self._needed(obs, play, heavy, awaiting, horizon_s) if light else needed
                 if link.workers < for_heavy:
                     needed = min(needed, link.workers + (self._needed(obs, play, light, awaiting, horizon_s)
