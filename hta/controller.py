@@ -38,7 +38,7 @@ from typing import Protocol
 
 from hta.accounting import CoreSample
 from hta.backends.base import CPU_UTILIZATION, WorkerBackend
-from hta.model import LINK_PRIOR_MB_PER_S, LatencyStats, Observation, Resources, ScaleDecision
+from hta.model import LINK_PRIOR_MB_PER_S, DialPlan, LatencyStats, Observation, Resources, ScaleDecision
 from hta.observation import ObservationBuilder, UpcomingSource
 from hta.policies.base import Policy, as_policy
 from hta.scaling_log import CategoriesRecord, DecisionRecord, ObservationRecord, ScalingLogWriter, WorkerRecord
@@ -127,6 +127,8 @@ class Controller:
         self.samples: list[CoreSample] = []
         self.worker_events: list[WorkerRecord] = []
         self.decisions: list[DecisionRecord] = []
+        #: the time–cost dial's latest plan (None: no --deadline or --budget)
+        self.plan: DialPlan | None = None
         self.last_snapshot: MasterSnapshot | None = None
         self.last_observation: Observation | None = None
         #: the last error of a dependency, while it lasts (None once a step succeeds)
@@ -247,8 +249,12 @@ class Controller:
             t=round(now, 3), add=len(asked), drain=decision.drain, remove=decision.remove,
             target=decision.target_workers, latency_s=round(obs.latency.estimate(), 3),
             next_decision_s=round(wait, 3), reason=decision.reason, held_back=held_back, held_by=held_by,
-            waiting=obs.waiting_count,
+            waiting=obs.waiting_count, plan=decision.plan,
         )
+        if decision.plan is not None:
+            self.plan = decision.plan
+            if decision.plan.note:  # (an ask the forecast cannot keep: said once, as it first shows)
+                log.warning("%s", decision.plan.note)
         self.decisions.append(record)
         self.log.write(record)
         log.info("t=%.1f add=%d drain=%s remove=%s: %s", now, len(asked), decision.drain, decision.remove,

@@ -249,6 +249,31 @@ class Observation(BaseModel):
         return sum(w.capacity.cores for w in self.workers if w.idle)
 
 
+class DialPlan(BaseModel):
+    """What the time–cost dial planned at a decision (``--deadline`` or ``--budget``): the
+    pool it allows, the end and spend the whole-workflow forecast sees with it, and the one
+    line that says an ask cannot be kept (:mod:`hta.policies.dial`). Times are seconds from
+    the run's start; node·s count nodes of the configured worker shape."""
+
+    deadline_s: float | None = None
+    budget_node_s: float | None = None
+    #: nodes the plan lets the policy hold (None: no forecast yet, the cap alone)
+    nodes: int | None = None
+    #: when the forecast sees the last task end with ``nodes`` (None: no forecast yet)
+    projected_end_s: float | None = None
+    #: node·s paid so far, by the policy's own count (workers and pending ones, by share)
+    spent_node_s: float = 0.0
+    #: spent plus what the forecast sees the rest of the run costing with ``nodes``
+    forecast_node_s: float | None = None
+    #: the ask cannot be kept (a deadline before the earliest end, a budget below the cheapest
+    #: pace); the run goes as fast (or as cheaply) as it can
+    feasible: bool = True
+    #: the budget is spent, but for the work already running: nothing more is bought
+    exhausted: bool = False
+    #: why, in a user's words (said once, when it first holds)
+    note: str | None = None
+
+
 class ScaleDecision(BaseModel):
     """A policy's answer.
 
@@ -269,6 +294,8 @@ class ScaleDecision(BaseModel):
     #: workers the policy would add were there no cap (None: ``add``); what the cap (or the
     #: backend) does not give is reported as held back, not as the policy's choice
     wanted: int | None = None
+    #: the time–cost dial's plan, when a deadline or a budget was given
+    plan: DialPlan | None = None
 
     @property
     def acts(self) -> bool:

@@ -19,7 +19,7 @@ from typing import IO, Annotated, Literal, Union
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from hta.files import unreadable_kind
-from hta.model import CategoryModel, Resources
+from hta.model import CategoryModel, DialPlan, Resources
 
 FORMAT = "hta-scaling-log/1"
 
@@ -74,6 +74,8 @@ class DecisionRecord(BaseModel):
     held_by: str | None = None
     #: tasks waiting when it was made
     waiting: int | None = None
+    #: the time–cost dial's plan (``--deadline``/``--budget``), when one was given
+    plan: DialPlan | None = None
 
 
 WorkerEventName = Literal["requested", "connected", "drained", "removed", "stopped", "lost", "failed"]

@@ -736,7 +736,8 @@ def test_presets_and_estimator_settings_by_name():
                       ("hta:hold_cached_mb=-1", "hold_cached_mb must be a number ≥ 0"),
                       ("hta:first_finish_latencies=-1", "first_finish_latencies must be a number ≥ 0"),
                       ("hta:hold_latencies_where_nodes_go=nan", "hold_latencies_where_nodes_go must be"),
-                      ("hta:nope=1", "it has: barrier_aware, busy_latencies, busy_latencies_runtime, busy_runtimes")]:
+                      ("hta:nope=1", "it has: barrier_aware, budget_node_s, busy_latencies, "
+                                     "busy_latencies_runtime, busy_runtimes")]:
         with pytest.raises(ValueError, match=says):
             make_policy(bad)
 

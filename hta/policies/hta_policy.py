@@ -20,14 +20,16 @@ docs/decisions/0030-the-link-and-the-node-hold.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 from hta.estimator import EstimatorOptions, QueueDrainEstimator
-from hta.model import Observation, Resources, ScaleDecision
+from hta.model import DialPlan, Observation, Resources, ScaleDecision
 from hta.plural import counted
 from hta.policies.base import Policy
+from hta.policies.dial import Dial, plan_words
 from hta.policies.pod_split import learned_split, pods_too_small
 from hta.policies.settings import configure
 
@@ -56,6 +58,10 @@ PRESETS: dict[str, str] = {
     "hta-cost": ("busy_runtimes=4,busy_latencies=2,busy_latencies_runtime=p90,worker_shape=learned,probe_split=3,"
                  "hold_latencies=0,buy_for_gated=true"),
 }
+
+#: under a budget, the latencies never-measured tasks wait for a first one of theirs to end
+#: (``first_finish_latencies``): as long as it takes
+BUDGET_FIRST_FINISH = 1e6
 
 
 def make_hta(spec: str = "hta") -> HTAPolicy:
@@ -138,6 +144,14 @@ class HTAPolicy(Policy):
     #: workflow whose category reads the same files in every task has such inputs
     #: (docs/decisions/0008-drain-and-hold.md)
     hold_cached_mb: float = 100.0
+    #: the time–cost dial (:mod:`hta.policies.dial`): finish by this many seconds from the
+    #: run's start, paying the fewest node·s the forecast allows (0: no deadline) …
+    deadline_s: float = 0.0
+    #: … or finish as early as this many node·s allow (nodes of the configured worker
+    #: shape; 0: no budget). One of the two, or neither
+    budget_node_s: float = 0.0
+    _dial: Dial | None = None
+    _estimators: dict[str, QueueDrainEstimator] = field(default_factory=dict)
     _proposed: dict[str, int] = field(default_factory=dict)
     _next_up_at: float = float("-inf")
     _expected: tuple[int, list[tuple[float, int]]] | None = None
@@ -181,6 +195,12 @@ class HTAPolicy(Policy):
             raise ValueError("hold_cached_mb must be a number ≥ 0 (0: no hold for cached inputs)")
         if not (self.check_s > 0 and math.isfinite(self.check_s)):
             raise ValueError("check_s must be > 0 seconds")
+        if not (self.deadline_s >= 0 and math.isfinite(self.deadline_s)):
+            raise ValueError("deadline_s must be a number of seconds ≥ 0 (0: no deadline)")
+        if not (self.budget_node_s >= 0 and math.isfinite(self.budget_node_s)):
+            raise ValueError("budget_node_s must be a number of node·s ≥ 0 (0: no budget)")
+        if self.deadline_s > 0 and self.budget_node_s > 0:
+            raise ValueError("give deadline_s or budget_node_s, not both")
 
     @staticmethod
     def _known(obs: Observation) -> int:
@@ -228,19 +248,57 @@ class HTAPolicy(Policy):
         """A drained worker's node goes before a latency passes, as the backend has seen."""
         return self.hold_where_nodes_go and obs.node_hold_s is not None and obs.node_hold_s < latency
 
+    def _plan(self, obs: Observation, latency: float) -> DialPlan | None:
+        """The dial's plan for this decision (None: neither a deadline nor a budget)."""
+        if self.deadline_s <= 0 and self.budget_node_s <= 0:
+            return None
+        if self._dial is None or (self._dial.deadline_s, self._dial.budget_node_s) != (self.deadline_s,
+                                                                                      self.budget_node_s):
+            self._dial = Dial(self.deadline_s, self.budget_node_s)
+        return self._dial.decide_nodes(obs, latency, self.probe_split if self.worker_shape == "learned" else 1)
+
+    def _estimator_for(self, plan: DialPlan | None) -> QueueDrainEstimator:
+        """The estimator this decision buys by. Under a budget, never-measured tasks whose
+        first tasks already run get no worker until one of those ends: a stage's cost is
+        unknown until then, and the workers bought on a guess were the budget's overrun.
+        Under a deadline the cap cannot keep, every task still waiting at the horizon is
+        bought for (no tail awareness, as ``hta-time``): the run goes as fast as it can
+        (docs/decisions/0031-the-time-cost-dial.md)."""
+        if plan is None:
+            return self.estimator
+        if plan.budget_node_s is not None:
+            key = "budget"
+            options = dataclasses.replace(self.options, first_finish_latencies=max(
+                self.options.first_finish_latencies, BUDGET_FIRST_FINISH))
+        elif not plan.feasible:
+            key, options = "late", dataclasses.replace(self.options, tail_aware=False)
+        else:
+            return self.estimator
+        if key not in self._estimators:
+            self._estimators[key] = QueueDrainEstimator(options)
+        return self._estimators[key]
+
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
+        plan = self._plan(obs, latency)
+        capped = plan is not None and plan.nodes is not None and plan.nodes < obs.max_workers
+        if capped:  # the dial's pool is the cap the policy buys within
+            assert plan is not None and plan.nodes is not None
+            obs = obs.model_copy(update={"max_workers": max(obs.min_workers, plan.nodes)})
         sized = _as_advertised(obs)  # (the cap still counts what pods ask of their nodes: obs)
-        est = self.estimator.estimate(sized, latency)
+        estimator = self._estimator_for(plan)
+        est = estimator.estimate(sized, latency)
         too_small = self._too_small(obs, latency)
         shape, split = obs.worker_shape, self._split(obs, est.left_waiting, too_small)
         if split > 1:  # size the purchase in workers of 1/split of a node, as their workers advertise them
             shape = obs.worker_shape.split(split)
-            est = self.estimator.estimate(sized.model_copy(update={"worker_shape": shape.advertised()}), latency)
+            est = estimator.estimate(sized.model_copy(update={"worker_shape": shape.advertised()}), latency)
         have = len(obs.workers) + len(obs.pending)
 
         wanted = max(est.workers_needed, obs.min_workers - have, 0)
         add = min(wanted, obs.room_for(shape))
+        if capped:  # (what the dial holds back is the policy's choice, not the cap's)
+            wanted = add
         may_scale_up = not self.stabilize or obs.time >= self._next_up_at or self._surprised(obs)
         if not may_scale_up:  # (a hold for stabilisation, not one the cap makes)
             add = wanted = 0
@@ -277,6 +335,8 @@ class HTAPolicy(Policy):
             reason += f"; {est.limit}"
         if split > 1:
             reason += f"; workers of 1/{split} node"
+        if plan is not None:
+            reason += f"; {plan_words(plan)}"
         return ScaleDecision(
             add=add,
             wanted=wanted,
@@ -285,4 +345,5 @@ class HTAPolicy(Policy):
             next_decision_s=min(latency, self.check_s),
             target_workers=have + add - len(drain),
             reason=reason,
+            plan=plan,
         )

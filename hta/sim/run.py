@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from hta.controller import Controller, ControllerConfig
 from hta.model import LINK_PRIOR_MB_PER_S
 from hta.policies.base import Policy, as_policy
+from hta.policies.dial import budget_spent
 from hta.scaling_log import EndRecord, RunRecord, ScalingLogWriter
 from hta.sim.backend import SimBackend
 from hta.sim.cluster import ClusterModel
@@ -59,6 +60,8 @@ class Simulation:
         # workers that run to completion (KEDA's ScaledJob) leave by themselves in the world
         self.world.cluster.lifetime = as_policy(policy).worker_lifetime
         self.backend = SimBackend(self.world)
+        #: the run ended as a real one would, short of the workflow's end (a spent budget)
+        self.gave_up = self.world.env.event()
         lookahead = SimLookahead(self.world)
         self.controller = Controller(
             master=SimMaster(self.world), backend=self.backend, policy=policy, learner=IncrementalCategoryLearner(),
@@ -92,6 +95,10 @@ class Simulation:
             run_now(self.controller.step())
             if world.finished_at is not None and not self._tearing_down():
                 return
+            why = budget_spent(self.controller.plan, self.controller.last_observation)
+            if why is not None:  # (as a real run ends: nothing would ever run what waits)
+                self.gave_up.succeed(why)
+                return
             due = max(self.controller.next_wake() - env.now, 0.0)
             if world.finished_at is None:
                 yield env.timeout(due) | changed | world.finished
@@ -109,7 +116,7 @@ class Simulation:
         self.backend.start_nodes(self.cluster.start_nodes, self.cluster.start_workers)
         world.start()
         driver = env.process(self._drive())
-        env.run(until=world.finished | env.timeout(self.cluster.horizon_s))
+        env.run(until=world.finished | self.gave_up | env.timeout(self.cluster.horizon_s))
         if world.finished_at is not None:
             env.run(until=driver | env.timeout(self.cluster.teardown_s))
         return self._end()

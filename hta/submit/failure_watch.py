@@ -7,6 +7,9 @@
   when other rules depend on the failed one): makeflow is stopped and the rule, its exit
   code or the limit it went over are named.
 - The backend cannot start workers (``backend.fatal``).
+- The ``--budget`` is spent, no worker is left and tasks still wait
+  (:func:`hta.policies.dial.budget_spent`): nothing more will be bought, so nothing would
+  ever run them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -50,6 +54,8 @@ class FailureWatch:
         self._rules: dict[int, Rule] | None = None
         self._told: set[int] = set()
         self._learned: set[int] = set()
+        #: more reasons to end the run, asked at every check (the controller's, once it runs)
+        self.more: list[Callable[[], str | None]] = []
 
     async def rules(self) -> dict[int, Rule]:
         if self._rules is None:
@@ -78,6 +84,10 @@ class FailureWatch:
     async def check(self) -> str | None:
         if self.backend.fatal:
             return self.backend.fatal
+        for ask in self.more:
+            why = ask()
+            if why:
+                return why
         self.log.poll()
         other = self.other_makeflow()
         if other:
@@ -152,3 +162,4 @@ class FailureWatch:
             text += (": makeflow deleted its resource summary and HTA did not see it go over, so what it used "
                      "is not known; raise its category's limits")
         return text
+
