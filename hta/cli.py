@@ -112,6 +112,18 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
                    help="master port (default: any free port locally, 9123 on Kubernetes and one fixed by the "
                         "workflow's path on Slurm, so a restarted HTA's workers find their master again)")
     p.add_argument("--policy", default="hta", help="scaling policy (default: hta)")
+    p.add_argument("--deadline", default=None, metavar="WHEN",
+                   help="the time-cost dial, for HTA's policy (hta, hta-time, hta-cost): finish by WHEN, paying "
+                        "the fewest node·s the forecast allows. WHEN is a duration from now (a bare number is "
+                        "seconds: 5400; 90m, 2h, 1h30m, 1.5h; Slurm's H:MM:SS and days-H[:MM[:SS]]: 1:30:00, "
+                        "0-01:30, 1-12:00:00) or a clock time: HH:MM is always one (09:00, the next 09:00; so "
+                        "Slurm's MM:SS is not taken), or an ISO date-time (2026-12-07T09:00; its zone if given, "
+                        "else local time). Not with --budget")
+    p.add_argument("--budget", default=None, metavar="AMOUNT",
+                   help="the time-cost dial, for HTA's policy (hta, hta-time, hta-cost): finish as early as "
+                        "AMOUNT allows, in node-hours (40node-h; a node is one worker of the --worker-cores / "
+                        "--worker-memory shape) or core-hours (300core-h, divided by --worker-cores). Not with "
+                        "--deadline")
     p.add_argument("--min-workers", type=_positive_int("--min-workers", 0), default=0)
     p.add_argument("--max-workers", type=_positive_int("--max-workers"), default=4)
     p.add_argument("--worker-cores", type=_positive_int("--worker-cores"), default=1)

@@ -28,6 +28,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "workflow": ("", "workflow"),
     "backend": ("", "backend"),
     "policy": ("", "policy"),
+    "deadline": ("", "deadline"),
+    "budget": ("", "budget"),
     "port": ("", "port"),
     "min-workers": ("", "min_workers"),
     "max-workers": ("", "max_workers"),

@@ -3,23 +3,33 @@ file that refuse a run before anything starts."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from hta.backends import BackendOptions, backend_names
 from hta.controller import ControllerConfig
 from hta.errors import UsageError
 from hta.model import Resources
 from hta.policies.registry import make_policy
+from hta.submit.dial_input import parse_budget, parse_deadline
 from workqueue_bridge.dag import viz_json
 from workqueue_bridge.makeflow import MakeflowError, check_extra_args
 from workqueue_bridge.makeflow_args import ArgsError, MakeflowArgs
 
 #: default for ``--worker-stall-timeout``: a worker silent this long is dropped by the master
 STALL_TIMEOUT_S = 120.0
+
+#: the policies that take the time–cost dial (``--deadline``, ``--budget``): HTA's, with or
+#: without settings (``hta-cost:busy_runtimes=5``); not time-scaled (``hta@10``) nor cut into
+#: pods (``hta[pods=3]``), whose specs take no settings appended
+_DIAL_POLICY = re.compile(r"(hta|hta-time|hta-cost)(:[^@\[\]]*)?")
+#: the policy settings the dial sets
+_DIAL_SETTINGS = ("deadline_s", "budget_node_s")
 
 
 class MakeflowOptions(BaseModel):
@@ -36,6 +46,11 @@ class MakeflowOptions(BaseModel):
     backend: str = "local"
     backend_options: BackendOptions = Field(default_factory=BackendOptions)
     policy: str = "hta"
+    #: the time–cost dial, as given (:mod:`hta.submit.dial_input`): finish by this time
+    #: (a duration from the start, or a clock time), paying the fewest node·s the forecast allows
+    deadline: str | None = None
+    #: ... or finish as early as this many node-hours (or core-hours) allow
+    budget: str | None = None
     #: master port (None: the backend's default — any free port locally, a fixed one on Kubernetes)
     port: int | None = Field(None, ge=0, le=65535)
     min_workers: int = Field(0, ge=0)
@@ -62,6 +77,32 @@ class MakeflowOptions(BaseModel):
     status_host: str = "127.0.0.1"
     #: a token every reader of the status server must send (None: none asked)
     status_token: str | None = None
+    #: the deadline in seconds from the check that resolved it (:meth:`check_dial`): a clock
+    #: time is read once, at the start, not again when the policy is made
+    _deadline_s: float | None = PrivateAttr(default=None)
+    #: the budget in node-seconds, from :meth:`check_dial`
+    _budget_node_s: float | None = PrivateAttr(default=None)
+    #: what :meth:`check_dial` resolved those from (checked again only if that changes)
+    _dial_of: tuple[object, ...] | None = PrivateAttr(default=None)
+
+    @field_validator("deadline", "budget", mode="before")
+    @classmethod
+    def _as_text(cls, value: Any) -> Any:
+        """A config file's number (``deadline: 5400``, TOML's ``budget = 40``) or date-time
+        (``deadline: 2026-12-07T09:00:00``, TOML's ``deadline = 09:00:00``), as the text it
+        was written as: the check reads it as the flag's text."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # (a bool: refused by config.build)
+            return str(value)
+        if isinstance(value, dt.datetime):
+            return value.isoformat()
+        if isinstance(value, dt.time):
+            if value.second or value.microsecond:
+                raise ValueError(f"the clock time {value.isoformat()} has seconds: a clock time is HH:MM, or "
+                                 f"give a date-time (2026-12-07T09:00:30)")
+            return value.strftime("%H:%M")
+        if isinstance(value, dt.date):
+            return value.isoformat()
+        return value
 
     @field_validator("policy")
     @classmethod
@@ -88,6 +129,7 @@ class MakeflowOptions(BaseModel):
         if self.backend not in backend_names():
             raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(backend_names())}")
         # (the policy was checked when the options were built: _a_policy)
+        self.check_dial()
         if self.log is not None:
             if self.log.is_dir():
                 raise UsageError(f"--log {self.log} is a directory: give a file name, e.g. {self.log}/run.scaling.jsonl")
@@ -100,6 +142,62 @@ class MakeflowOptions(BaseModel):
             raise UsageError(f"--min-interval ({self.min_interval_s:g}) is above --max-interval "
                              f"({self.max_interval_s:g})")
         return args
+
+    def check_dial(self, now: dt.datetime | None = None) -> None:
+        """``--deadline`` and ``--budget``: not both, only with HTA's policy, values that parse.
+        The deadline is resolved against ``now`` (default: this moment, local time), once:
+        later checks keep what the first found (unless the dial, the policy or the worker
+        cores were changed since), so a clock time is not read again when the policy is made."""
+        given = (self.deadline, self.budget, self.policy, self.worker_cores)
+        if given == self._dial_of:
+            return
+        self._deadline_s = self._budget_node_s = None
+        if self.deadline is None and self.budget is None:
+            self._dial_of = given
+            return
+        if self.deadline is not None and self.budget is not None:
+            raise UsageError("give --deadline or --budget, not both")
+        flag = "--deadline" if self.deadline is not None else "--budget"
+        if not _DIAL_POLICY.fullmatch(self.policy):
+            raise UsageError(f"{flag} needs HTA's policy (hta, hta-time or hta-cost), not {self.policy}: drop {flag} "
+                             f"or choose one of those")
+        own = [key for item in self.policy.partition(":")[2].split(",")
+               if (key := item.partition("=")[0].strip()) in _DIAL_SETTINGS]
+        if own:
+            raise UsageError(f"{flag} and the policy's own {own[0]} (--policy {self.policy}) both set the dial: "
+                             f"give one of them")
+        if self.deadline is not None:
+            self._deadline_s = parse_deadline(self.deadline, dt.datetime.now() if now is None else now)
+        else:
+            assert self.budget is not None
+            self._budget_node_s = parse_budget(self.budget, self.worker_cores)
+        self._dial_of = given
+
+    @property
+    def deadline_s(self) -> float | None:
+        """The deadline in seconds from the check (None: none given, or not checked yet)."""
+        return self._deadline_s
+
+    @property
+    def budget_node_s(self) -> float | None:
+        """The budget in node-seconds (None: none given, or not checked yet)."""
+        return self._budget_node_s
+
+    def policy_spec(self) -> str:
+        """The policy as :func:`~hta.policies.registry.make_policy` takes it, with the dial
+        appended as its settings: ``hta:busy_runtimes=3`` and ``--deadline 90m`` →
+        ``hta:busy_runtimes=3,deadline_s=5400``; ``hta-cost`` and ``--budget 4node-h`` →
+        ``hta-cost:budget_node_s=14400``. Checks the dial first if nobody has."""
+        self.check_dial()
+        if self._deadline_s is not None:  # (never 0, which would mean no deadline)
+            setting = f"deadline_s={_number(max(0.1, round(self._deadline_s, 1)))}"
+        elif self._budget_node_s is not None:  # (nor a budget that rounds to 0 node·s)
+            setting = f"budget_node_s={max(1, round(self._budget_node_s))}"
+        else:
+            return self.policy
+        if ":" not in self.policy:
+            return f"{self.policy}:{setting}"
+        return self.policy + ("" if self.policy.endswith((":", ",")) else ",") + setting
 
     def check_workflow(self, args: MakeflowArgs) -> None:
         """The workflow file: named, there, a file, text."""
@@ -134,6 +232,11 @@ class MakeflowOptions(BaseModel):
             min_workers=self.min_workers, max_workers=self.max_workers, poll_interval_s=self.poll_interval_s,
             min_interval_s=self.min_interval_s, max_interval_s=self.max_interval_s, latency_prior_s=prior,
         )
+
+
+def _number(x: float) -> str:
+    """``5400.0`` → ``5400``, ``5400.5`` → ``5400.5``: a setting as a person writes it."""
+    return f"{x:.1f}".removesuffix(".0")
 
 
 #: where makeflow's parser (makeflow_viz shares it) says a workflow is wrong: "… line: 3 column: 1"

@@ -34,6 +34,7 @@ from hta.errors import UsageError
 from hta.interrupts import SIGNALS, quiet_in_loop, raising, take_received
 from hta.observation import UpcomingSource
 from hta.policies.base import Policy, check_signals
+from hta.policies.dial import budget_spent
 from hta.policies.registry import make_policy
 from hta.scaling_log import EndRecord, RunRecord, WorkerRecord
 from hta.submit.failure_watch import FailureWatch
@@ -378,6 +379,7 @@ class Submission:
             controller = Controller(policy=self.policy, learner=self.learner, scaling_log=self.writer,
                                     config=self.config, epoch=self.epoch, master=deps.master, backend=deps.backend,
                                     summaries=deps.summaries, upcoming=deps.upcoming, clock=deps.clock)
+            self.watch.more.append(lambda: budget_spent(controller.plan, controller.last_observation))
             finished = asyncio.Event()
             ctl = asyncio.create_task(controller.run(finished))
             viewing = asyncio.create_task(show(controller, self.view, self.policy, self.backend, self.workflow,
@@ -469,7 +471,7 @@ def run_makeflow(options: MakeflowOptions, verbosity: str = "normal", mode: str 
             raise UsageError(f"cannot write the record file {options.record} ({exc.strerror or exc}): "
                              f"choose another file with --record") from None
     try:
-        policy = make_policy(options.policy)
+        policy = make_policy(options.policy_spec())  # (with --deadline or --budget as its settings)
         check_installed()
     except (ValueError, MakeflowError) as exc:
         raise UsageError(str(exc)) from None
