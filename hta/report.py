@@ -17,9 +17,10 @@ from rich.console import Console
 from rich.table import Table
 
 from hta.css_log import CSS_CAPTION, CSS_HEADER, WorkerCSS, css_logs_beside, css_rows, summarize_css
+from hta.plural import span
 from hta.scaling_log import DecisionRecord, LogError, ObservationRecord, RunRecord, read_records
 from hta.summary import RunSummary, summarize
-from hta.summary_view import core_s
+from hta.summary_view import budget_verdict, core_s, deadline_verdict, with_dial_rows
 
 
 @dataclass
@@ -115,7 +116,7 @@ def rows(s: RunSummary) -> list[tuple[str, str]]:
     status = "complete" if s.complete else "IN PROGRESS (up to its last record)"
     if s.complete and s.exit_code not in (0, None):
         status = f"ended, exit {s.exit_code}"
-    return [
+    return with_dial_rows([
         ("status", status),
         ("runtime s", _f(s.runtime_s, 1)),
         ("tasks done/failed/retried", f"{s.tasks_done}/{s.tasks_failed}/{s.tasks_retried}"
@@ -137,7 +138,20 @@ def rows(s: RunSummary) -> list[tuple[str, str]]:
                                       f"{s.workers_removed}"),
         ("latency n / median / p90 s", f"{s.latency_count} / {_f(s.latency_median_s, 1)} / {_f(s.latency_p90_s, 1)}"),
         ("latency phases (median s)", phases),
-    ]
+    ], s, "runtime s", "  node·s after it ended")
+
+
+def row_names(per_run: list[list[tuple[str, str]]]) -> list[str]:
+    """Every run's row labels, each once, in their order: a row only some runs have (a
+    deadline, a budget) is placed after the row it follows in the first run that has it."""
+    names: list[str] = []
+    for run_rows in per_run:
+        prev: str | None = None
+        for k, _ in run_rows:
+            if k not in names:
+                names.insert(names.index(prev) + 1 if prev is not None else 0, k)
+            prev = k
+    return names
 
 
 def category_rows(s: RunSummary) -> list[list[str]]:
@@ -156,10 +170,10 @@ def render_table(runs: list[LoadedRun], console: Console) -> None:
     t.add_column("", style="bold", no_wrap=True)
     for r in runs:
         t.add_column(r.label, overflow="fold")
-    names = [k for k, _ in rows(runs[0].summary)]
-    per_run = [dict(rows(r.summary)) for r in runs]
-    for k in names:
-        t.add_row(k, *(pr[k] for pr in per_run))
+    all_rows = [rows(r.summary) for r in runs]
+    per_run = [dict(rs) for rs in all_rows]
+    for k in row_names(all_rows):
+        t.add_row(k, *(pr.get(k, "—") for pr in per_run))
     console.print(t)
     for r in runs:
         cats = category_rows(r.summary)
@@ -184,9 +198,10 @@ def render_table(runs: list[LoadedRun], console: Console) -> None:
 
 def render_markdown(runs: list[LoadedRun]) -> str:
     lines = ["| | " + " | ".join(r.label for r in runs) + " |", "|---|" + "---|" * len(runs)]
-    per_run = [dict(rows(r.summary)) for r in runs]
-    for k, _ in rows(runs[0].summary):
-        lines.append(f"| {k} | " + " | ".join(pr[k] for pr in per_run) + " |")
+    all_rows = [rows(r.summary) for r in runs]
+    per_run = [dict(rs) for rs in all_rows]
+    for k in row_names(all_rows):
+        lines.append(f"| {k} | " + " | ".join(pr.get(k, "—") for pr in per_run) + " |")
     for r in runs:
         cats = category_rows(r.summary)
         if cats:
@@ -280,10 +295,14 @@ def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png"
         ax.set_ylabel("cores")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # (cores: no 2.5 on a small run's axis)
         s = r.summary
+        deadline_mark(ax, s, t[-1])
         past_cap = f" ({core_s(s.shortage_beyond_cap_core_s, '')} beyond the cap)" \
             if s.shortage_beyond_cap_core_s >= 0.05 else ""
+        # the deadline's or the budget's outcome under the title (no axis of spend to draw a budget on)
+        dial = [f"{k} {v}" for k, v in (("deadline", deadline_verdict(s)), ("budget", budget_verdict(s))) if v]
         ax.set_title(f"{r.label} — runtime {s.runtime_s:,.0f} s, waste {core_s(s.waste_core_s, '')}, "
-                     f"shortage {core_s(s.shortage_core_s, '')}{past_cap} core·s", fontsize=9)
+                     f"shortage {core_s(s.shortage_core_s, '')}{past_cap} core·s"
+                     + "".join(f"\n{line}" for line in dial), fontsize=9)
         ax.grid(alpha=0.3)
 
     for i, r in enumerate(runs):
@@ -311,6 +330,31 @@ def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png"
         written += _save(fig, out_dir / "comparison", formats)
         plt.close(fig)
     return written
+
+
+#: a deadline further than this many times the run's last time is said at the axis' edge, not
+#: drawn at its place: a run that ended far before it would be squeezed into the left of the plot
+DEADLINE_SHOWN_WITHIN = 1.5
+
+
+#: a label's light box: readable over the lines it crosses
+_LABEL_BOX = {"boxstyle": "square,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85}
+
+
+def deadline_mark(ax, s: RunSummary, t_last: float) -> None:
+    """The run's ``--deadline`` on the time axis: a vertical line labelled ``deadline``; one far
+    past the run's end (:data:`DEADLINE_SHOWN_WITHIN`) is named at the right edge instead."""
+    if s.plan is None or s.plan.deadline_s is None:
+        return
+    deadline = s.plan.deadline_s
+    if deadline > DEADLINE_SHOWN_WITHIN * max(t_last, 1.0):
+        ax.text(0.995, 0.88, f"deadline {span(deadline)} →", transform=ax.transAxes, ha="right", va="top",
+                fontsize=8, color="black", bbox=_LABEL_BOX)
+        return
+    ax.axvline(deadline, color="black", ls=(0, (6, 3)), lw=1.3, label=f"deadline ({span(deadline)})")
+    # (below the scale markers along the top)
+    ax.annotate("deadline", xy=(deadline, 0.88), xycoords=("data", "axes fraction"), xytext=(-3, 0),
+                textcoords="offset points", ha="right", va="top", rotation=90, fontsize=8, bbox=_LABEL_BOX)
 
 
 def scale_markers(ax) -> None:

@@ -12,7 +12,7 @@ import statistics
 from pydantic import BaseModel
 
 from hta.accounting import CoreSample, integrate, node_seconds, node_seconds_after, split_totals
-from hta.model import CategoryModel, LatencyStats
+from hta.model import CategoryModel, DialPlan, LatencyStats
 from hta.scaling_log import (
     CategoriesRecord,
     DecisionRecord,
@@ -83,6 +83,9 @@ class RunSummary(BaseModel):
     latency_p90_s: float | None = None
     latency_phases_median_s: dict[str, float] = {}
     categories: dict[str, CategoryModel] = {}
+    #: the time–cost dial's last plan (``--deadline``/``--budget``), None in a run without one
+    #: (and in a log from before plans were kept): its ask, and spent_node_s, HTA's own count
+    plan: DialPlan | None = None
 
 
 def paid_intervals(workers: list[WorkerRecord], node_cores: float | None = None,
@@ -233,6 +236,7 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
         latency_p90_s=percentile(lat, 90) if lat else None,
         latency_phases_median_s=phases,
         categories=cats[-1].categories if cats else {},
+        plan=next((d.plan for d in reversed(decisions) if d.plan is not None), None),
     )
 
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hta.console import PipeConsole
-from hta.plural import counted
+from hta.plural import counted, node_hours, span
 from hta.summary import RunSummary
 
 
@@ -40,6 +40,60 @@ def _earlier(s: RunSummary) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
+def deadline_verdict(s: RunSummary) -> str | None:
+    """Whether the run ended by its ``--deadline`` (the workflow's end, its runtime, against
+    the deadline, both from the run's start), and by how much: ``1h40m: met, ended 22m before
+    it``, ``1h40m: missed by 4m``. None without a deadline."""
+    if s.plan is None or s.plan.deadline_s is None:
+        return None
+    deadline = s.plan.deadline_s
+    ask, early = span(deadline), deadline - s.runtime_s
+    if not s.complete:  # (a log still being written, or cut short: its last record is no end)
+        last = f"the log's last record is at {span(s.runtime_s)}"
+        if early < 0:
+            return f"{ask}: missed by {span(-early)} at least (still running: {last})"
+        return f"{ask}: not over yet ({last}, {span(early)} before it)"
+    if s.exit_code not in (0, None):
+        return f"{ask}: not met, the workflow failed (exit code {s.exit_code}) at {span(s.runtime_s)}"
+    if early >= 0:
+        return f"{ask}: met, ended {span(early)} before it"
+    return f"{ask}: missed by {span(-early)} (ended at {span(s.runtime_s)})"
+
+
+def budget_verdict(s: RunSummary) -> str | None:
+    """Whether the run kept its ``--budget``: the node·s paid (:attr:`RunSummary.node_s`, the
+    report's and the summary's one count) against it: ``16.7 node·h: kept, 15.9 node·h paid
+    (0.8 node·h to spare)``, ``16.7 node·h: overrun by 0.3 node·h (17 node·h paid)``. None
+    without a budget."""
+    if s.plan is None or s.plan.budget_node_s is None:
+        return None
+    budget, paid = s.plan.budget_node_s, s.node_s
+    ask = node_hours(budget)
+    stop = "; buying stopped once it was spent" if s.plan.exhausted else ""
+    if not s.complete:
+        so_far = f"{node_hours(paid)} paid by the log's last record"
+        if paid > budget:
+            return f"{ask}: overrun by {node_hours(paid - budget)} already ({so_far}){stop}"
+        return f"{ask}: not over yet ({so_far}, {node_hours(budget - paid)} left){stop}"
+    if paid <= budget:
+        return f"{ask}: kept, {node_hours(paid)} paid ({node_hours(budget - paid)} to spare){stop}"
+    return f"{ask}: overrun by {node_hours(paid - budget)} ({node_hours(paid)} paid){stop}"
+
+
+def with_dial_rows(rows: list[tuple[str, str]], s: RunSummary, after_runtime: str,
+                   after_node_s: str) -> list[tuple[str, str]]:
+    """``rows`` with a ``deadline`` row after the row ``after_runtime`` and a ``budget`` row
+    after ``after_node_s``, for a run given either (:func:`deadline_verdict`,
+    :func:`budget_verdict`); ``rows`` as they are for a run without."""
+    out = []
+    for key, value in rows:
+        out.append((key, value))
+        verdict = deadline_verdict(s) if key == after_runtime else budget_verdict(s) if key == after_node_s else None
+        if verdict is not None:
+            out.append(("deadline" if key == after_runtime else "budget", verdict))
+    return out
+
+
 def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
     lat = "none measured" if not s.workers_connected else "not measured (no worker waited for a node to be made)"
     if s.latency_count:
@@ -65,7 +119,7 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
         gone = [f"{s.workers_lost} worker(s) lost"] + ([f"{s.workers_failed} failed to start"] if s.workers_failed else [])
         rows.insert(5, ("lost work", f"{s.tasks_lost} task(s) run again, {core_s(s.lost_work_core_s)} "
                                      f"({', '.join(gone)})"))
-    return rows
+    return with_dial_rows(rows, s, "runtime", "node time paid")
 
 
 def _beyond(s: RunSummary) -> str:

@@ -170,6 +170,7 @@ async def test_live_page_draws_the_run_without_console_errors(chromium: str):
                   workers: document.getElementById('workers').textContent,
                   run: document.getElementById('run').textContent,
                   error: getComputedStyle(document.getElementById('error')).display,
+                  plan: getComputedStyle(document.getElementById('plan')).display,
                 };
             })()""")
             assert page["points"] == len(snapshot.series) and page["failures"] == 0
@@ -181,6 +182,7 @@ async def test_live_page_draws_the_run_without_console_errors(chromium: str):
             assert page["tasks"] == f"{snapshot.tasks.done} done"
             assert page["workers"] == f"{snapshot.connected} connected"
             assert INFO.workflow in page["run"] and page["error"] == "none"
+            assert page["plan"] == "none"  # (no --deadline or --budget: no plan line)
 
             height = (await cdp.send("Page.getLayoutMetrics"))["cssContentSize"]["height"]
             await cdp.send("Emulation.setDeviceMetricsOverride", width=1280, height=int(height), deviceScaleFactor=1,
@@ -196,6 +198,44 @@ async def test_live_page_draws_the_run_without_console_errors(chromium: str):
                 await cdp.send("Browser.close", timeout=5)
             except (TimeoutError, ConnectionError):
                 pass  # the fixture stops it by its pid anyway
+            await cdp.close()
+        finally:
+            await server.stop()
+
+
+async def test_live_page_shows_the_plan_and_marks_one_that_cannot_be_kept(chromium: str):
+    """--deadline or --budget: the plan's one line (the snapshot's, as the panel has it) under
+    the cards, marked once the forecast says the ask cannot be kept."""
+    from hta.model import DialPlan
+
+    controller = simulated_controller(10.0)
+    controller.plan = DialPlan(deadline_s=6000, nodes=12, projected_end_s=4860, spent_node_s=11520)
+    server = StatusServer.for_controller(controller, INFO)
+    url = await server.start()
+    shown = """(() => { const p = document.getElementById('plan');
+                        return [getComputedStyle(p).display, p.className, p.textContent]; })()"""
+    async with aiohttp.ClientSession() as http:
+        try:
+            async with http.put(f"{chromium}/json/new?about:blank") as r:
+                target = await r.json()
+            cdp = CDP(await http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0))
+            for domain in ("Runtime", "Log", "Page"):
+                await cdp.send(f"{domain}.enable")
+            await cdp.send("Page.navigate", url=url)
+            await cdp.evaluate("new Promise(ok => { const f = () => (window.htaPage && htaPage.updates >= 1) "
+                               "? ok(true) : setTimeout(f, 50); f(); })", timeout=30)
+            assert await cdp.evaluate(shown) == ["block", "plan", "plandeadline 1h40m · projected end 1h21m (12 workers)"]
+            controller.plan = controller.plan.model_copy(update={"feasible": False, "nodes": 20,
+                                                                 "projected_end_s": 7500})
+            late = await cdp.evaluate("new Promise(ok => { const f = () => document.getElementById('plan').className"
+                                      ".includes('late') ? ok(true) : setTimeout(f, 50); f(); })", timeout=30)
+            assert late and (await cdp.evaluate(shown))[2] == (
+                "plandeadline 1h40m · cannot be kept: projected end 2h05m (20 workers), going as fast as it can")
+            assert cdp.problems() == []
+            try:
+                await cdp.send("Browser.close", timeout=5)
+            except (TimeoutError, ConnectionError):
+                pass
             await cdp.close()
         finally:
             await server.stop()

@@ -20,13 +20,17 @@ from hta.status.snapshot import StatusSnapshot
 #: buckets of the preparation-latency histogram, seconds (a local worker: ~1–10 s; a pod on a new node: minutes)
 LATENCY_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0)
 
+#: the time–cost dial's plan: only in a run given --deadline or --budget, each once it has a value
+DIAL_METRICS = ("hta_deadline_seconds", "hta_projected_end_seconds", "hta_budget_node_seconds",
+                "hta_spent_node_seconds")
+
 #: every metric family exposed (the name as Prometheus' parser reports it)
 METRICS = (
     "hta_run_info", "hta_elapsed_seconds", "hta_tasks", "hta_tasks_done", "hta_tasks_failed", "hta_workers",
     "hta_cores", "hta_waste_core_seconds", "hta_idle_waste_core_seconds", "hta_shortage_core_seconds",
     "hta_preparation_latency_seconds", "hta_preparation_latency_estimate_seconds", "hta_decisions",
     "hta_worker_events", "hta_step_failures", "hta_step_failing", "hta_max_workers", "hta_at_cap",
-    "hta_held_back_workers",
+    "hta_held_back_workers", *DIAL_METRICS,
 )
 
 
@@ -108,6 +112,18 @@ class SnapshotCollector(Collector):
                                     "and tasks still wait", value=1 if s.cap.at_cap else 0)
             yield GaugeMetricFamily("hta_held_back_workers", "Workers the last decision wanted and the cap (or the "
                                     "backend) held back", value=s.cap.held_back)
+        p = s.plan
+        if p is not None:
+            for name, help_text, v in (
+                    ("hta_deadline_seconds", "The deadline (--deadline), seconds from the run's start", p.deadline_s),
+                    ("hta_projected_end_seconds", "When the plan's forecast sees the workflow end, seconds from the "
+                     "run's start", p.projected_end_s),
+                    ("hta_budget_node_seconds", "The budget (--budget), node-seconds of the worker shape's node",
+                     p.budget_node_s),
+                    ("hta_spent_node_seconds", "Node-seconds spent so far, by HTA's own count (what the plan "
+                     "weighs against the budget)", p.spent_node_s)):
+                if v is not None:
+                    yield GaugeMetricFamily(name, help_text, value=v)
 
 
 def make_registry(source: Callable[[], StatusSnapshot]) -> CollectorRegistry:

@@ -52,6 +52,10 @@ PAGE = r"""<!doctype html>
   .kind.none { background:#eaeef2; color:#656d76; }
   .empty { color:var(--muted); font-style:italic; }
   .v.capped { color:#8250df; }
+  .plan { display:none; background:var(--card); border:1px solid var(--line); border-radius:8px; padding:8px 14px;
+          margin-top:12px; font-variant-numeric:tabular-nums; }
+  .plan .k { color:var(--muted); font-size:12px; text-transform:uppercase; letter-spacing:.04em; margin-right:10px; }
+  .plan.late { background:#fff8c5; border-color:#d4a72c; color:#7d4e00; font-weight:600; }
 </style>
 </head>
 <body>
@@ -69,6 +73,7 @@ PAGE = r"""<!doctype html>
     <div class="card"><div class="k">cores</div><div class="v" id="cores">—</div><div class="s" id="cores-s"></div></div>
     <div class="card"><div class="k">waste / shortage</div><div class="v" id="waste">—</div><div class="s" id="waste-s"></div></div>
   </div>
+  <div class="plan" id="plan"><span class="k">plan</span><span id="plan-line"></span></div>
   <section>
     <h2>Cores over time</h2>
     <div class="legend"><span><i style="background:var(--supply)"></i>supply</span>
@@ -219,6 +224,10 @@ function render(s) {
   const err = $("error");
   err.style.display = s.last_error ? "block" : "none";
   err.textContent = s.last_error ? "last step failed: " + s.last_error + " (" + s.step_failures + " failures so far)" : "";
+  const plan = $("plan");  // (--deadline or --budget; an older HTA's status has no plan)
+  plan.style.display = s.plan ? "block" : "none";
+  plan.className = "plan" + (s.plan && !s.plan.feasible ? " late" : "");
+  $("plan-line").textContent = s.plan ? s.plan.line : "";
   drawChart(s.series, s.cap);
   drawDecisions(s);
 }

@@ -173,6 +173,8 @@ def render(s: StatusSnapshot) -> RenderableType:
     facts.add_row("latency L", f"{lat.estimate_s:.1f} s ({measured})")
     facts.add_row("cores", f"{s.cores.supply:g} supplied, {s.cores.in_use:g} in use, {s.cores.demand:g} demand")
     facts.add_row("waste / shortage", f"{acc.waste_core_s:,.1f} / {acc.shortage_core_s:,.1f} core·s so far")
+    if s.plan is not None:  # (--deadline or --budget: what the forecast sees; bold where it cannot be kept)
+        facts.add_row("plan", Text(s.plan.line, style="bold yellow" if not s.plan.feasible else ""))
     d = s.last_decision
     if d is None:
         facts.add_row("last decision", "none yet")

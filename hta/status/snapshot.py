@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from hta.accounting import CoreSample, integrate
-from hta.model import CategoryModel
+from hta.model import CategoryModel, DialPlan
+from hta.plural import counted, node_hours, span
 from hta.scaling_log import DecisionRecord, WorkerRecord
 
 if TYPE_CHECKING:
@@ -123,6 +124,46 @@ class Accounting(BaseModel):
     utilization: float | None = None
 
 
+class PlanView(DialPlan):
+    """The time–cost dial's latest plan (``--deadline``/``--budget``; :class:`~hta.model.DialPlan`)
+    and the one line the panel and the page show of it (:func:`plan_line`)."""
+
+    line: str = ""
+
+
+def _bare_node_hours(node_s: float) -> str:
+    """``3.2`` of ``3.2 node·h``: a figure whose unit the line says once, after the last."""
+    return node_hours(node_s).split(" ", 1)[0]
+
+
+def plan_line(p: DialPlan) -> str:
+    """The plan in one line: ``deadline 1h40m · projected end 1h21m (12 workers)``, or
+    ``budget 16.7 node·h · spent 3.2 + forecast 12.1 node·h (5 workers)``; an ask the
+    forecast cannot keep says so, and a spent budget that nothing more is bought."""
+    pool = f" ({counted(p.nodes, 'worker')})" if p.nodes is not None else ""
+    if p.deadline_s is not None:
+        ask = f"deadline {span(p.deadline_s)}"
+        if p.projected_end_s is None:
+            return f"{ask} · no forecast until a first task ends"
+        if not p.feasible:
+            return f"{ask} · cannot be kept: projected end {span(p.projected_end_s)}{pool}, going as fast as it can"
+        return f"{ask} · projected end {span(p.projected_end_s)}{pool}"
+    ask = f"budget {node_hours(p.budget_node_s or 0.0)}"
+    if p.exhausted:
+        return f"{ask} · spent {node_hours(p.spent_node_s)}: the budget is spent, nothing more is bought"
+    if p.forecast_node_s is None:
+        return f"{ask} · spent {node_hours(p.spent_node_s)}; no forecast until a first task ends"
+    spend = (f"spent {_bare_node_hours(p.spent_node_s)} + forecast "
+             f"{node_hours(max(0.0, p.forecast_node_s - p.spent_node_s))}{pool}")
+    if not p.feasible:
+        return f"{ask} · cannot be kept: {spend}, going as cheaply as it can"
+    return f"{ask} · {spend}"
+
+
+def plan_view(p: DialPlan | None) -> PlanView | None:
+    return None if p is None else PlanView(**p.model_dump(), line=plan_line(p))
+
+
 class StatusSnapshot(BaseModel):
     format: str = FORMAT
     run: RunInfo
@@ -150,6 +191,9 @@ class StatusSnapshot(BaseModel):
     #: steps that failed so far (an API error of the master or the backend)
     step_failures: int = 0
     cap: Cap | None = None
+    #: the time–cost dial's latest plan (None: no ``--deadline`` or ``--budget``; absent from
+    #: an older HTA's answer, read as None, so the format stays ``hta-status/1``)
+    plan: PlanView | None = None
 
     @property
     def connected(self) -> int:
@@ -287,4 +331,5 @@ def build_snapshot(controller: Controller, info: RunInfo, *, last: int = 20, now
         last_error=controller.last_error,
         step_failures=controller.step_failures,
         cap=cap_view(controller),
+        plan=plan_view(controller.plan),
     )
