@@ -49,6 +49,8 @@ from workqueue_bridge.snapshot import MasterSnapshot
 log = logging.getLogger("hta.controller")
 #: what HTA learned of the world it runs in (apart: the live view silences the controller's own lines)
 world_log = logging.getLogger("hta.world")
+#: what the time–cost dial says once (an ask it cannot keep): a warning the live view does not repeat
+dial_log = logging.getLogger("hta.dial")
 
 
 class MasterSource(Protocol):
@@ -254,7 +256,7 @@ class Controller:
         if decision.plan is not None:
             self.plan = decision.plan
             if decision.plan.note:  # (an ask the forecast cannot keep: said once, as it first shows)
-                log.warning("%s", decision.plan.note)
+                dial_log.warning("%s", decision.plan.note)
         self.decisions.append(record)
         self.log.write(record)
         log.info("t=%.1f add=%d drain=%s remove=%s: %s", now, len(asked), decision.drain, decision.remove,

@@ -8,6 +8,7 @@ import pytest
 from hta.estimator.workflow_end import forecast_end, node_share, unmeasured_guess
 from hta.model import (
     CategoryModel,
+    DialPlan,
     LatencyStats,
     Observation,
     PendingWorker,
@@ -19,7 +20,7 @@ from hta.model import (
 )
 from hta.plural import span
 from hta.policies import make_policy
-from hta.policies.dial import Dial
+from hta.policies.dial import Dial, budget_spent
 from hta.policies.hta_policy import HTAPolicy
 from hta.sim.cluster import ClusterModel
 from hta.sim.costs import COSTS
@@ -217,3 +218,26 @@ def test_in_the_simulator_a_looser_deadline_ends_by_it_and_pays_less():
     assert loose <= 3 * default_runtime
     assert loose_cost < 0.9 * default_cost
     assert math.isfinite(loose_cost)
+
+
+def test_a_spent_budget_with_nothing_left_to_run_what_waits_ends_the_run():
+    spent = DialPlan(budget_node_s=3600.0, spent_node_s=3700.0, exhausted=True)
+    waiting = stage(5, 100.0)
+    line = budget_spent(spent, waiting)
+    assert line is not None and line.startswith("the budget of 1 node·h is spent (1.03 node·h by HTA's count) "
+                                                 "with 5 tasks waiting and no worker left: give a larger --budget")
+    busy = waiting.model_copy(update={"workers": [WorkerInfo(id="w", capacity=NODE, running=1)]})
+    assert budget_spent(spent, busy) is None  # (it may still end well)
+    assert budget_spent(spent.model_copy(update={"exhausted": False}), waiting) is None
+    assert budget_spent(spent, obs()) is None  # nothing waits
+
+
+def test_an_ask_the_forecast_cannot_keep_is_a_warning_the_live_view_does_not_hide(caplog):
+    from hta.controller import dial_log
+
+    assert not dial_log.name.startswith("hta.controller")  # (the view silences hta.controller's lines)
+    caplog.set_level("WARNING", logger="hta.dial")
+    cluster = ClusterModel(max_nodes=20, **COSTS["measured"].cluster_update())
+    Simulation(load_workload("blast-3stage", 0), make_policy("hta:deadline_s=600"), cluster, seed=0).run("b")
+    said = [r.getMessage() for r in caplog.records if r.name == "hta.dial"]
+    assert len(said) == 1 and said[0].startswith("deadline 10m cannot be met: the earliest end is ")

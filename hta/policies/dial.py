@@ -158,8 +158,8 @@ class Dial:
             note = None
             if "spent" not in self._said:
                 self._said.add("spent")
-                note = (f"budget {node_hours(self.budget_node_s)} is spent ({node_hours(self.spent_node_s)} so far, "
-                        f"with the work now running); buying nothing more")
+                note = (f"budget {node_hours(self.budget_node_s)} is spent by the work now running "
+                        f"({node_hours(self.spent_node_s)} so far); buying nothing more")
             return base.model_copy(update={"nodes": max(have, 0), "feasible": False, "exhausted": True,
                                            "note": note, "forecast_node_s": self.spent_node_s + running_left})
 
