@@ -151,7 +151,7 @@ class HTAPolicy(Policy):
     #: shape; 0: no budget). One of the two, or neither
     budget_node_s: float = 0.0
     _dial: Dial | None = None
-    _estimators: dict[str, QueueDrainEstimator] = field(default_factory=dict)
+    _budget_estimator: QueueDrainEstimator | None = None
     _proposed: dict[str, int] = field(default_factory=dict)
     _next_up_at: float = float("-inf")
     _expected: tuple[int, list[tuple[float, int]]] | None = None
@@ -260,23 +260,14 @@ class HTAPolicy(Policy):
     def _estimator_for(self, plan: DialPlan | None) -> QueueDrainEstimator:
         """The estimator this decision buys by. Under a budget, never-measured tasks whose
         first tasks already run get no worker until one of those ends: a stage's cost is
-        unknown until then, and the workers bought on a guess were the budget's overrun.
-        Under a deadline the cap cannot keep, every task still waiting at the horizon is
-        bought for (no tail awareness, as ``hta-time``): the run goes as fast as it can
+        unknown until then, and the workers bought on a guess were the budget's overrun
         (docs/decisions/0031-the-time-cost-dial.md)."""
-        if plan is None:
+        if plan is None or plan.budget_node_s is None:
             return self.estimator
-        if plan.budget_node_s is not None:
-            key = "budget"
-            options = dataclasses.replace(self.options, first_finish_latencies=max(
-                self.options.first_finish_latencies, BUDGET_FIRST_FINISH))
-        elif not plan.feasible:
-            key, options = "late", dataclasses.replace(self.options, tail_aware=False)
-        else:
-            return self.estimator
-        if key not in self._estimators:
-            self._estimators[key] = QueueDrainEstimator(options)
-        return self._estimators[key]
+        if self._budget_estimator is None:
+            self._budget_estimator = QueueDrainEstimator(dataclasses.replace(
+                self.options, first_finish_latencies=max(self.options.first_finish_latencies, BUDGET_FIRST_FINISH)))
+        return self._budget_estimator
 
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
