@@ -118,6 +118,19 @@ FLOOR_MEDIAN = 1.5
 FLOOR_WORST = 3.0
 
 HTA_SETTINGS = {"hta": "hta", "hta-time": "hta-time", "hta-cost": "hta-cost"}
+#: ``--dial``: HTA's default given a deadline of each of these × its own runtime (per seed)
+DIAL_FACTORS = (1.1, 1.5, 2.0, 3.0, 4.0)
+#: ... at least this share of those runs ends by its deadline, and within a case the mean
+#: node·s never rise by more than DIAL_RISE as the deadline grows
+DIAL_KEPT = 0.95
+DIAL_RISE = 1.02
+#: ``--dial``: HTA given the cheapest finished rival setting's node·s (per seed) as its budget
+#: spends at most this many times it
+BUDGET_SLACK = 1.02
+BUDGET_LABEL = "hta budget of the cheapest rival"
+#: the dial's settings, off at 0: left out of a setting's text (:func:`settings_of`), so the
+#: runs stored before the dial existed stay valid
+DIAL_FIELDS = ("deadline_s", "budget_node_s")
 #: ``--sweep``: HTA's cost knobs around its default and ``hta-cost``, to show which rivals
 #: a user who tunes them would beat; not presets, so not counted in the goals.
 #: ``busy_runtimes`` (default 1, ``hta-cost`` 4) caps every purchase by how long the
@@ -456,6 +469,22 @@ class Store:
         return self.runs[key]
 
 
+def dial_label(factor: float) -> str:
+    return f"hta deadline {factor:g}× its runtime"
+
+
+def dial_goal(points: list[Point], kept: int, runs: int) -> Goal:
+    """The dial's deadlines kept, and its node·s never rising (within ``DIAL_RISE``) as the
+    deadline grows (points in the order of ``DIAL_FACTORS``)."""
+    rises = [b.node_s / a.node_s for a, b in itertools.pairwise(points) if a.node_s > 0]
+    worst = max(rises, default=1.0)
+    met = kept >= DIAL_KEPT * runs and worst <= DIAL_RISE
+    figures = (f"{kept}/{runs} by their deadline; node·s from the tightest deadline to the loosest "
+               + " → ".join(f"{p.node_s:,.0f}" for p in points) + f" (largest rise {worst:.3f} ×)")
+    return Goal(f"the dial keeps its deadlines (≥ {DIAL_KEPT:.0%}) and its node·s fall as they grow "
+                f"(≤ {DIAL_RISE:g} ×)", met, figures, f"{worst:.2f}")
+
+
 def settings_of(spec: str) -> str | None:
     """An HTA setting's every field (estimator options included), as text; None for a rival.
     Stored beside its runs, so that a changed preset is never read from an older store. (A
@@ -465,7 +494,8 @@ def settings_of(spec: str) -> str | None:
     if not isinstance(policy, HTAPolicy):
         return None
     return repr({f.name: getattr(policy, f.name) for f in dataclasses.fields(policy)
-                 if not f.name.startswith("_") and f.name != "name"})
+                 if not f.name.startswith("_") and f.name != "name"
+                 and not (f.name in DIAL_FIELDS and getattr(policy, f.name) == 0)})
 
 
 #: what a table or front of scaled means says of its figures
@@ -695,6 +725,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep", action="store_true",
                     help=f"also run HTA as {', '.join(SWEEP)} (tuned settings, "
                          f"shown beside the presets, not counted in the goals)")
+    ap.add_argument("--dial", action="store_true",
+                    help=f"also run HTA's default with a deadline of {', '.join(f'{f:g}' for f in DIAL_FACTORS)} × "
+                         f"its own runtime (the time–cost dial): its points count in the dominance, and its goal "
+                         f"is that ≥ {DIAL_KEPT:.0%} of them end by their deadline, their node·s never rising "
+                         f"(within {DIAL_RISE:g} ×) as the deadline grows")
     args = ap.parse_args(argv)
     seeds = 1 if args.quick and args.seeds == 5 else args.seeds
     if seeds < 1:
@@ -721,6 +756,8 @@ def main(argv: list[str] | None = None) -> int:
     scaled_any = False  # some seed's figures were scaled (a case with seeds of unequal size)
     sweep_cases: dict[str, tuple[list[Point], dict[str, Point]]] = {}  # case → rivals, HTA settings (--sweep)
     over_floor: dict[str, float] = {}  # case → HTA default's node·s over the floor at its runtime
+    dial_kept = [0, 0]  # --dial: runs that ended by their deadline, runs
+    budget_ratios: list[float] = []  # --dial: spend over budget, per run
     for name in names:
         for cname in args.clusters.split(","):
             cap = CLUSTERS[cname]
@@ -738,6 +775,8 @@ def main(argv: list[str] | None = None) -> int:
             bounds: list[float] = []
             floors: list[NodeSecondsFloor] = []
             sizes: list[tuple[float, float]] = []
+            dial: dict[str, list[dict]] = {dial_label(f): [] for f in (DIAL_FACTORS if args.dial else ())}
+            budgets: list[dict] = []  # --dial: HTA given the cheapest rival's node·s as its budget
             for seed in range(seeds):
                 wl = workload(name, seed, args.tasks, args.out / "workloads")
                 if args.declared:
@@ -749,6 +788,21 @@ def main(argv: list[str] | None = None) -> int:
                 for label, spec in settings.items():
                     per[label].append(store.get((name, cname, label, seed), settings=ids[label], make=
                                                 lambda: run_one(name, wl, spec, cluster, seed, bound)))
+                for f in DIAL_FACTORS if args.dial else ():
+                    deadline = round(f * per["hta"][seed]["runtime_s"], 1)
+                    spec = f"hta:deadline_s={deadline}"
+                    run = store.get((name, cname, dial_label(f), seed), settings=settings_of(spec),
+                                    make=lambda: run_one(name, wl, spec, cluster, seed, bound))
+                    dial[dial_label(f)].append({**run, "deadline_s": deadline})
+                if args.dial:  # a budget of the cheapest rival setting's node·s that finished
+                    cheapest = min((per[k][seed]["node_s"] for k in settings
+                                    if k not in hta_settings and per[k][seed]["finished"]), default=None)
+                    if cheapest is not None:
+                        budget = round(cheapest)
+                        spec = f"hta:budget_node_s={budget}"
+                        run = store.get((name, cname, BUDGET_LABEL, seed), settings=settings_of(spec),
+                                        make=lambda: run_one(name, wl, spec, cluster, seed, bound))
+                        budgets.append({**run, "budget_node_s": budget})
                 for k in FIXED_SIZES[cap]:
                     c = cluster.model_copy(update={"max_nodes": k, "start_nodes": k})
                     fixed[k].append(store.get((name, cname, f"fixed-{k}", seed),
@@ -765,7 +819,9 @@ def main(argv: list[str] | None = None) -> int:
             per_seed = [r["runtime_s"] / b for r, b in zip(per["hta"], bounds, strict=True)]
             bound, floors = scale_references(scales, bounds, floors)
             points = {label: mean_point(label, runs, scales) for label, runs in per.items()}
-            htas = [points[k] for k in hta_settings]
+            dial_pts = [mean_point(label, runs, scales) for label, runs in dial.items()]
+            budget_pts = [mean_point(BUDGET_LABEL, budgets, scales)] if len(budgets) == seeds else []
+            htas = [points[k] for k in hta_settings] + dial_pts + budget_pts
             tuned = [points[k] for k in SWEEP if k in points and k not in hta_settings]
             rivs = [p for k, p in points.items() if k not in hta_settings and k not in SWEEP]
             fixed_pts = {k: mean_point(f"fixed {k} nodes from t=0, 1-core pods", runs, scales) for k, runs in fixed.items()}
@@ -824,6 +880,20 @@ def main(argv: list[str] | None = None) -> int:
                   + ", ".join(f"{p.label.split(' ', 2)[2].replace(' nodes', '')}: {p.runtime_s:,.0f} / "
                               f"{p.node_s:,.0f}" for p in pool_pts))
             lines = [*goals(hta, mtd, capped=cap < max(CLUSTERS.values())), pool_goal(hta, pool_pts)]
+            if dial:
+                kept = [r["runtime_s"] <= r["deadline_s"] for runs in dial.values() for r in runs]
+                dial_kept[0] += sum(kept)
+                dial_kept[1] += len(kept)
+                lines.append(dial_goal(dial_pts, sum(kept), len(kept)))
+            if budgets:
+                ratios = [r["node_s"] / r["budget_node_s"] for r in budgets]
+                budget_ratios.extend(ratios)
+                worst = max(ratios)
+                lines.append(Goal(f"HTA given the cheapest rival's node·s as its budget spends ≤ {BUDGET_SLACK:g} × it",
+                                  worst <= BUDGET_SLACK, "per seed " + ", ".join(
+                                      f"{r['node_s']:,.0f} of {r['budget_node_s']:,.0f} ({r['runtime_s']:,.0f} s"
+                                      + ("" if r["finished"] else ", unfinished") + ")" for r in budgets),
+                                  f"{worst:.2f}"))
             for g in lines:
                 print(f"  goal {'met ' if g.met else 'MISS'}: {g.text}: {g.figures}")
                 if not g.met:
@@ -842,7 +912,7 @@ def main(argv: list[str] | None = None) -> int:
                 {"max from t=0": biggest, f"best fixed ({best.label.split()[1]})": best}
             draw(png, title, htas, rivs, refs, bound, free, tuned, floors, scaled)
             fig = lambda p: f"{p.runtime_s:,.0f} s / {p.node_s / 1000:,.1f}k / {p.waste_core_s / 1000:,.1f}k"
-            table.append(f"| {name} | {cap} | {bound:,.0f} | " + " | ".join(fig(h) for h in htas)
+            table.append(f"| {name} | {cap} | {bound:,.0f} | " + " | ".join(fig(points[k]) for k in hta_settings)
                          + f" | {fig(mtd)} | {fig(best)} | {floor_hta / 1000:,.1f}k "
                          + f"({hta.node_s / floor_hta:.2f}×) | {len(free)}"
                          + (f" ({len(still)})" if tuned else "") + " | "
@@ -857,7 +927,10 @@ def main(argv: list[str] | None = None) -> int:
                 "rivals not dominated" + (" (by no tuned setting either)" if args.sweep else "")
                 + f" | hta runtime / {MTD_SAME_PODS} ≤ {RUNTIME_SLACK:g} "
                 + f"| hta node·s / {MTD_SAME_PODS} ≤ {1 - MTD_SAVING:g} uncapped, ≤ 1 capped "
-                + f"| hta node·s / a static pool from t=0 as fast ≤ {POOL_NODE_S:g} | hta / bound |")
+                + f"| hta node·s / a static pool from t=0 as fast ≤ {POOL_NODE_S:g} | "
+                + ("the dial's largest node·s rise as the deadline grows | the budget's spend / it | "
+                   if args.dial else "")
+                + "hta / bound |")
         args.markdown.write_text(f"Each cell: runtime / node·s / waste (core·s, during + after the run), mean of "
                                  f"{seeds} seed(s)" + (SCALED + " (every seed weighs alike)" if scaled_any else "")
                                  + ("; every task declares its cores and memory (--declared)" if args.declared else "")
@@ -877,6 +950,15 @@ def main(argv: list[str] | None = None) -> int:
               f"worst {over_floor[worst]:.2f} × on {worst} (goal ≤ {FLOOR_WORST:g})")
         if median > FLOOR_MEDIAN or over_floor[worst] > FLOOR_WORST:
             misses.append(f"node·s over the floor: median {median:.2f} ×, worst {over_floor[worst]:.2f} × ({worst})")
+    if dial_kept[1]:
+        share = dial_kept[0] / dial_kept[1]
+        print(f"  the dial's deadlines kept: {dial_kept[0]} of {dial_kept[1]} runs ({share:.0%}; goal ≥ {DIAL_KEPT:.0%})")
+        if share < DIAL_KEPT:
+            misses.append(f"the dial's deadlines kept in {share:.0%} of runs")
+    if budget_ratios:
+        kept_b = sum(1 for r in budget_ratios if r <= BUDGET_SLACK)
+        print(f"  the dial's budgets kept (≤ {BUDGET_SLACK:g} ×): {kept_b} of {len(budget_ratios)} runs; "
+              f"spend over budget median {statistics.median(budget_ratios):.2f} ×, worst {max(budget_ratios):.2f} ×")
     if sweep_cases:
         print_covers(sweep_cases, list(hta_settings)[1:])
     if args.preset:

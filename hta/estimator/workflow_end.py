@@ -15,9 +15,11 @@ A task of a never-measured category is guessed: the measured categories' geometr
 runtime, or how long its longest-running task has run (:func:`unmeasured_guess`). With
 nothing measured there is no forecast (None): a plan waits for a first task to end.
 
-The cost is what a pool run by HTA pays: the node shares kept busy (HTA drains what idles),
-rounded up to whole nodes, plus a latency and the cluster's hold of an empty node for each
-node bought (docs/decisions/0031-the-time-cost-dial.md).
+The cost is what a pool run by HTA pays: the whole pool while any task is still to start
+(HTA holds an idle worker for the work ahead: a stage's straggling last round, the gap while
+one merge runs), then the node shares still busy, rounded up to whole nodes (what idles then
+is drained); plus a latency for each node bought, and the cluster's hold of an empty node
+for every node held, on its way or bought (docs/decisions/0031-the-time-cost-dial.md).
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def forecast_end(obs: Observation, nodes: int, latency_s: float, *, probe_split:
     """The rest of the workflow played on ``nodes`` nodes of ``obs.worker_shape``: the
     connected workers' shares from now, pending workers one latency after they were asked
     for, the rest bought now and there one ``latency_s`` from now. ``hold_s``: how long the
-    cluster keeps a node once its last worker left (charged once for each node bought).
+    cluster keeps a node once its last worker left (charged once for each node).
     None when nothing is measured yet (:func:`unmeasured_guess`)."""
     if guesses is None:
         guesses = unmeasured_guess(obs)
@@ -172,6 +174,7 @@ def forecast_end(obs: Observation, nodes: int, latency_s: float, *, probe_split:
         push(at, "arrive", "", s)
 
     capacity = have
+    unstarted = sum(g.count for g in groups.values())  # tasks not started yet
     smallest = min((g.share for g in groups.values()), default=1.0)
     end = now
     # node·s of busy shares, each interval's busy shares rounded up to whole nodes
@@ -192,7 +195,7 @@ def forecast_end(obs: Observation, nodes: int, latency_s: float, *, probe_split:
         return order[0]
 
     def fill(t: float) -> None:
-        nonlocal busy
+        nonlocal busy, unstarted
         passed: list[tuple[float, int, str]] = []
         while ready:
             item = heapq.heappop(ready)
@@ -205,6 +208,7 @@ def forecast_end(obs: Observation, nodes: int, latency_s: float, *, probe_split:
                     break  # (no group's task fits what is left)
                 continue
             g.count -= k
+            unstarted -= k
             busy += k * g.share
             push(t + g.runtime, "batch", item[2], k)
             if g.count > 0:
@@ -215,7 +219,10 @@ def forecast_end(obs: Observation, nodes: int, latency_s: float, *, probe_split:
     fill(now)
     while events:
         t, _, kind, ref, amount = heapq.heappop(events)
-        spent += math.ceil(min(busy, capacity) - _EPS) * (t - last_t) if busy > _EPS else 0.0
+        if unstarted > 0:
+            spent += math.ceil(capacity - _EPS) * (t - last_t)
+        elif busy > _EPS:
+            spent += math.ceil(min(busy, capacity) - _EPS) * (t - last_t)
         last_t = t
         if kind == "arrive":
             capacity += amount
@@ -235,4 +242,6 @@ def forecast_end(obs: Observation, nodes: int, latency_s: float, *, probe_split:
         fill(t)
     if any(g.left > 0 for g in groups.values()):
         return WorkflowEnd(nodes, math.inf, math.inf)  # (a pool too small for some task: it never ends)
-    return WorkflowEnd(nodes, end, spent + new_nodes * (latency_s + hold_s))
+    # (every node held now, or on its way, or bought, is kept its hold once its last worker leaves)
+    held = math.ceil(connected + sum(a for _, a in arrivals) - _EPS)
+    return WorkflowEnd(nodes, end, spent + new_nodes * latency_s + held * hold_s)

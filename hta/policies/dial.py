@@ -57,7 +57,7 @@ class Dial:
     spent_node_s: float = 0.0
     plan: DialPlan | None = None
     _last_t: float | None = None
-    _seen: set[str] = field(default_factory=set)
+    _nodes: set[str] = field(default_factory=set)
     _next_plan_at: float = -math.inf
     _planned_on: tuple[frozenset[str], int] | None = None
     _said: set[str] = field(default_factory=set)
@@ -67,19 +67,23 @@ class Dial:
         return self.deadline_s > 0 or self.budget_node_s > 0
 
     def account(self, obs: Observation, hold_s: float) -> None:
-        """Count what the pool has cost since the last observation: each worker (connected or
-        on its way) by its share of a node, and once, when first seen, the hold the cluster
-        will keep its node after it leaves."""
+        """Count what the pool has cost since the last observation. Where the backend names
+        each worker's node, as the cluster bills: every node that runs a worker, whole, and
+        its hold once its last worker left (a node with one pod of a third is paid whole, and
+        kept whole); elsewhere each worker by its share of a node. A worker on its way counts
+        its share (its node is being made for it)."""
         node = obs.worker_shape
-        held = sum(w.capacity.share_of(node) for w in obs.workers) + sum(p.shape.share_of(node)
-                                                                       for p in obs.pending)
+        pending = sum(p.shape.share_of(node) for p in obs.pending)
+        if obs.worker_nodes:
+            nodes = {obs.worker_nodes.get(w.id, w.id) for w in obs.workers}
+            held = len(nodes) + pending
+            self.spent_node_s += hold_s * len(self._nodes - nodes)
+            self._nodes = nodes
+        else:
+            held = sum(w.capacity.share_of(node) for w in obs.workers) + pending
         if self._last_t is not None and obs.time > self._last_t:
             self.spent_node_s += held * (obs.time - self._last_t)
         self._last_t = obs.time
-        for p in obs.pending:
-            if p.id not in self._seen:
-                self._seen.add(p.id)
-                self.spent_node_s += p.shape.share_of(node) * hold_s
 
     @staticmethod
     def hold_of(obs: Observation) -> float:
