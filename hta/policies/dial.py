@@ -111,9 +111,13 @@ class Dial:
         guesses = unmeasured_guess(obs)
         base = DialPlan(deadline_s=self.deadline_s or None, budget_node_s=self.budget_node_s or None,
                         spent_node_s=self.spent_node_s)
-        if guesses is None:  # nothing measured: the cap alone until a first task ends
-            self.plan = base
-            return base
+        if guesses is None:
+            # nothing measured: a deadline has the cap until a first task ends (it cannot tell
+            # a loose one from a tight one); a budget the smallest pool, since what it buys on
+            # nothing was its overrun (io-bound at 20 nodes bought the cap at once and paid
+            # 24.5k node·s of a 14.4k budget)
+            self.plan = base if self.deadline_s > 0 else base.model_copy(update={"nodes": lo})
+            return self.plan
         rel = self._margin_share(obs, guesses)
         spread_l = self._latency_spread(obs)
         memo: dict[int, WorkflowEnd] = {}
@@ -278,8 +282,9 @@ def plan_words(plan: DialPlan) -> str:
            else f"budget {node_hours(plan.budget_node_s or 0.0)}")
     if plan.exhausted:
         return f"{ask}: spent ({node_hours(plan.spent_node_s)}), buying nothing more"
-    if plan.nodes is None or plan.projected_end_s is None:
-        return f"{ask}: no forecast until a first task ends"
+    if plan.projected_end_s is None:
+        pool = f", {plan.nodes} worker{'s' if plan.nodes != 1 else ''} until then" if plan.nodes is not None else ""
+        return f"{ask}: no forecast until a first task ends{pool}"
     spend = f", spending {node_hours(plan.forecast_node_s)}" if plan.forecast_node_s is not None else ""
     late = "" if plan.feasible else " (cannot be kept)"
     return f"{ask}{late}: {plan.nodes} worker{'s' if plan.nodes != 1 else ''} end by {span(plan.projected_end_s)}{spend}"

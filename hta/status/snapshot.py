@@ -152,7 +152,7 @@ def plan_line(p: DialPlan) -> str:
     if p.exhausted:
         return f"{ask} · spent {node_hours(p.spent_node_s)}: the budget is spent, nothing more is bought"
     if p.forecast_node_s is None:
-        return f"{ask} · spent {node_hours(p.spent_node_s)}; no forecast until a first task ends"
+        return f"{ask} · spent {node_hours(p.spent_node_s)}; no forecast until a first task ends{pool}"
     spend = (f"spent {_bare_node_hours(p.spent_node_s)} + forecast "
              f"{node_hours(max(0.0, p.forecast_node_s - p.spent_node_s))}{pool}")
     if not p.feasible:
