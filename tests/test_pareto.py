@@ -401,3 +401,19 @@ def test_file_order_bench_prints_a_line_per_case(capsys):
     assert _file_order().main(["--seeds", "1", "--cases", "io-bound:2"]) == 0
     out = capsys.readouterr().out
     assert "io-bound/2" in out and out.count(" × (") == 3 and "within 1.1 × the bound: as written " in out
+
+
+def test_the_dial_goal_asks_its_deadlines_kept_and_its_bill_never_rising():
+    P = pareto.Point
+    falling = [P("a", 100, 0, 300), P("b", 150, 0, 250), P("c", 200, 0, 250)]
+    assert pareto.dial_goal(falling, 19, 20).met  # 95 % kept
+    assert not pareto.dial_goal(falling, 18, 20).met
+    rising = [P("a", 100, 0, 300), P("b", 150, 0, 310)]  # 3.3 % more for a looser deadline
+    goal = pareto.dial_goal(rising, 10, 10)
+    assert not goal.met and "300 → 310" in goal.figures and "1.033" in goal.figures
+
+
+def test_a_dial_left_off_leaves_the_stored_runs_of_htas_settings_valid():
+    assert pareto.settings_of("hta") == pareto.settings_of("hta:deadline_s=0")
+    assert "deadline_s" not in pareto.settings_of("hta")
+    assert "deadline_s': 60.0" in pareto.settings_of("hta:deadline_s=60")
