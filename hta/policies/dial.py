@@ -62,10 +62,6 @@ class Dial:
     _planned_on: tuple[frozenset[str], int] | None = None
     _said: set[str] = field(default_factory=set)
 
-    @property
-    def on(self) -> bool:
-        return self.deadline_s > 0 or self.budget_node_s > 0
-
     def account(self, obs: Observation, hold_s: float) -> None:
         """Count what the pool has cost since the last observation. Where the backend names
         each worker's node, as the cluster bills: every node that runs a worker, whole, and
