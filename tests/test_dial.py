@@ -159,7 +159,8 @@ def test_a_budget_below_the_cheapest_pace_is_said_and_the_run_goes_cheaply():
     o = stage(100, 100.0, max_workers=50)
     plan = Dial(budget_node_s=5_000).decide_nodes(o, 50.0, probe_split=1)
     assert not plan.feasible and plan.nodes == 1
-    assert plan.note is not None and plan.note.startswith("budget 1.39 node·h cannot be kept: the rest needs at least")
+    assert plan.note is not None and plan.note.startswith("budget 1.39 node·h cannot be kept: 1.39 node·h is left and "
+                                                          "the rest needs 2.79 node·h at 1 worker, 5% more")
 
 
 def test_a_spent_budget_buys_nothing_more_and_stops_no_busy_worker():

@@ -191,9 +191,10 @@ class Dial:
             note = None
             if "budget" not in self._said:
                 self._said.add("budget")
-                note = (f"budget {node_hours(self.budget_node_s)} cannot be kept: the rest needs at least "
-                        f"{node_hours(cheapest.node_s)} more at {cheapest.nodes} "
-                        f"worker{'s' if cheapest.nodes != 1 else ''}; running as cheaply as it can")
+                note = (f"budget {node_hours(self.budget_node_s)} cannot be kept: {node_hours(max(0.0, left))} is left "
+                        f"and the rest needs {node_hours(cheapest.node_s)} at {cheapest.nodes} "
+                        f"worker{'s' if cheapest.nodes != 1 else ''}, {rel:.0%} more for what is not known yet; "
+                        f"running as cheaply as it can")
             return base.model_copy(update={"nodes": cheapest.nodes, "projected_end_s": cheapest.end_s,
                                            "forecast_node_s": self.spent_node_s + cheapest.node_s,
                                            "feasible": False, "note": note})
