@@ -137,6 +137,16 @@ async def chromium(tmp_path: Path):
         assert not left, f"Chromium processes left behind: {left}"
 
 
+async def new_tab(http: aiohttp.ClientSession, chromium: str) -> CDP:
+    """A blank tab of the headless browser, its Runtime, Log and Page events on."""
+    async with http.put(f"{chromium}/json/new?about:blank") as r:
+        target = await r.json()
+    cdp = CDP(await http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0))
+    for domain in ("Runtime", "Log", "Page"):
+        await cdp.send(f"{domain}.enable")
+    return cdp
+
+
 async def test_live_page_draws_the_run_without_console_errors(chromium: str):
     controller = simulated_controller(130.0)
     snapshot = build_snapshot(controller, INFO)
@@ -145,11 +155,7 @@ async def test_live_page_draws_the_run_without_console_errors(chromium: str):
     url = await server.start()
     async with aiohttp.ClientSession() as http:
         try:
-            async with http.put(f"{chromium}/json/new?about:blank") as r:
-                target = await r.json()
-            cdp = CDP(await http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0))
-            for domain in ("Runtime", "Log", "Page"):
-                await cdp.send(f"{domain}.enable")
+            cdp = await new_tab(http, chromium)
             await cdp.send("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1,
                            mobile=False)
             await cdp.send("Page.navigate", url=url)
@@ -216,11 +222,7 @@ async def test_live_page_shows_the_plan_and_marks_one_that_cannot_be_kept(chromi
                         return [getComputedStyle(p).display, p.className, p.textContent]; })()"""
     async with aiohttp.ClientSession() as http:
         try:
-            async with http.put(f"{chromium}/json/new?about:blank") as r:
-                target = await r.json()
-            cdp = CDP(await http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0))
-            for domain in ("Runtime", "Log", "Page"):
-                await cdp.send(f"{domain}.enable")
+            cdp = await new_tab(http, chromium)
             await cdp.send("Page.navigate", url=url)
             await cdp.evaluate("new Promise(ok => { const f = () => (window.htaPage && htaPage.updates >= 1) "
                                "? ok(true) : setTimeout(f, 50); f(); })", timeout=30)

@@ -160,13 +160,8 @@ class Dial:
                 self._said.add("deadline")
                 note = (f"deadline {span(self.deadline_s)} cannot be met: the earliest end is "
                         f"{span(fastest.end_s)} at {hi} workers; running as fast as it can")
-            return base.model_copy(update={"nodes": hi, "projected_end_s": fastest.end_s,
-                                           "forecast_node_s": self.spent_node_s + fastest.node_s,
-                                           "feasible": False, "note": note})
-        n = _first_true(lo, hi, keeps)
-        f = at(n)
-        return base.model_copy(update={"nodes": n, "projected_end_s": f.end_s,
-                                       "forecast_node_s": self.spent_node_s + f.node_s})
+            return self._on(base, fastest, feasible=False, note=note)
+        return self._on(base, at(_first_true(lo, hi, keeps)))
 
     def _for_budget(self, obs: Observation, base: DialPlan, at: Callable[[int], WorkflowEnd], lo: int, hi: int,
                     rel: float) -> DialPlan:
@@ -195,13 +190,13 @@ class Dial:
                         f"and the rest needs {node_hours(cheapest.node_s)} at {cheapest.nodes} "
                         f"worker{'s' if cheapest.nodes != 1 else ''}, {rel:.0%} more for what is not known yet; "
                         f"running as cheaply as it can")
-            return base.model_copy(update={"nodes": cheapest.nodes, "projected_end_s": cheapest.end_s,
-                                           "forecast_node_s": self.spent_node_s + cheapest.node_s,
-                                           "feasible": False, "note": note})
-        n = _last_true(lo, hi, keeps)
-        f = at(n)
-        return base.model_copy(update={"nodes": n, "projected_end_s": f.end_s,
-                                       "forecast_node_s": self.spent_node_s + f.node_s})
+            return self._on(base, cheapest, feasible=False, note=note)
+        return self._on(base, at(_last_true(lo, hi, keeps)))
+
+    def _on(self, base: DialPlan, f: WorkflowEnd, **more: object) -> DialPlan:
+        """``base`` planned on forecast ``f``: its pool, its end, the spend so far and ahead."""
+        return base.model_copy(update={"nodes": f.nodes, "projected_end_s": f.end_s,
+                                       "forecast_node_s": self.spent_node_s + f.node_s, **more})
 
     @staticmethod
     def _running_node_s(obs: Observation) -> float:
