@@ -57,6 +57,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -796,6 +797,11 @@ SLURM = ROOT / "testcluster" / "slurm"
 #: cloud ones booted in 5 s; the hta partition allows jobs of at most 60 minutes
 SLURM_UP = ["--static-nodes", "2", "--cloud-nodes", "2", "--node-cores", "2", "--node-memory", "4000",
             "--resume-delay", "5", "--resume-jitter", "0.5", "--suspend-time", "10", "--max-time", "60"]
+#: with Debian's slurmdbd and mariadb-server (scripts/setup.sh --accounting), the cluster keeps
+#: accounting, and the user's default QOS lets 4 jobs be submitted at once (MaxSubmitJobsPerUser):
+#: every case runs under it, as on a real HPC site
+QOS_MAX_SUBMIT = 4
+ACCOUNTING = shutil.which("slurmdbd") is not None and shutil.which("mariadbd") is not None
 
 
 class SlurmCluster:
@@ -807,7 +813,9 @@ class SlurmCluster:
         self.env = {**os.environ, "HTA_SLURM_DIR": str(state)}
 
     def up(self) -> None:
-        r = subprocess.run([str(SLURM), "up", *SLURM_UP], env=self.env, capture_output=True, text=True, timeout=300)
+        extra = ["--accounting", "--qos-max-submit", str(QOS_MAX_SUBMIT)] if ACCOUNTING else []
+        r = subprocess.run([str(SLURM), "up", *SLURM_UP, *extra], env=self.env, capture_output=True, text=True,
+                           timeout=300)
         if r.returncode != 0:
             raise SystemExit(f"faults: error: the Slurm test cluster did not come up: {r.stderr.strip()[-500:]}")
         os.environ["SLURM_CONF"] = self.env["SLURM_CONF"] = r.stdout.strip().splitlines()[-1].split("=", 1)[1]
@@ -817,7 +825,7 @@ class SlurmCluster:
         os.environ.pop("SLURM_CONF", None)
 
     def jobs(self, states: str = "PENDING,CONFIGURING,RUNNING,COMPLETING") -> list[dict]:
-        out = subprocess.run(["squeue", "-h", f"--states={states}", "-o", "%i|%j|%T|%N"], env=self.env,
+        out = subprocess.run(["squeue", "--array", "-h", f"--states={states}", "-o", "%i|%j|%T|%N"], env=self.env,
                              capture_output=True, text=True).stdout
         return [dict(zip(("id", "name", "state", "node"), ln.split("|"))) for ln in out.splitlines() if ln.strip()]
 
@@ -832,6 +840,13 @@ class SlurmCluster:
 
 
 SLURM_CLUSTER: SlurmCluster | None = None
+
+
+def worker_of(job: dict) -> str:
+    """The worker a job is: its name, or for an element ``ID_K`` of a job array named
+    ``hta-<run>-F-L``, ``hta-<run>-K``."""
+    _, _, k = job["id"].partition("_")
+    return re.sub(r"-\d+-\d+$", f"-{k}", job["name"]) if k.isdigit() else job["name"]
 
 
 class SlurmRun(Run):
@@ -968,6 +983,81 @@ def busy_fault(bench: Bench, case: Case, what: str) -> Result:
     return r
 
 
+def case_slurm_never_fits(bench: Bench, case: Case, folder: Path) -> Result:
+    """A rule longer than the longest job HTA may ask for (``--time-limit 1``, ``sleep 90``):
+    the run ends with exit 1 within 3 minutes, in one line naming the rule's category, how
+    long it ran and the limit; the summary counts the lost core·s."""
+    wf_dir = folder / "wf"
+    wf_dir.mkdir(parents=True)
+    (wf_dir / "Makeflow").write_text("out.txt:\n\tsleep 90; echo done > out.txt\n")
+    run = SlurmRun(wf_dir / "Makeflow", ["--time-limit", "1"])
+    rc, took = run.wait(300)
+    lost = [x for x in run.records() if x.get("kind") == "worker" and x.get("cause") == "time limit"]
+    r = slurm_finish(bench, Result(case.name, case.fault, 1), run, rc, took, False)
+    for words in ("category default", "1:00", "--max-task-losses"):
+        if words not in r.message:
+            r.problems.append(f"the line does not say {words!r}")
+    if took > 180:
+        r.problems.append(f"ended after {took:.0f} s (goal: within 3 minutes)")
+    if len(lost) != 2 or not all(x.get("lost_work_core_s", 0) > 0 for x in lost):
+        r.problems.append(f"{len(lost)} worker(s) lost to the time limit with their core·s (want 2)")
+    if "to time limit" not in run.out.read_text(errors="replace"):
+        r.problems.append("the summary does not show the work lost to the time limit")
+    return r
+
+
+def case_slurm_qos_submit_limit(bench: Bench, case: Case, folder: Path) -> Result:
+    """``--max-workers 8`` under a QOS that lets 4 jobs be submitted at once: never more than 4
+    of HTA's jobs at once, the run completes, and the limit is named."""
+    if not ACCOUNTING:
+        return case_skipped("needs Debian's slurmdbd and mariadb-server: scripts/setup.sh --accounting")(
+            bench, case, folder)
+    wf = bench.workflow(case.name)
+    run = SlurmRun(wf, ["--max-workers", "8"])
+    rc, took = run.wait(bench.bound())
+    peak = peak_jobs(run.records())
+    r = slurm_finish(bench, Result(case.name, case.fault, 0), run, rc, took, True)
+    said = [ln for ln in run.stderr().splitlines() if f"MaxSubmitJobsPerUser {QOS_MAX_SUBMIT}" in ln]
+    if peak > QOS_MAX_SUBMIT:
+        r.problems.append(f"{peak} jobs at once (the QOS allows {QOS_MAX_SUBMIT})")
+    if not said:
+        r.problems.append("the QOS limit is not named")
+    r.fault += f"; at most {peak} jobs at once"
+    if said:
+        r.message = said[0][:120]
+    return r
+
+
+#: rules of 40 s each, 200 s of them per worker at --max-workers 2: more than a 3-minute job
+FIT_RULES = "".join(f"fit{i}.txt:\n\tsleep 40; echo {i} > fit{i}.txt\n\n" for i in range(10))
+
+
+def case_slurm_tasks_fit(bench: Bench, case: Case, folder: Path) -> Result:
+    """Tasks that fit a 3-minute job, in a workflow that outlives any one job: exact outputs,
+    no task cut at a time limit (workers take no task they cannot finish, and leave)."""
+    saved = bench.clean_s
+    bench.clean_s += 300 / BOUND_FACTOR
+    try:
+        wf = bench.workflow(case.name, case.extra_rules)
+        run = SlurmRun(wf, ["--time-limit", "3", "--max-workers", "2"])
+        rc, took = run.wait(bench.bound())
+        workers = [x for x in run.records() if x.get("kind") == "worker"]
+        r = slurm_finish(bench, Result(case.name, case.fault, 0), run, rc, took, True)
+    finally:
+        bench.clean_s = saved
+    cut = [x for x in workers if x.get("cause") == "time limit" or "TIMEOUT" in x.get("reason", "")]
+    left = [x for x in workers if x["event"] == "drained" and "time limit" in x.get("reason", "")]
+    done = sorted(p.name for p in wf.parent.glob("fit*.txt"))
+    if cut:
+        r.problems.append(f"{len(cut)} worker(s) cut at the time limit: {cut[0].get('reason')}")
+    if not left:
+        r.problems.append("no worker left before its job's end: the case did not reach the limit")
+    if len(done) != 10:
+        r.problems.append(f"{len(done)} of the 10 40-s rules done")
+    r.fault += f"; {len(left)} worker(s) left before their job's end, {len(cut)} cut"
+    return r
+
+
 def peak_jobs(recs: list[dict]) -> int:
     """The most worker jobs a run had at once (asked for or adopted, not yet ended), from its
     scaling log: a duplicate would push it past --max-workers. (The master may list an adopted
@@ -990,7 +1080,7 @@ def case_slurm_hta_kill(bench: Bench, case: Case, folder: Path) -> Result:
     time.sleep(2)
     run.p.send_signal(signal.SIGKILL)
     rc, took = run.wait(60)
-    survived = sorted(j["name"] for j in SLURM_CLUSTER.jobs())
+    survived = sorted(worker_of(j) for j in SLURM_CLUSTER.jobs())
     again = SlurmRun(wf, [], name="rerun")
     rc2, took2 = again.wait(bench.bound())
     recs = again.records()
@@ -1038,6 +1128,12 @@ SLURM_CASES = [
     Case("slurm-timeout", "the run's jobs get a one-minute time limit mid-run (a 100 s rule holds one)", 0,
          case_slurm_busy_fault("timeout"), extra_rules=LONG_RULE),
     Case("slurm-hta-sigkill", "SIGKILL HTA mid-run, then run again (adopts its jobs)", -9, case_slurm_hta_kill),
+    Case("slurm-never-fits", "--time-limit 1 and a rule of sleep 90 (it can never fit in a job)", 1,
+         case_slurm_never_fits, complete=False),
+    Case("slurm-qos-submit-limit", f"--max-workers 8 under a QOS of MaxSubmitJobsPerUser={QOS_MAX_SUBMIT}", 0,
+         case_slurm_qos_submit_limit),
+    Case("slurm-tasks-fit", "--time-limit 3, --max-workers 2 and ten 40 s rules: the work outlives any job", 0,
+         case_slurm_tasks_fit, extra_rules=FIT_RULES),
 ]
 
 

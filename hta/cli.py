@@ -103,8 +103,12 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
     sl.add_argument("--account", default=None, help="account to charge the worker jobs to")
     sl.add_argument("--qos", default=None, help="quality of service of the worker jobs")
     sl.add_argument("--time-limit", default=None, metavar="TIME",
-                    help="each worker job's time limit, as sbatch --time takes it (30, 2:00:00, 1-12); a worker "
-                         "Slurm ends at it is lost and its tasks run again")
+                    help="the longest worker job HTA asks for, as sbatch --time takes it (30, 2:00:00, 1-12); "
+                         "default: the partition's MaxTime or the QOS's MaxWall. A worker takes no task it cannot "
+                         "finish before its job's end")
+    sl.add_argument("--max-task-losses", type=_positive_int("--max-task-losses"), default=None, metavar="N",
+                    help="end the run (exit 1) once N tasks of one category were cut at a time limit they can "
+                         "never fit in (default 2)")
     sl.add_argument("--sbatch-args", default=None, metavar="ARGS",
                     help="more sbatch arguments for every worker job, as shell words (\"--constraint=skylake "
                          "--exclusive\")")
@@ -276,6 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--connect-timeout", type=_positive_int("--connect-timeout", 1), default=900, metavar="S")
     w.add_argument("--workdir", type=Path, default=Path("/tmp"))
     w.add_argument("--parent-death", action="store_true", help="exit when the parent process dies")
+    w.add_argument("--ends-at", type=float, default=None, metavar="UNIX",
+                   help="when the worker must be gone (its batch job's end): it takes no task it cannot finish "
+                        "by then, and leaves before it")
+    w.add_argument("--last-call", type=_seconds("--last-call", 0), default=0.0, metavar="S",
+                   help="with --ends-at: the longest a task is expected to run (the worker also learns it from "
+                        "its own tasks)")
     w.add_argument("--no-css", action="store_true", help="do not run the CSS classifier")
     w.add_argument("--css-backend", choices=["auto", "perf", "bpftrace", "proc"], default="auto")
     w.add_argument("--css-log", type=Path, metavar="FILE", help="CSS decision log (JSON Lines)")
@@ -364,7 +374,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                       connect_timeout_s=args.connect_timeout, workdir=args.workdir, css=not args.no_css,
                       css_backend=args.css_backend, css_log=args.css_log, css_interval_s=args.css_interval,
                       css_dry_run=args.css_dry_run, css_guard=args.css_guard, css_plan=args.css_plan,
-                      parent_death=args.parent_death)
+                      parent_death=args.parent_death, ends_at=args.ends_at, last_call_s=args.last_call)
     try:
         return run(o)
     except ValueError as exc:

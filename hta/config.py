@@ -61,6 +61,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "account": ("backend", "account"),
     "qos": ("backend", "qos"),
     "time-limit": ("backend", "time_limit"),
+    "max-task-losses": ("backend", "max_task_losses"),
     "sbatch-args": ("backend", "sbatch_args"),
 }
 

@@ -183,6 +183,9 @@ class Controller:
             retired=self.backend.retired(), node_hold_s=self.backend.node_hold_s(),
             worker_nodes=self.backend.worker_nodes(),
         )
+        ends = self.backend.worker_ends()
+        if ends:  # (workers under a time limit: the policy replaces them ahead of their end)
+            obs = obs.model_copy(update={"worker_ends": ends})
         self.last_observation = obs
         self._record_observation(obs)
         self._tell_world(obs)
@@ -223,6 +226,8 @@ class Controller:
     # -- decide and act ------------------------------------------------------------
     async def step(self) -> Observation:
         snap, obs = await self.observe()
+        self.backend.expect_tasks({c: m.runtime_max_s for c, m in obs.categories.items()
+                                   if m.measured and m.runtime_max_s})
         if obs.time >= self.next_decision_at:
             await self.act(self.policy.decide(obs), obs, snap, obs.time)
         return obs

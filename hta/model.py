@@ -162,6 +162,9 @@ class Observation(BaseModel):
     node_hold_s: float | None = None
     #: the node each connected worker runs on, by worker id, where the backend knows it
     worker_nodes: dict[str, str] = Field(default_factory=dict)
+    #: when each connected worker whose job ends at a time limit stops taking tasks (its
+    #: last call), by worker id, where the backend knows it
+    worker_ends: dict[str, float] = Field(default_factory=dict)
 
     @property
     def waiting_count(self) -> int:
@@ -199,11 +202,19 @@ class Observation(BaseModel):
     def room_for(self, shape: Resources) -> int:
         """Workers of ``shape`` that still fit under ``max_workers``, which counts whole
         workers of ``worker_shape``: a worker (connected or on its way) that is exactly
-        1/k of it counts 1/k (:meth:`Resources.share_of`)."""
+        1/k of it counts 1/k (:meth:`Resources.share_of`); one :meth:`leaving` does not."""
         whole = self.worker_shape
-        used = sum(w.capacity.share_of(whole) for w in self.workers) + sum(p.shape.share_of(whole)
-                                                                          for p in self.pending)
+        staying = [w for w in self.workers if w.id not in self.leaving()]
+        used = sum(w.capacity.share_of(whole) for w in staying) + sum(p.shape.share_of(whole) for p in self.pending)
         return max(0, math.floor((self.max_workers - used) / shape.share_of(whole) + 1e-6))
+
+    def leaving(self) -> set[str]:
+        """Workers whose job's last call comes within a latency (:attr:`worker_ends`): their
+        replacements, bought now, connect as they leave, and the cap counts those instead."""
+        if not self.worker_ends:
+            return set()
+        horizon = self.time + self.latency.estimate()
+        return {w for w, t in self.worker_ends.items() if t <= horizon}
 
     def in_use_cores(self) -> float:
         """Cores the running tasks use: the sum of :meth:`in_use_by_worker`."""

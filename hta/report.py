@@ -132,6 +132,7 @@ def rows(s: RunSummary) -> list[tuple[str, str]]:
         ("node·s paid", core_s(s.node_s, "")),
         ("  node·s after it ended", core_s(s.teardown_node_s, "")),
         ("lost work core·s", core_s(s.lost_work_core_s, "")),
+        *((f"  to {cause}", core_s(v, "")) for cause, v in sorted(s.lost_by_cause.items())),
         ("utilisation", "—" if s.utilization is None else f"{100 * s.utilization:.0f} %"),
         ("scale actions up/down", f"{s.scale_up_actions}/{s.scale_down_actions}"),
         ("workers req/conn/drain/rm", f"{s.workers_requested}/{s.workers_connected}/{s.workers_drained}/"

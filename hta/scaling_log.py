@@ -98,6 +98,9 @@ class WorkerRecord(BaseModel):
     lost_work_core_s: float = 0.0
     #: why a worker was ``lost`` or ``failed`` (e.g. its last words, or a stall), one line
     reason: str = ""
+    #: what cost the lost work, where it is one of the causes a report counts apart (``time
+    #: limit``, ``preemption``, ``node failure``); None otherwise
+    cause: str | None = None
     #: the node it runs on, where known and shared with other workers (the simulator's
     #: several worker pods per node): node-seconds are then paid per node, not per worker
     node: str | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from hta.accounting import CoreSample, integrate, node_seconds, node_seconds_after, split_totals
 from hta.model import CategoryModel, DialPlan, LatencyStats
@@ -64,6 +64,8 @@ class RunSummary(BaseModel):
     node_s: float
     teardown_node_s: float = 0.0
     lost_work_core_s: float = 0.0
+    #: the lost work by what cost it (``time limit``, ``preemption``, ``node failure``, ``other``)
+    lost_by_cause: dict[str, float] = Field(default_factory=dict)
     #: tasks running on workers that went away (the master ran them again)
     tasks_lost: int = 0
     #: workers that went away by themselves (``lost``) or never started (``failed``)
@@ -189,6 +191,17 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
     gone_with_work = [w for w in workers if w.event in ("lost", "removed", "failed")]
     tasks_lost = sum(w.tasks_lost for w in gone_with_work)
     lost_core_s = sum(w.lost_work_core_s for w in gone_with_work)
+    by_cause: dict[str, float] = {}
+    for w in gone_with_work:
+        if w.lost_work_core_s:
+            key = w.cause or "other"
+            by_cause[key] = round(by_cause.get(key, 0.0) + w.lost_work_core_s, 3)
+    lost_total = end.lost_work_core_s if end and end.lost_work_core_s else lost_core_s
+    # work thrown away is not useful: utilisation counts it out (waste keeps its one definition,
+    # decision 0012: cores paid and idle)
+    utilization = totals.utilization
+    if utilization is not None and lost_total:
+        utilization = max(0.0, (totals.in_use_core_s - lost_total) / totals.supply_core_s)
     ups = sum(1 for d in decisions if d.add > 0)
     downs = sum(1 for d in decisions if d.drain or d.remove)
     last_obs = obs[-1] if obs else None
@@ -218,11 +231,12 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
         cap_cores=cap_cores,
         node_s=node_s,
         teardown_node_s=node_seconds_after(intervals, ended, t_end),
-        lost_work_core_s=end.lost_work_core_s if end and end.lost_work_core_s else lost_core_s,
+        lost_work_core_s=lost_total,
+        lost_by_cause=by_cause,
         tasks_lost=tasks_lost,
         workers_lost=sum(1 for w in workers if w.event == "lost"),
         workers_failed=sum(1 for w in workers if w.event == "failed"),
-        utilization=totals.utilization,
+        utilization=utilization,
         scale_actions=ups + downs,
         scale_up_actions=ups,
         scale_down_actions=downs,

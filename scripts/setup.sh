@@ -6,6 +6,8 @@
 #     bpftrace (one of CSS's futex monitors), chromium (the live page's test runs
 #     it headless), and Slurm with munge (slurm-wlm: slurmctld, slurmd and the client
 #     commands the Slurm backend and testcluster/slurm use).
+#     With --accounting, also Debian's slurmdbd and mariadb-server, for the Slurm
+#     test cluster's accounting (testcluster/slurm up --accounting: QOS limits).
 #   - The project venv at .venv with `pip install -e .[test]`.
 #   - Debian's work_queue module made importable in the venv through a .pth
 #     file naming a folder of symlinks (not all of dist-packages).
@@ -19,6 +21,7 @@ say() { echo "[setup] $*" >&2; }
 
 # --- Debian packages -------------------------------------------------------
 debs=(coop-computing-tools python3-workqueue openmpi-bin stress-ng fio bpftrace chromium slurm-wlm munge)
+[ "${1:-}" = "--accounting" ] && debs+=(slurmdbd mariadb-server)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

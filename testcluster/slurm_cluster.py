@@ -13,6 +13,13 @@ Debian's Slurm 22.05 and munge, on this machine, in a folder of their own
   the node has been idle ``--suspend-time``. Every power change is a line of
   ``power.log`` (the node time a cloud would bill: :func:`node_seconds`).
 
+With ``--accounting``: Debian's ``mariadbd`` (a data folder, socket and port of its own,
+as root) and ``slurmdbd`` behind it, so that QOS limits are real: the cluster, an account
+``hta`` with the user running ``up``, and a QOS ``limited`` (the user's default, with
+``--qos-max-submit N``: ``MaxSubmitJobsPerUser=N``), enforced
+(``AccountingStorageEnforce=associations,limits,qos``). The plain cluster has no
+accounting and stays light.
+
 Two partitions: ``hta`` (default, every node) and ``urgent`` (the same nodes, a higher
 priority tier whose jobs preempt ``hta``'s by cancelling them: the preemption fault).
 Nodes trust the configured cores and memory (``SlurmdParameters=config_overrides``), so a
@@ -103,7 +110,7 @@ def node_names(prefix: str, n: int) -> list[str]:
     return [f"{prefix}{i}" for i in range(1, n + 1)]
 
 
-def write_conf(args: argparse.Namespace, ctld_port: int, ports: dict[str, int]) -> None:
+def write_conf(args: argparse.Namespace, ctld_port: int, ports: dict[str, int], dbd_port: int = 0) -> None:
     """slurm.conf: every path in STATE, every node on 127.0.0.1 with its own port."""
     host = socket.gethostname().split(".")[0]
     statics = node_names("s", args.static_nodes)
@@ -145,7 +152,12 @@ def write_conf(args: argparse.Namespace, ctld_port: int, ports: dict[str, int]) 
         "SchedulerType=sched/backfill", "SchedulerParameters=sched_min_interval=100000",
         "SlurmdParameters=config_overrides",
         "ReturnToService=2", "MpiDefault=none", "LaunchParameters=use_interactive_step",
-        "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        *(["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
+           f"AccountingStoragePort={dbd_port}", "AccountingStorageEnforce=associations,limits,qos",
+           # (the munge socket slurmdbd's clients use: this cluster's own, as AuthInfo's)
+           f"AccountingStoragePass={STATE / 'munge' / 'munge.socket'}"]
+          if dbd_port else ["AccountingStorageType=accounting_storage/none"]),
         "JobCompType=jobcomp/filetxt", f"JobCompLoc={STATE / 'jobcomp.txt'}",
         "EnforcePartLimits=ALL",
         "PreemptType=preempt/partition_prio", "PreemptMode=CANCEL",
@@ -190,6 +202,67 @@ def start_munge(pids: dict) -> None:
     wait_for("munged", lambda: (d / "munge.socket").exists(), 15)
 
 
+#: the accounting database's user and password (a database of this cluster's own, on 127.0.0.1)
+DB_USER, DB_PASS = "slurm", "hta-test"
+
+
+def sql(statement: str) -> None:
+    done = subprocess.run(["mariadb", f"--socket={STATE / 'db' / 'mysql.sock'}", "-u", "root", "-e", statement],
+                          capture_output=True, text=True, timeout=30)
+    if done.returncode:
+        raise RuntimeError(done.stderr.strip())
+
+
+def start_accounting(pids: dict, db_port: int, dbd_port: int) -> None:
+    """mariadbd and slurmdbd of this cluster's own (``--accounting``; see the module)."""
+    for tool in ("mariadbd", "mariadb-install-db", "slurmdbd"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"slurm: {tool} not found: --accounting needs Debian's mariadb-server and slurmdbd "
+                             f"(scripts/setup.sh --accounting installs them)")
+    db = STATE / "db"
+    (db / "data").mkdir(parents=True)
+    done = subprocess.run(["mariadb-install-db", f"--datadir={db / 'data'}", "--user=root",
+                           "--auth-root-authentication-method=socket", "--skip-test-db"],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode:
+        raise SystemExit(f"slurm: mariadb-install-db failed: {done.stderr.strip()[-300:]}")
+    start("mariadbd", ["mariadbd", "--no-defaults", f"--datadir={db / 'data'}", f"--socket={db / 'mysql.sock'}",
+                       f"--port={db_port}", "--bind-address=127.0.0.1", f"--pid-file={db / 'mariadbd.pid'}",
+                       "--user=root", "--innodb-buffer-pool-size=64M", "--skip-log-bin"], pids)
+    wait_for("mariadbd", lambda: sql("SELECT 1") is None, 60)
+    sql(f"CREATE USER IF NOT EXISTS '{DB_USER}'@'127.0.0.1' IDENTIFIED BY '{DB_PASS}'; "
+        f"GRANT ALL ON slurm_acct_db.* TO '{DB_USER}'@'127.0.0.1'; FLUSH PRIVILEGES;")
+    dbd_conf = STATE / "slurmdbd.conf"
+    dbd_conf.write_text("\n".join([
+        "# the local Slurm test cluster's accounting (testcluster/slurm_cluster.py); generated",
+        "AuthType=auth/munge", f"AuthInfo=socket={STATE / 'munge' / 'munge.socket'}",
+        "DbdHost=localhost", f"DbdPort={dbd_port}", "SlurmUser=root",
+        f"PidFile={STATE / 'run' / 'slurmdbd.pid'}", f"LogFile={STATE / 'logs' / 'slurmdbd.log'}",
+        "StorageType=accounting_storage/mysql", "StorageHost=127.0.0.1", f"StoragePort={db_port}",
+        f"StorageUser={DB_USER}", f"StoragePass={DB_PASS}", "StorageLoc=slurm_acct_db", ""]))
+    dbd_conf.chmod(0o600)
+    start("slurmdbd", ["slurmdbd", "-D"], pids)  # (it reads slurmdbd.conf beside $SLURM_CONF)
+    wait_for("slurmdbd", lambda: subprocess.run(["sacctmgr", "-n", "show", "cluster"], env=env(), capture_output=True,
+                                                timeout=10).returncode == 0, 60)
+
+
+def sacctmgr(*words: str) -> None:
+    done = subprocess.run(["sacctmgr", "-i", *words], env=env(), capture_output=True, text=True, timeout=30)
+    if done.returncode and "nothing new added" not in (done.stdout + done.stderr).lower():
+        raise SystemExit(f"slurm: sacctmgr {' '.join(words)}: {(done.stderr or done.stdout).strip()}")
+
+
+def add_associations(args: argparse.Namespace) -> None:
+    """The cluster, account ``hta``, the user, and QOS ``limited`` as the user's default."""
+    user = pwd.getpwuid(os.getuid()).pw_name
+    sacctmgr("add", "cluster", "hta-test")
+    sacctmgr("add", "account", "hta", "cluster=hta-test", "description=hta", "organization=hta")
+    limits = [f"MaxSubmitJobsPerUser={args.qos_max_submit}"] if args.qos_max_submit else []
+    sacctmgr("add", "qos", "limited", *limits)
+    sacctmgr("add", "user", user, "account=hta", "cluster=hta-test", "qos=normal,limited", "defaultqos=limited")
+    sacctmgr("modify", "user", user, "set", "defaultaccount=hta")
+
+
 def sinfo_states() -> dict[str, str]:
     out = subprocess.run(["sinfo", "-N", "-h", "-o", "%N %T"], env=env(), capture_output=True, text=True,
                          timeout=15)
@@ -209,7 +282,11 @@ def up(args: argparse.Namespace) -> None:
     statics = node_names("s", args.static_nodes)
     ports = {n: free_port() for n in statics + node_names("c", args.cloud_nodes)}
     ctld_port = free_port()
-    write_conf(args, ctld_port, ports)
+    dbd_port = free_port() if args.accounting else 0
+    write_conf(args, ctld_port, ports, dbd_port)
+    if args.accounting:
+        start_accounting(pids, free_port(), dbd_port)
+        add_associations(args)
     for n in ports:
         (STATE / "spool" / n).mkdir()
     start("slurmctld", ["slurmctld", "-D", "-i", "-f", str(conf())], pids)
@@ -290,7 +367,8 @@ def down(_: argparse.Namespace | None = None) -> None:
     booted = [int(p.read_text() or 0) for p in (STATE / "run").glob("node-*.pid") if p.read_text().strip()]
     for pid in booted:
         stop_pid(pid)
-    for name in sorted(pids, key=lambda n: (n == "munged", n == "slurmctld")):
+    last = {"slurmctld": 1, "slurmdbd": 2, "mariadbd": 3, "munged": 4}
+    for name in sorted(pids, key=lambda n: last.get(n, 0)):
         stop_pid(pids[name])
     # what outlived its slurmd: the jobs' slurmstepd and their processes
     for pid in marked_processes():
@@ -379,6 +457,11 @@ def main(argv: list[str] | None = None) -> None:
     u.add_argument("--suspend-time", type=float, default=None,
                    help="a cloud node idle this long powers off (default 600 ÷ k, the cluster autoscaler's 10 min)")
     u.add_argument("--max-time", default="INFINITE", help="the hta partition's MaxTime (default INFINITE)")
+    u.add_argument("--accounting", action="store_true",
+                   help="run slurmdbd on a MariaDB of its own, so that QOS limits are enforced (needs Debian's "
+                        "slurmdbd and mariadb-server: scripts/setup.sh --accounting)")
+    u.add_argument("--qos-max-submit", type=int, default=0, metavar="N",
+                   help="with --accounting: the user's default QOS allows N submitted jobs (MaxSubmitJobsPerUser)")
     u.set_defaults(func=up)
     sub.add_parser("down").set_defaults(func=down)
     sub.add_parser("status").set_defaults(func=status)
@@ -392,6 +475,8 @@ def main(argv: list[str] | None = None) -> None:
     args.resume_delay = THESIS_LATENCY_S / args.k if args.resume_delay is None else args.resume_delay
     args.resume_jitter = THESIS_LATENCY_SD_S / args.k if args.resume_jitter is None else args.resume_jitter
     args.suspend_time = 600.0 / args.k if args.suspend_time is None else args.suspend_time
+    if args.qos_max_submit and not args.accounting:
+        raise SystemExit("slurm: --qos-max-submit needs --accounting (QOS limits are kept by slurmdbd)")
     if args.static_nodes < 0 or args.cloud_nodes < 0 or args.static_nodes + args.cloud_nodes == 0:
         raise SystemExit("slurm: give at least one node (--static-nodes, --cloud-nodes)")
     if os.geteuid() != 0:

@@ -48,9 +48,16 @@ def slurm():
 
 
 def squeue(env: dict, *args: str) -> list[dict]:
-    out = subprocess.run(["squeue", "--me", "-h", "--states=all", "-o", "%i|%j|%T|%N", *args],
+    out = subprocess.run(["squeue", "--me", "--array", "-h", "--states=all", "-o", "%i|%j|%T|%N", *args],
                          env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
     return [dict(zip(("id", "name", "state", "node"), ln.split("|"))) for ln in out.splitlines() if ln.strip()]
+
+
+def worker_of(job: dict) -> str:
+    """The worker a job is: its name, or for an element ``ID_K`` of a job array named
+    ``hta-<run>-F-L``, ``hta-<run>-K``."""
+    _, _, k = job["id"].partition("_")
+    return re.sub(r"-\d+-\d+$", f"-{k}", job["name"]) if k.isdigit() else job["name"]
 
 
 def live_jobs(env: dict, prefix: str = "hta-") -> list[dict]:
@@ -172,15 +179,16 @@ def test_killed_hta_runs_again_adopting_its_jobs_and_duplicating_none(slurm, tmp
     p = subprocess.Popen(args, cwd=wf, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     log = wf / "Makeflow.scaling.jsonl"
     assert wait(lambda: log.exists() and log.read_text().count('"connected"') >= 2, 120), "no workers connected"
-    before = sorted(j["name"] for j in live_jobs(slurm))
+    jobs = live_jobs(slurm)
+    before = sorted(j["id"] for j in jobs)
     p.send_signal(signal.SIGKILL)
     p.wait()
-    assert len(before) == 2 and sorted(j["name"] for j in live_jobs(slurm)) == before  # jobs outlive HTA
+    assert len(before) == 2 and sorted(j["id"] for j in live_jobs(slurm)) == before  # jobs outlive HTA
     r = subprocess.run(args, cwd=wf, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     recs = records(log)
     asked = {x["worker"] for x in recs if x["kind"] == "worker" and x["event"] == "requested"}
-    assert set(before) <= asked, "the killed run's jobs are adopted"
+    assert {worker_of(j) for j in jobs} <= asked, "the killed run's jobs are adopted"
     live = peak = 0  # jobs asked for or adopted and not ended yet, at once
     for x in recs:
         if x["kind"] == "worker":
@@ -234,3 +242,41 @@ def test_a_preempted_worker_is_lost_and_its_tasks_run_again(slurm, tmp_path):
     assert end["tasks_retried"] >= 1
     assert all((wf / f"s{i}.txt").read_text() == f"{i}\n" for i in range(2))
     assert live_jobs(slurm) == []
+
+
+def submissions() -> int:
+    """sbatch calls slurmctld took, from its own log (each is one ``_slurm_rpc_submit_batch_job``)."""
+    log = STATE / "logs" / "slurmctld.log"
+    return sum(1 for line in log.read_text(errors="replace").splitlines()
+               if line.startswith("[") and "_slurm_rpc_submit_batch_job" in line)
+
+
+async def test_a_hundred_workers_asked_at_once_are_one_job_array_whose_elements_are_workers(slurm, tmp_path,
+                                                                                              monkeypatch):
+    from hta.backends.provider import JobState
+    from hta.backends.slurm.backend import SlurmProvider
+    from hta.model import Resources
+
+    monkeypatch.setenv("SLURM_CONF", slurm["SLURM_CONF"])
+    make = lambda: SlurmProvider(run_id="array0test", run_dir=tmp_path, master_host="127.0.0.1", idle_timeout_s=30)
+    provider = make()
+    provider.check()
+    await provider.start("127.0.0.1", 9)  # (no master: the workers only wait to connect)
+    before = submissions()
+    try:
+        handles = await provider.launch(Resources(cores=1, memory_mb=100, disk_mb=100), 100)
+        assert len(handles) == 100 and submissions() - before <= 2
+        seen = await provider.poll(None)
+        assert set(handles) <= set(seen) and all(seen[h].state is not JobState.ENDED for h in handles)
+        assert provider.limits.ceiling is not None and provider.limits.ceiling.seconds == 3600  # MaxTime=60
+        # one element scaled down alone; a restarted HTA adopts the other 99, duplicating none
+        assert await provider.cancel([handles[7]]) == {}
+        again = make()
+        await again.start("127.0.0.1", 9)
+        adopted = set(await again.poll(None))
+        assert handles[7] not in adopted and set(handles) - {handles[7]} <= adopted
+        await again.launch(Resources(cores=1, memory_mb=100, disk_mb=100), 1)
+        assert again._seq == 101  # numbered after the adopted ones
+    finally:
+        await make().stop_all()
+    assert not live_jobs(slurm, "hta-array0test-")

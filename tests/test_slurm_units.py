@@ -22,15 +22,18 @@ from hta.backends.slurm.commands import (
     slurm_time,
 )
 
-# squeue --me --noheader --states=all --format='%i|%j|%T|%r|%N|%V|%S|%l|%k' on the test cluster
-SQUEUE = """\
-7|hta-06b4c-1|RUNNING|None|s1|2026-11-28T18:59:10|2026-11-28T18:59:11|UNLIMITED|hta.run=06b4c worker=127.0.0.1:52206
-8|hta-06b4c-2|CONFIGURING|None|c1|2026-11-28T18:59:10|2026-11-28T18:59:12|UNLIMITED|hta.run=06b4c
-9|hta-06b4c-3|PENDING|PartitionTimeLimit||2026-11-28T18:59:10|N/A|2-00:00:00|hta.run=06b4c
-10|hta-06b4c-4|TIMEOUT|TimeLimit|s2|2026-11-28T18:59:10|2026-11-28T18:59:11|1:00|hta.run=06b4c worker=127.0.0.1:52210
-11|wrap|COMPLETED|None|s1|2026-11-28T18:52:29|2026-11-28T18:52:31|UNLIMITED|(null)
-garbage line
-"""
+# squeue --me --noheader --states=all --format='%i|%j|%T|%r|%N|%V|%S|%l|%e|%k' on the test cluster
+SQUEUE = "".join(line + "\n" for line in (
+    "7|hta-06b4c-1|RUNNING|None|s1|2026-11-28T18:59:10|2026-11-28T18:59:11|3:00|2026-11-28T19:02:11|"
+    "hta.run=06b4c worker=127.0.0.1:52206",
+    "8|hta-06b4c-2|CONFIGURING|None|c1|2026-11-28T18:59:10|2026-11-28T18:59:12|UNLIMITED|Unknown|"
+    "hta.run=06b4c",
+    "9|hta-06b4c-3|PENDING|PartitionTimeLimit||2026-11-28T18:59:10|N/A|2-00:00:00|N/A|hta.run=06b4c",
+    "10|hta-06b4c-4|TIMEOUT|TimeLimit|s2|2026-11-28T18:59:10|2026-11-28T18:59:11|1:00|2026-11-28T19:00:11|"
+    "hta.run=06b4c worker=127.0.0.1:52210",
+    "11|wrap|COMPLETED|None|s1|2026-11-28T18:52:29|2026-11-28T18:52:31|UNLIMITED|2026-11-28T18:52:33|(null)",
+    "garbage line",
+))
 
 
 def test_squeue_lines_become_jobs_with_their_state_times_and_worker():
@@ -44,6 +47,7 @@ def test_squeue_lines_become_jobs_with_their_state_times_and_worker():
     assert timeout.finished and timeout.time_limit == "1:00"
     assert other.comment == "" and other.finished
     assert run.submitted_at is not None and run.start_at is not None and run.start_at - run.submitted_at == 1.0
+    assert run.end_at - run.start_at == 180.0 and boot.end_at is None and never.end_at is None
 
 
 def test_sbatch_job_id_and_error_lines():

@@ -54,6 +54,8 @@ class BackendOptions(BaseModel):
     qos: str | None = None
     #: each worker job's time limit, in sbatch's --time forms (``MM``, ``HH:MM:SS``, ``D-HH``)
     time_limit: str | None = None
+    #: tasks of one category cut at a time limit they could never fit in, before the run ends
+    max_task_losses: int = Field(2, ge=1)
     #: more sbatch arguments for every worker job (shell words in one string, or a list)
     sbatch_args: list[str] = Field(default_factory=list)
 

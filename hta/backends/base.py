@@ -73,6 +73,21 @@ class WorkerBackend(ABC):
     async def stop_all(self, now: float) -> list[WorkerRecord]:
         """Stop every worker and cancel every request; leave nothing running."""
 
+    def job_ceiling(self) -> tuple[float, str] | None:
+        """The longest a worker may live (a batch job's time limit), and who says so; None:
+        no limit."""
+        return None
+
+    def worker_ends(self) -> dict[str, float]:
+        """Connected workers whose job ends at a time limit: when each stops taking tasks (its
+        last call, :mod:`hta.node.last_call`), in controller time, by worker id."""
+        return {}
+
+    def expect_tasks(self, runtimes_s: dict[str, float]) -> None:
+        """The longest each category's tasks have run so far (the controller's learning),
+        for workers that end at a time limit: they take no task they cannot finish."""
+        return None
+
     async def cpu_utilization(self) -> dict[str, float] | None:
         """Fraction of each connected worker's cores its processes keep busy, by worker id
         (what Kubernetes' HPA averages); None if this backend cannot measure it."""

@@ -23,6 +23,10 @@ policy keeps the *plan*. Each worker goes::
   still wants one. A worker lost or removed takes its running tasks with it; the master runs
   them again, and the work they had done is counted (``lost_work_core_s``).
 - **Draining.** Only workers the master shows idle are stopped; busy ones are skipped.
+- **Time limits.** A worker whose job ends at a time limit takes no task it cannot finish
+  (:mod:`hta.node.last_call`); one that leaves so is ``drained``. A task cut at the limit
+  although it started with its worker, on a job as long as any HTA may ask for, can never
+  fit: that is said once, and after ``max_task_losses`` such cuts the run ends with one line.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from enum import Enum
 from hta.backends.base import WorkerBackend
 from hta.backends.provider import JobState, JobStatus, Provider
 from hta.model import PendingWorker, Resources
+from hta.node.last_call import MARGIN, STOP_BEFORE_S
+from hta.plural import span
 from hta.scaling_log import WorkerRecord
 from workqueue_bridge.snapshot import MasterSnapshot
 from workqueue_bridge.status_json import WorkerStatus
@@ -53,8 +59,14 @@ MAX_BACKOFF_S = 30.0
 #: how long a connected record waits for its provider to learn its phases (a watch's lag)
 PHASES_WAIT_S = 10.0
 
-#: task id → (Unix time it started, cores it holds), as the master last showed it
-TaskClock = dict[int, tuple[float, float]]
+#: task id → (Unix time it started, cores it holds, its category), as the master last showed it
+TaskClock = dict[int, tuple[float, float, str]]
+#: tasks cut at a time limit this many times (each on a job as long as HTA may ask for)
+#: end the run: they can never fit
+MAX_TASK_LOSSES = 2
+#: a task that started this long (or a tenth of the job) after its worker connected did not
+#: have the whole job: a cut then says nothing of whether it can fit
+WHOLE_JOB_GRACE_S = 30.0
 
 
 class WorkerState(Enum):
@@ -80,6 +92,8 @@ class Worker:
     #: the tasks the master last showed running on it, and since when it has not listed it
     tasks: TaskClock = field(default_factory=dict)
     missing_since: float | None = None
+    #: when its job must end (Unix), where it has a time limit
+    ends_at: float | None = None
     #: while it cannot start by itself: (kind, why) and since when (Unix)
     stuck: tuple[str, str] | None = None
     stuck_since: float | None = None
@@ -97,7 +111,7 @@ def running_by_worker(snap: MasterSnapshot) -> dict[str, TaskClock]:
         w = listed.get(t.worker or "")
         if w is not None:
             start = snap.taken_at if t.started_at is None else t.started_at
-            out.setdefault(w.address, {})[t.task_id] = (start, t.cores or w.cores)
+            out.setdefault(w.address, {})[t.task_id] = (start, t.cores or w.cores, t.category)
     return out
 
 
@@ -105,13 +119,17 @@ class WorkerPool(WorkerBackend):
     """The controller's backend over one provider; see the module."""
 
     def __init__(self, provider: Provider, epoch: float, max_start_failures: int = MAX_START_FAILURES,
-                 dropped_after_s: float = DROPPED_AFTER_S, phases_wait_s: float = PHASES_WAIT_S):
+                 dropped_after_s: float = DROPPED_AFTER_S, phases_wait_s: float = PHASES_WAIT_S,
+                 max_task_losses: int = MAX_TASK_LOSSES):
         self.provider = provider
         self.name = provider.name
         self.epoch = epoch
         self.max_start_failures = max_start_failures
         self.dropped_after_s = dropped_after_s
         self.phases_wait_s = phases_wait_s
+        self.max_task_losses = max_task_losses
+        #: category → tasks of it cut at a time limit they could never fit in
+        self.cut: dict[str, int] = {}
         self.workers: dict[str, Worker] = {}
         #: workers in a row that ended before connecting (reset when one connects)
         self.start_failures = 0
@@ -163,6 +181,25 @@ class WorkerPool(WorkerBackend):
 
     def task_peak_memory_mb(self, task_id: int) -> float | None:
         return self.provider.task_peak_memory_mb(task_id)
+
+    def job_ceiling(self) -> tuple[float, str] | None:
+        return self.provider.job_ceiling()
+
+    def worker_ends(self) -> dict[str, float]:
+        expected = STOP_BEFORE_S + self.provider.expected_task_s * MARGIN
+        return {w.id: w.ends_at - self.epoch - expected for w in self._in(WorkerState.CONNECTED)
+                if w.ends_at is not None}
+
+    def expect_tasks(self, runtimes_s: dict[str, float]) -> None:
+        self.provider.expected_task_s = max(runtimes_s.values(), default=0.0)
+        ceiling = self.job_ceiling()
+        if ceiling is None:
+            return
+        for category, s in sorted(runtimes_s.items()):
+            if s > ceiling[0]:
+                self._say_once(f"tasks of category {category} have run {span(s)}, longer than the longest job HTA "
+                               f"may ask for ({ceiling[1]}): they cannot fit, and the run ends after "
+                               f"{self.max_task_losses} are cut at the limit")
 
     async def cpu_utilization(self) -> dict[str, float] | None:
         return await self.provider.cpu_utilization({w.id: w.shape.cores for w in self._in(WorkerState.CONNECTED)})
@@ -266,8 +303,11 @@ class WorkerPool(WorkerBackend):
                     self._check_stuck(w, st, unix)
             if w.state is WorkerState.CONNECTED:
                 w.node = (st.node if st else None) or w.node  # (a watch that lagged may tell it only now)
-                if st is not None and st.state is JobState.ENDED:
-                    self._lost(w, now, snap.taken_at, st.why)
+                w.ends_at = (st.ends_at if st else None) or w.ends_at
+                if st is not None and st.state is JobState.ENDED and st.left:
+                    self._ended(w, now, "drained", snap.taken_at, st.why, count=False)
+                elif st is not None and st.state is JobState.ENDED:
+                    self._lost(w, now, snap.taken_at, st.why, st.cause, st.limit_s)
                 elif w.address in listed:
                     w.missing_since, w.tasks = None, running.get(w.address or "", {})
                 elif st is not None and st.address and st.address in listed:
@@ -309,20 +349,50 @@ class WorkerPool(WorkerBackend):
             w.missing_since = taken_at
         return taken_at - w.missing_since >= self.dropped_after_s
 
-    def _ended(self, w: Worker, now: float, event: str, at: float, why: str = "") -> WorkerRecord:
+    def _ended(self, w: Worker, now: float, event: str, at: float, why: str = "", cause: str | None = None,
+               count: bool = True) -> WorkerRecord:
         """``w`` went away while connected (``lost``, ``removed``): its last known tasks go with
         it, and the work they had done by ``at`` (Unix). The tasks come from the last task table
-        read, which on a large moving queue may be a read budget old: a report's estimate."""
-        core_s = sum(max(0.0, at - started) * c for started, c in w.tasks.values())
-        rec = self._record(now, w, event, tasks_lost=len(w.tasks), lost_work_core_s=round(core_s, 3), reason=why)
+        read, which on a large moving queue may be a read budget old: a report's estimate.
+        (``count`` False: it left by itself, the tasks it held back had done nothing.)"""
+        tasks = w.tasks if count else {}
+        core_s = sum(max(0.0, at - started) * c for started, c, _ in tasks.values())
+        rec = self._record(now, w, event, tasks_lost=len(tasks), lost_work_core_s=round(core_s, 3), reason=why,
+                           cause=cause if tasks else None)
         w.tasks, w.state = {}, WorkerState.GONE
         return rec
 
-    def _lost(self, w: Worker, now: float, at: float, why: str) -> None:
-        rec = self._ended(w, now, "lost", at, why)
+    def _lost(self, w: Worker, now: float, at: float, why: str, cause: str | None = None,
+              limit_s: float | None = None) -> None:
+        tasks = dict(w.tasks)
+        rec = self._ended(w, now, "lost", at, why, cause)
         if rec.tasks_lost:
             log.warning("%s %s went away with %d running task(s) (%s): the master runs them again",
                         self.provider.noun, w.id, rec.tasks_lost, why)
+        if cause == "time limit" and w.connected_at is not None:
+            self._cut_at_limit(tasks, self.epoch + w.connected_at, at, limit_s)
+
+    def _cut_at_limit(self, tasks: TaskClock, began: float, at: float, limit_s: float | None) -> None:
+        """Tasks cut at their job's time limit: those that had the whole of a job as long as
+        HTA may ask for can never fit (see the module)."""
+        ceiling = self.job_ceiling()
+        if ceiling is None or (limit_s is not None and limit_s < ceiling[0] - 1.0):
+            return  # a longer job may fit them (a limit shortened from outside, a --time below the ceiling)
+        grace = max(WHOLE_JOB_GRACE_S, 0.1 * ceiling[0])
+        for started, _, category in tasks.values():
+            if started - began > grace:
+                continue
+            n = self.cut[category] = self.cut.get(category, 0) + 1
+            ran = span(max(0.0, at - started))
+            if n >= self.max_task_losses:
+                self._give_up(f"tasks of category {category} cannot fit in the longest job HTA may ask for "
+                              f"({ceiling[1]}): {n} ran from their worker's start until the limit cut them (the "
+                              f"last after {ran}); raise the limit (--time-limit, or a partition or QOS that allows "
+                              f"more), or split the rule's work (--max-task-losses {self.max_task_losses})")
+            else:
+                self._say_once(f"a task of category {category} ran {ran}, from its worker's start until the time "
+                               f"limit ({ceiling[1]}) cut it: it may not fit in any job HTA may ask for; the run "
+                               f"ends if {self.max_task_losses} are cut so")
 
     def _start_failed(self, w: Worker, st: JobStatus, now: float) -> None:
         w.state = WorkerState.GONE

@@ -74,6 +74,16 @@ class JobStatus:
     #: before it connects; a job deleted from outside does not)
     why: str = ""
     failed: bool = True
+    #: ENDED while its worker was connected: what ended it, as lost work is reported by
+    #: (``time limit``, ``preemption``, ``node failure``; None: anything else)
+    cause: str | None = None
+    #: ENDED: its worker left by itself with nothing to lose (its last call before its job's
+    #: end, :mod:`hta.node.last_call`): a drain, not a loss
+    left: bool = False
+    #: the job's time limit in seconds, where it has one
+    limit_s: float | None = None
+    #: RUNNING: when its job must end (Unix; a batch job's start plus its time limit)
+    ends_at: float | None = None
     #: for a handle the pool adopts: when it was asked for (Unix) and its shape, where known
     created_at: float | None = None
     shape: Resources | None = None
@@ -167,6 +177,15 @@ class Provider(ABC):
     def holding_back(self) -> str | None:
         """Why the last launch gave fewer workers than asked (a quota), in a few words."""
         return None
+
+    def job_ceiling(self) -> tuple[float, str] | None:
+        """The longest a worker's job may live, and who says so in a user's words (``--time-limit
+        1:00``, ``partition hta's MaxTime 3:00``); None where workers have no time limit."""
+        return None
+
+    #: the longest a task is expected to run, from what the controller learned (0: not known);
+    #: a provider whose workers end at a time limit tells them (``hta worker --last-call``)
+    expected_task_s: float = 0.0
 
     def task_peak_memory_mb(self, task_id: int) -> float | None:
         """The most memory the master's task ``task_id`` was seen using, if the provider samples tasks."""

@@ -48,7 +48,8 @@ CONNECT_TIMEOUT_S = 900
 
 def worker_command(master: str, *, disk_mb: int, idle_timeout_s: int, cores: int | None = None,
                    memory_mb: int | None = None, workdir: Path | None = None, parent_death: bool = False,
-                   css: bool = True, css_log: Path | None = None, executable: list[str] | None = None) -> list[str]:
+                   css: bool = True, css_log: Path | None = None, executable: list[str] | None = None,
+                   last_call_s: float = 0.0) -> list[str]:
     """The one ``hta worker`` command line, for a local process and for a pod alike.
 
     ``cores`` / ``memory_mb`` are given only where no cgroup limits the worker (a local
@@ -63,6 +64,8 @@ def worker_command(master: str, *, disk_mb: int, idle_timeout_s: int, cores: int
         cmd.append("--parent-death")
     if workdir is not None:
         cmd.append(f"--workdir={workdir}")
+    if last_call_s:
+        cmd.append(f"--last-call={last_call_s:.0f}")
     if not css:
         cmd.append("--no-css")
     elif css_log is not None:
@@ -91,6 +94,10 @@ class WorkerOptions:
     #: how CSS's plan places the classes (``hta.node.css.plan``)
     css_plan: PlanStyle = "confine"
     parent_death: bool = False
+    #: when the worker must be gone (Unix; a batch job's end), and the longest a task is
+    #: expected to run (:mod:`hta.node.last_call`)
+    ends_at: float | None = None
+    last_call_s: float = 0.0
     extra: tuple[str, ...] = ()
 
 
@@ -196,22 +203,34 @@ def run(o: WorkerOptions) -> int:
             monitor.close()
             log.warning("CSS disabled: %s", exc)
 
+    closer = None
+    if o.ends_at is not None:
+        from hta.node.last_call import Closer
+
+        closer = Closer(proc.pid, o.workdir, o.ends_at, o.last_call_s)
     passed_at: float | None = None
+    left = False
     while proc.poll() is None:
-        if signals and passed_at is None and (len(signals) > 1 or not has_tasks(proc.pid, o.workdir)):
+        if closer is not None and passed_at is None and closer.step() is not None:
+            left = True  # its job's end: it leaves on its own, as if drained
+            proc.send_signal(signal.SIGTERM)
+            passed_at = time.monotonic()
+        elif signals and passed_at is None and (len(signals) > 1 or not has_tasks(proc.pid, o.workdir)):
             proc.send_signal(signal.SIGTERM)
             passed_at = time.monotonic()
         elif passed_at is not None and time.monotonic() - passed_at > STOP_GRACE_S:
             # seen here: an aborting worker blocked in wait4() on a task its kill did not reach;
             # and a worker looking for its master through a catalog ignores SIGTERM altogether
             kill_tree(proc.pid, quiet=not said.connected)
-        time.sleep(0.2)
+        time.sleep(closer.look_every_s(time.time()) if closer is not None else 0.2)
     if daemon is not None:
         daemon.stop_event.set()
     reap_leftovers()
     said.join()
     remove_workspace(o.workdir, proc.pid)
     rc = proc.returncode
+    if left:
+        return 0
     if signals and (passed_at is not None or rc == 0):
         # a SIGTERM is how a backend drains a worker (a pod being deleted): its normal end, 0, as
         # work_queue_worker's own, and a drained pod ends Succeeded; another signal interrupted it: 128 + N

@@ -153,6 +153,8 @@ class HTAPolicy(Policy):
     _dial: Dial | None = None
     _budget_estimator: QueueDrainEstimator | None = None
     _proposed: dict[str, int] = field(default_factory=dict)
+    #: workers leaving at their job's end that a replacement was bought for
+    _replaced: set[str] = field(default_factory=set)
     _next_up_at: float = float("-inf")
     _expected: tuple[int, list[tuple[float, int]]] | None = None
     #: categories whose whole-worker tasks waited while pods smaller than a node sat idle:
@@ -269,6 +271,17 @@ class HTAPolicy(Policy):
                 self.options, first_finish_latencies=max(self.options.first_finish_latencies, BUDGET_FIRST_FINISH)))
         return self._budget_estimator
 
+    def _replacements(self, obs: Observation) -> int:
+        """Workers whose job's last call comes within a latency while work remains: one new
+        worker each, bought now so that it connects as the old one leaves (HyperQueue
+        refreshes its allocations before they expire so). Once per worker."""
+        self._replaced &= set(obs.worker_ends)
+        soon = obs.leaving() - self._replaced
+        if not soon or not (obs.waiting_count or obs.upcoming):
+            return 0
+        self._replaced |= soon
+        return len(soon)
+
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
         plan = self._plan(obs, latency)
@@ -286,7 +299,8 @@ class HTAPolicy(Policy):
             est = estimator.estimate(sized.model_copy(update={"worker_shape": shape.advertised()}), latency)
         have = len(obs.workers) + len(obs.pending)
 
-        wanted = max(est.workers_needed, obs.min_workers - have, 0)
+        replace = self._replacements(obs)
+        wanted = max(est.workers_needed, obs.min_workers - have, 0) + replace
         add = min(wanted, obs.room_for(shape))
         if capped:  # (what the dial holds back is the policy's choice, not the cap's)
             wanted = add
@@ -326,6 +340,8 @@ class HTAPolicy(Policy):
             reason += f"; {est.limit}"
         if split > 1:
             reason += f"; workers of 1/{split} node"
+        if replace:
+            reason += f"; {counted(replace, 'worker')} near their job's end, replaced ahead"
         if plan is not None:
             reason += f"; {plan_words(plan)}"
         return ScaleDecision(

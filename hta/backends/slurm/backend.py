@@ -51,9 +51,12 @@ from hta.backends.slurm.commands import (
     run,
     sbatch_argv,
 )
+from hta.backends.slurm.limits import JobLimits, clock, job_limits, parse_default_qos, slurm_seconds
 from hta.model import Resources
+from hta.node.last_call import MARGIN, left_how
 from hta.node.launch import hta_executable, last_words
 from hta.node.worker import worker_command
+from hta.plural import span
 from workqueue_bridge.resources import whole_cores
 from workqueue_bridge.snapshot import MasterSnapshot
 
@@ -73,6 +76,11 @@ CANCEL_TIMEOUT_S = 60.0
 COMPLETING_WAIT_S = 30.0
 #: sbatch calls at once in one request
 SUBMIT_CONCURRENCY = 4
+#: this many workers asked at once are one job array (``sbatch --array``): one call
+ARRAY_FROM = 2
+#: Slurm states of a job that ended, as lost work is counted by cause
+CAUSES = {"TIMEOUT": "time limit", "DEADLINE": "time limit", "PREEMPTED": "preemption", "NODE_FAIL": "node failure",
+          "BOOT_FAIL": "node failure"}
 #: Slurm states of a job that ended, in the user's words (for a ``lost`` worker)
 ENDED_HOW = {
     "TIMEOUT": "Slurm ended its job at its time limit",
@@ -139,6 +147,8 @@ class SlurmProvider(Provider):
         self._queue_at = float("-inf")
         self._said: set[str] = set()
         self._holding_back: str | None = None
+        #: the limits a worker job lives under (:meth:`check` reads them)
+        self.limits = JobLimits()
 
     def logs(self) -> Path:
         return self.run_dir / "slurm"
@@ -160,6 +170,60 @@ class SlurmProvider(Provider):
             if "contact slurm controller" in said.lower() or "did not answer" in said:
                 raise SlurmError(f"the Slurm controller does not answer (sbatch: {said}); {hint(said)}") from None
             raise SlurmError(f"sbatch refused a worker job: {said}; {hint(said)}") from None
+        self.limits = self.read_limits()
+
+    def read_limits(self) -> JobLimits:
+        """The partition's MaxTime and DefaultTime and, where slurmdbd runs, the QOS's MaxWall
+        (:mod:`hta.backends.slurm.limits`); what cannot be read is left out, never an error."""
+        try:
+            text = run(["scontrol", "--oneliner", "show", "partition", *([self.partition] if self.partition else [])])
+        except SlurmError:
+            text = ""
+        lines = text.splitlines()
+        line = next((ln for ln in lines if self.partition or " Default=YES" in ln), lines[0] if lines else "")
+        try:
+            qos_text: str | None = run(["sacctmgr", "--noheader", "--parsable2", "show", "qos",
+                                        "format=Name,MaxWall,MaxSubmitJobsPU,MaxJobsPU"], timeout_s=10.0)
+        except SlurmError:
+            qos_text = None  # no accounting (slurmdbd): no QOS limits to read
+        default_qos = None
+        if qos_text is not None and not self.qos:
+            import getpass
+
+            try:
+                default_qos = parse_default_qos(run(
+                    ["sacctmgr", "--noheader", "--parsable2", "show", "user", getpass.getuser(), "withassoc",
+                     "format=User,DefaultAccount,Account,Partition,DefaultQOS,QOS"], timeout_s=10.0), self.account)
+            except SlurmError:
+                pass
+        limits = job_limits(user=self.time_limit, partition=self.partition, partition_text=line, qos=self.qos,
+                            qos_text=qos_text, default_qos=default_qos)
+        if limits.ceiling is not None:
+            log.info("worker jobs may run at most %s (%s)", clock(limits.ceiling.seconds), limits.ceiling.source)
+        if limits.max_submit_jobs is not None:
+            log.info("QOS %s lets you have %d jobs submitted at once (MaxSubmitJobsPerUser): HTA submits no more, "
+                     "counting your other jobs", limits.qos, limits.max_submit_jobs)
+        return limits
+
+    async def submit_room(self, n: int) -> int:
+        """Of ``n`` workers, how many the QOS's MaxSubmitJobsPerUser lets HTA submit now: it
+        counts every job of the user's in that QOS (other runs', every array element), so HTA
+        reads what is queued. What it holds back is said as what holds HTA back, as a quota is."""
+        most = self.limits.max_submit_jobs
+        if most is None:
+            return n
+        out = await arun(["squeue", "--me", "--array", "--noheader", f"--qos={self.limits.qos}",
+                          "--states=PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED,REQUEUED", "--format=%i"])
+        queued = sum(1 for line in out.splitlines() if line.strip())
+        room = max(0, most - queued)
+        if room < n:
+            self._holding_back = (f"QOS {self.limits.qos}'s MaxSubmitJobsPerUser {most} ({queued} of your jobs "
+                                  f"submitted)")
+        return min(n, room)
+
+    def job_ceiling(self) -> tuple[float, str] | None:
+        c = self.limits.ceiling
+        return (c.seconds, c.words()) if c is not None else None
 
     async def start(self, master_host: str, master_port: int) -> None:
         self.master_host = self.master_host or master_host
@@ -171,7 +235,7 @@ class SlurmProvider(Provider):
         """This user's jobs of this run, as squeue lists them (at most every ``squeue_every_s``)."""
         if not force and time.monotonic() - self._queue_at < self.squeue_every_s:
             return
-        out = await arun(["squeue", "--me", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}"])
+        out = await arun(["squeue", "--me", "--array", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}"])
         self._queue_at = time.monotonic()
         now = time.time()
         self._queue = {j.job_id: j for j in parse_squeue(out) if j.name.startswith(self.prefix)}
@@ -187,25 +251,44 @@ class SlurmProvider(Provider):
         gate = asyncio.Semaphore(SUBMIT_CONCURRENCY)
         cores, memory = whole_cores(shape.cores), int(shape.memory_mb)
         worker = worker_command(self.master, cores=cores, memory_mb=memory, disk_mb=int(shape.disk_mb),
-                                idle_timeout_s=self.idle_timeout_s, css=self.css, executable=hta_executable())
+                                idle_timeout_s=self.idle_timeout_s, css=self.css, executable=hta_executable(),
+                                last_call_s=self.expected_task_s * MARGIN)
         script = batch_script(sys.executable, self._port, self.comment, worker)
 
+        def argv(name: str, output: str, array: tuple[int, int] | None = None) -> list[str]:
+            return sbatch_argv(name=name, comment=self.comment, cores=cores, memory_mb=memory,
+                               output=self.logs() / output, partition=self.partition, account=self.account,
+                               qos=self.qos, time_limit=self.time_limit, extra=self.sbatch_args, array=array)
+
         async def submit(name: str) -> str | None:
-            argv = sbatch_argv(name=name, comment=self.comment, cores=cores, memory_mb=memory,
-                               output=self.logs() / f"{name}.log", partition=self.partition, account=self.account,
-                               qos=self.qos, time_limit=self.time_limit, extra=self.sbatch_args)
             async with gate:
                 if self.fatal:
                     return None
-                out = await arun(argv, stdin=script)
+                out = await arun(argv(name, f"{name}.log"), stdin=script)
             self._jobs[name] = Job(name, parse_sbatch(out), time.time())
             return name
 
-        names = []
-        for _ in range(n):
-            self._seq += 1
-            names.append(f"{self.prefix}{self._seq}")
-        done = await asyncio.gather(*(submit(x) for x in names), return_exceptions=True)
+        n = await self.submit_room(n)
+        if n <= 0:
+            return []
+        first, self._seq = self._seq + 1, self._seq + n
+        done: list[object]
+        if n >= ARRAY_FROM and self.fatal:
+            return []
+        if n >= ARRAY_FROM:  # one call for all: elements numbered as the workers, each its own log
+            try:
+                out = await arun(argv(f"{self.prefix}{first}-{self._seq}", f"{self.prefix}%a.log",
+                                      (first, self._seq)), stdin=script)
+            except SlurmError as exc:
+                done = [exc]
+            else:
+                jid, now = parse_sbatch(out), time.time()
+                for k in range(first, self._seq + 1):
+                    self._jobs[f"{self.prefix}{k}"] = Job(f"{self.prefix}{k}", f"{jid}_{k}", now)
+                return [f"{self.prefix}{k}" for k in range(first, self._seq + 1)]
+        else:
+            done = await asyncio.gather(*(submit(f"{self.prefix}{k}") for k in range(first, self._seq + 1)),
+                                        return_exceptions=True)
         error = next((d for d in done if isinstance(d, BaseException)), None)
         if error is not None and permanent(str(error)):  # every job would be refused alike: the run cannot go on
             self.fatal = f"sbatch refused a worker job ({cores} cores, {memory} MB): {error}; {hint(str(error))}"
@@ -224,9 +307,10 @@ class SlurmProvider(Provider):
             return {}
         out: dict[str, JobStatus] = {}
         for q in self._queue.values():  # the run's jobs this HTA did not submit (a restarted HTA's)
-            if q.name not in self._jobs and not q.finished:
-                self._jobs[q.name] = Job(q.name, q.job_id, q.submitted_at or time.time(), seen_at=time.time())
-                seq = q.name.removeprefix(self.prefix)
+            handle = self.handle_of(q)
+            if handle not in self._jobs and not q.finished:
+                self._jobs[handle] = Job(handle, q.job_id, q.submitted_at or time.time(), seen_at=time.time())
+                seq = handle.removeprefix(self.prefix)
                 self._seq = max(self._seq, int(seq) if seq.isdigit() else 0)
         unix = time.time()
         held: list[str] = []
@@ -243,10 +327,10 @@ class SlurmProvider(Provider):
                     continue
             if sj is None or sj.finished:
                 job.over = True
-                out[job.name] = JobStatus(JobState.ENDED, why=self._ended_how(job, sj))
+                out[job.name] = self._ended_how(job, sj)
             elif sj.running:
                 out[job.name] = JobStatus(JobState.RUNNING, address=job.address, node=sj.nodes or None,
-                                          running_since=job.began_at)
+                                          running_since=job.began_at, ends_at=sj.end_at)
             else:
                 never = sj.never_starts()
                 if never:
@@ -258,6 +342,12 @@ class SlurmProvider(Provider):
             out[job.name].created_at = job.submitted_at  # (for a job the pool adopts)
         self._holding_back = f"Slurm holds {len(held)} worker job(s) pending: {held[0]}" if held else None
         return out
+
+    def handle_of(self, sj: SlurmJob) -> str:
+        """A job's handle: its name, or for an element of a job array (``123_7``), the worker
+        it is (``hta-<run>-7``: elements are numbered as the workers)."""
+        array, _, task = sj.job_id.partition("_")
+        return f"{self.prefix}{task}" if task.isdigit() else sj.name
 
     def _note_times(self, job: Job, sj: SlurmJob) -> None:
         job.address = sj.worker_address or job.address
@@ -275,15 +365,32 @@ class SlurmProvider(Provider):
         out["node"] = round(out["pending"] + out["resume"], 3)
         return out
 
-    def _ended_how(self, job: Job, sj: SlurmJob | None) -> str:
+    def _ended_how(self, job: Job, sj: SlurmJob | None) -> JobStatus:
+        """An ended job's status: why, in the user's words, and what it cost (its cause)."""
+        log_path = self.logs() / f"{job.name}.log"
         if job.address is None:  # before its worker connected: its output says why
-            words = last_words(self.logs() / f"{job.name}.log")
+            words = last_words(log_path)
             state = f"{sj.state}" + (f", {sj.reason}" if sj.reason not in ("", "None") else "") if sj else "gone"
-            return f"its job ended before its worker connected ({state})" + (f": {words}" if words else "")
+            return JobStatus(JobState.ENDED,
+                             why=f"its job ended before its worker connected ({state})" + (f": {words}" if words else ""))
         if sj is None:
-            return "its job left Slurm's queue"
+            return JobStatus(JobState.ENDED, why="its job left Slurm's queue")
+        try:
+            limit = slurm_seconds(sj.time_limit)
+        except ValueError:
+            limit = None
+        left = left_how(log_path.read_text(errors="replace")) if sj.state == "COMPLETED" and log_path.exists() else None
+        if left is not None and left.get("cut"):
+            return JobStatus(JobState.ENDED, cause="time limit", limit_s=limit,
+                             why=f"its worker left at its job's time limit ({sj.time_limit}), cutting "
+                                 f"{left['cut']} running task(s)")
+        if left is not None:
+            return JobStatus(JobState.ENDED, left=True, limit_s=limit, failed=False,
+                             why=f"its worker left before its job's time limit ({sj.time_limit}): a task taken now "
+                                 f"(expected to run {span(left.get('last_call_s') or 0)}) would not end in time")
         how = ENDED_HOW.get(sj.state, "its job ended")
-        return f"{how} ({sj.state}" + (f", time limit {sj.time_limit})" if sj.state == "TIMEOUT" else ")")
+        return JobStatus(JobState.ENDED, cause=CAUSES.get(sj.state), limit_s=limit,
+                         why=f"{how} ({sj.state}" + (f", time limit {sj.time_limit})" if sj.state == "TIMEOUT" else ")"))
 
     def cannot_start(self, n: int, handle: str, why: str) -> str:
         return (f"worker jobs cannot start: {n} in a row ended before their worker connected; the last (job "
@@ -336,7 +443,8 @@ class SlurmProvider(Provider):
         await self._scancel([j for j in ids if (q := self._queue.get(j)) is None or not q.finished])  # not COMPLETING
 
     def _stop_command(self, ids: list[str]) -> str:
-        ids = ids or sorted(set(self.job_ids()) | {j for j, sj in self._queue.items() if not sj.finished}, key=int)
+        ids = ids or sorted(set(self.job_ids()) | {j for j, sj in self._queue.items() if not sj.finished},
+                            key=lambda j: [int(x) for x in j.split("_") if x.isdigit()])
         return "scancel " + (" ".join(ids) or f"--me --name=<job names starting {self.prefix}>")
 
 
@@ -375,4 +483,4 @@ def from_options(options, run):
         provider.check()
     except SlurmError as exc:
         raise ValueError(str(exc)) from None
-    return WorkerPool(provider, epoch=run.epoch)
+    return WorkerPool(provider, epoch=run.epoch, max_task_losses=options.max_task_losses)

@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 #: squeue's fields, in order (``%k``, the comment, last: it is the only free text)
-SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%V|%S|%l|%k"
+SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%V|%S|%l|%e|%k"
 #: job states in which the job has not started: it waits in the queue, or its nodes boot
 WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
                             "SUSPENDED"})
@@ -54,6 +54,8 @@ class SlurmJob(BaseModel):
     #: (Slurm resets it when a powered-up node is ready)
     start_at: float | None = None
     time_limit: str = ""
+    #: when it must end (its start plus its time limit), once Slurm knows; None: not known
+    end_at: float | None = None
     comment: str = ""
 
     @property
@@ -100,13 +102,13 @@ def parse_squeue(text: str) -> list[SlurmJob]:
     """``squeue --noheader --format=SQUEUE_FORMAT`` lines as jobs (unreadable lines skipped)."""
     jobs = []
     for line in text.splitlines():
-        parts = line.split("|", 8)
-        if len(parts) < 9 or not parts[0].strip():
+        parts = line.split("|", 9)
+        if len(parts) < 10 or not parts[0].strip():
             continue
-        jid, name, state, reason, nodes, submitted, start, limit, comment = (p.strip() for p in parts)
+        jid, name, state, reason, nodes, submitted, start, limit, end, comment = (p.strip() for p in parts)
         jobs.append(SlurmJob(job_id=jid, name=name, state=state.split()[0] if state else "", reason=reason,
                              nodes="" if nodes in ("", "(null)") else nodes, submitted_at=slurm_time(submitted),
-                             start_at=slurm_time(start), time_limit=limit,
+                             start_at=slurm_time(start), time_limit=limit, end_at=slurm_time(end),
                              comment="" if comment == "(null)" else comment))
     return jobs
 
@@ -194,10 +196,12 @@ async def arun(argv: list[str], *, stdin: str | None = None, timeout_s: float = 
 
 def sbatch_argv(*, name: str, comment: str, cores: int, memory_mb: int, output: Path, partition: str | None = None,
                 account: str | None = None, qos: str | None = None, time_limit: str | None = None,
-                extra: list[str] | None = None, test_only: bool = False) -> list[str]:
+                extra: list[str] | None = None, test_only: bool = False, array: tuple[int, int] | None = None
+                ) -> list[str]:
     """The ``sbatch`` command line of one worker job: one task of ``cores`` CPUs and
     ``memory_mb`` on one node, never requeued by Slurm (a worker that went away is replaced
-    only if the policy still wants one), its output in ``output``."""
+    only if the policy still wants one), its output in ``output``. ``array`` (first, last):
+    one job array of workers numbered so, in one call (``output`` then holds ``%a``)."""
     argv = ["sbatch", "--parsable", f"--job-name={name}", f"--comment={comment}", "--nodes=1", "--ntasks=1",
             f"--cpus-per-task={cores}", f"--mem={memory_mb}M", "--no-requeue", f"--output={output}",
             "--open-mode=append"]
@@ -209,6 +213,8 @@ def sbatch_argv(*, name: str, comment: str, cores: int, memory_mb: int, output: 
         argv.append(f"--qos={qos}")
     if time_limit:
         argv.append(f"--time={time_limit}")
+    if array is not None:
+        argv.append(f"--array={array[0]}-{array[1]}")
     argv += list(extra or [])
     if test_only:
         argv.append("--test-only")

@@ -8,6 +8,10 @@ in the job's own comment (``scontrol update JobId=$SLURM_JOB_ID Comment="... wor
 which the job's owner may do): HTA reads it with ``squeue``, no shared file needed. A new
 connection (the master restarted) is reported again.
 
+It also tells ``hta worker`` when its job ends (``--ends-at``, the job's EndTime as
+``squeue`` prints it), so that the worker takes no task it cannot finish by then
+(:mod:`hta.node.last_call`).
+
 Signals are passed on to ``hta worker`` (Slurm signals every process of the job anyway); the
 wrapper exits with its code.
 
@@ -43,6 +47,26 @@ def report(job_id: str, comment: str) -> bool:
     return True
 
 
+def job_end(job_id: str) -> float | None:
+    """The job's end (Unix), as Slurm set it from its time limit; None if Slurm does not say."""
+    from hta.backends.slurm.commands import slurm_time
+
+    try:
+        done = subprocess.run(["squeue", "--noheader", f"--jobs={job_id}", "--format=%e"], capture_output=True,
+                              text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return slurm_time(done.stdout.strip().splitlines()[0]) if done.returncode == 0 and done.stdout.strip() else None
+
+
+def with_end(cmd: list[str], ends_at: float | None) -> list[str]:
+    """``hta worker ...`` with ``--ends-at`` (after ``worker``); other commands as they are."""
+    if ends_at is None or "worker" not in cmd:
+        return cmd
+    at = cmd.index("worker") + 1
+    return [*cmd[:at], f"--ends-at={ends_at:.0f}", *cmd[at:]]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="hta-slurm-job", description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, required=True, help="the master's port")
@@ -53,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     if not cmd:
         ap.error("give the worker's command after --")
     job_id = os.environ.get("SLURM_JOB_ID", "")
+    if job_id:  # (an element of a job array is listed as ARRAYID_TASKID)
+        array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+        cmd = with_end(cmd, job_end(f"{array}_{task}" if array and task else job_id))
     child = subprocess.Popen(cmd)
 
     def pass_on(signum: int, _frame: object) -> None:

@@ -1,0 +1,181 @@
+"""A worker that must be gone at a known time takes no task it cannot finish.
+
+A batch job ends at its time limit, and its worker's running tasks with it: their work is
+lost. The master would not send a task to a worker ending too soon only if the task said
+how long it runs (``end`` or ``min_running_time``, checked in CCTools' ``work_queue.c``
+``check_worker_against_task``), and makeflow 8.0 sets neither: ``WALL_TIME`` becomes the
+task's *maximum* running time, which the master does not compare with the worker's end.
+Work Queue's own drain (``work_queue_specify_draining_by_hostname``) is an API of the
+master, which makeflow owns. So ``hta worker`` closes itself (docs/decisions/0032):
+
+- **last call** (``ends_at - last_call_s``): a task that starts after it is held at once
+  (SIGSTOP to its process group, within one look, :data:`LOOK_CLOSED_S`). A held task keeps
+  its slot, so the master sends no more; the tasks started before it finish.
+- once only held tasks are left (or none), the worker leaves (SIGTERM: it gives its held
+  tasks back, and the master runs them elsewhere, having lost well under a second of each).
+- **the end** (``ends_at - STOP_BEFORE_S``): if a task is still running, the worker leaves
+  anyway, before the batch system kills it, and says its tasks were cut by the time limit.
+
+``last_call_s`` is the longest a task is expected to run: what the controller had learned
+when it launched the worker, or, if longer, the longest task this worker has run itself,
+with a margin (:data:`MARGIN`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+#: the worker leaves this long before its job's end, ahead of the batch system's kill
+STOP_BEFORE_S = 5.0
+#: a task's expected runtime is the longest seen, times this (runtimes vary)
+MARGIN = 1.25
+#: how often the worker's tasks are looked at once the last call has passed
+LOOK_CLOSED_S = 0.05
+
+
+@dataclass
+class Task:
+    pid: int
+    started: float
+    sandbox: str | None = None
+    held: bool = False
+
+
+@dataclass
+class LastCall:
+    """The decisions, as a pure function of time and the tasks seen (see the module)."""
+
+    ends_at: float
+    last_call_s: float = 0.0
+    #: when the worker started: a last call before it means no task of the expected length
+    #: fits in this job at all, and holding would only pass it on; it runs and is cut
+    #: (the run says so: :mod:`hta.backends.pool`)
+    started_at: float = field(default_factory=time.time)
+    stop_before_s: float = STOP_BEFORE_S
+    longest_s: float = 0.0
+    tasks: dict[int, Task] = field(default_factory=dict)
+
+    def expected_s(self) -> float:
+        return max(self.last_call_s, self.longest_s * MARGIN)
+
+    def closes_at(self) -> float:
+        """The last call (infinity where no task of the expected length fits at all)."""
+        closes = self.ends_at - self.stop_before_s - self.expected_s()
+        return closes if closes > self.started_at else float("inf")
+
+    def seen(self, now: float, running: dict[int, tuple[float, str | None]]) -> None:
+        """The worker's task processes now: pid → (started, sandbox). A task gone ended;
+        its runtime teaches how long the next may run (a held one taught nothing)."""
+        for pid in list(self.tasks):
+            if pid not in running:
+                t = self.tasks.pop(pid)
+                if not t.held:
+                    self.longest_s = max(self.longest_s, now - t.started)
+        for pid, (started, sandbox) in running.items():
+            if pid not in self.tasks:
+                self.tasks[pid] = Task(pid, started, sandbox)
+
+    def to_hold(self, now: float) -> list[int]:
+        """Tasks that started after the last call and are not held yet."""
+        closes = self.closes_at()
+        if now < closes:
+            return []
+        return [t.pid for t in self.tasks.values() if not t.held and t.started >= closes]
+
+    def leave(self, now: float, sandboxes: set[str]) -> str | None:
+        """Why the worker leaves now (None: not yet). ``sandboxes``: the tasks the worker
+        holds, running or with a result the master has not fetched yet."""
+        if now >= self.ends_at - self.stop_before_s:
+            live = [t for t in self.tasks.values() if not t.held]
+            return "time limit" if live else "last call"
+        if now < self.closes_at():
+            return None
+        held = {t.sandbox for t in self.tasks.values() if t.held}
+        if any(not t.held for t in self.tasks.values()) or not sandboxes <= held:
+            return None
+        return "last call"
+
+
+def task_processes(worker_pid: int) -> dict[int, tuple[float, str | None]]:
+    """The worker's task processes (each its own process group): pid → (started, sandbox)."""
+    out: dict[int, tuple[float, str | None]] = {}
+    try:
+        children = psutil.Process(worker_pid).children()
+    except psutil.NoSuchProcess:
+        return out
+    for p in children:
+        try:
+            out[p.pid] = (p.create_time(), p.cwd())
+        except psutil.Error:
+            continue
+    return out
+
+
+def sandboxes(workdir: Path, worker_pid: int) -> set[str]:
+    """The task sandboxes the worker keeps (``t.<id>``): a task running, or one whose
+    result the master has not fetched yet."""
+    return {str(p) for p in Path(workdir).glob(f"worker-*-{worker_pid}/t.*")}
+
+
+def hold(pid: int) -> None:
+    try:
+        os.killpg(os.getpgid(pid), signal.SIGSTOP)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def say(event: str, **fields: object) -> None:
+    """One JSON line on stderr, beside ``hta worker``'s capacity line: the batch job's log
+    keeps it, and the backend reads why its worker left (:func:`left_how`)."""
+    print(json.dumps({"hta_worker": event, **fields}), file=sys.stderr, flush=True)
+
+
+def left_how(log_text: str) -> dict | None:
+    """The worker's own word on why it left, from its log (None: it did not say)."""
+    for line in reversed(log_text.splitlines()):
+        if line.startswith('{"hta_worker": "left"'):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
+
+
+class Closer:
+    """Runs :class:`LastCall` against a live ``work_queue_worker`` (``hta worker``'s loop)."""
+
+    def __init__(self, worker_pid: int, workdir: Path, ends_at: float, last_call_s: float):
+        self.pid = worker_pid
+        self.workdir = workdir
+        self.rule = LastCall(ends_at=ends_at, last_call_s=last_call_s)
+        self.why: str | None = None
+
+    def look_every_s(self, now: float) -> float:
+        near = min(self.rule.closes_at(), self.rule.ends_at - self.rule.stop_before_s) - 1.0
+        return LOOK_CLOSED_S if now >= near else 0.2
+
+    def step(self, now: float | None = None) -> str | None:
+        """Hold what must be held; the reason to leave now, once (then None)."""
+        if self.why is not None:
+            return None
+        now = time.time() if now is None else now
+        self.rule.seen(now, task_processes(self.pid))
+        for pid in self.rule.to_hold(now):
+            hold(pid)
+            self.rule.tasks[pid].held = True
+        why = self.rule.leave(now, sandboxes(self.workdir, self.pid))
+        if why is not None:
+            self.why = why
+            held = sum(1 for t in self.rule.tasks.values() if t.held)
+            cut = len(self.rule.tasks) - held
+            say("left", why=why, ends_at=round(self.rule.ends_at), held=held, cut=cut,
+                last_call_s=round(self.rule.expected_s(), 1))
+        return why

@@ -1,0 +1,209 @@
+"""Workers under a batch system's time limit: the limits Slurm states, a worker that takes no
+task it cannot finish (its last call), tasks that can never fit, and lost work by cause."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hta.backends.pool import WorkerPool
+from hta.backends.provider import JobState, JobStatus
+from hta.backends.slurm.limits import clock, job_limits, parse_default_qos, parse_qos, slurm_seconds
+from hta.node.last_call import MARGIN, LastCall, left_how
+from hta.scaling_log import WorkerRecord
+from tests.test_pool import SHAPE, FakeProvider, connect, running, snap, worker
+
+PARTITION = ("PartitionName=hta AllowGroups=ALL Default=YES QoS=N/A DefaultTime=00:30:00 MaxNodes=UNLIMITED "
+             "MaxTime=1-00:00:00 State=UP")
+QOS = "normal|||\nshort|02:00:00|4|2\nlong|7-00:00:00||\n"
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("30", 1800), ("1", 60), ("5:30", 330), ("1:30:00", 5400), ("2-12", 216000), ("1-00:30", 88200),
+    ("1-00:00:00", 86400), ("00:03:00", 180), ("UNLIMITED", None), ("INFINITE", None), ("NONE", None),
+    ("Partition_Limit", None)])
+def test_every_slurm_duration_form_is_read(text, seconds):
+    assert slurm_seconds(text) == seconds
+
+
+def test_a_duration_slurm_never_prints_is_refused_and_seconds_print_as_slurm_does():
+    with pytest.raises(ValueError):
+        slurm_seconds("90m")
+    assert [clock(s) for s in (60, 5400, 86400 + 61)] == ["1:00", "1:30:00", "1-00:01:01"]
+
+
+def test_the_ceiling_is_the_smallest_limit_and_names_who_set_it():
+    limits = job_limits(user=None, partition=None, partition_text=PARTITION, qos="short", qos_text=QOS)
+    assert limits.ceiling.words() == "QOS short's MaxWall 2:00:00"
+    assert limits.default.seconds == 1800
+    limits = job_limits(user="45", partition="hta", partition_text=PARTITION, qos="short", qos_text=QOS)
+    assert (limits.ceiling.seconds, limits.ceiling.source) == (2700, "--time-limit")
+    # no accounting: the partition alone
+    limits = job_limits(user=None, partition=None, partition_text=PARTITION, qos="short", qos_text=None)
+    assert limits.ceiling.words() == "partition hta's MaxTime 1-00:00:00"
+    assert job_limits(user=None, partition=None, partition_text="", qos=None, qos_text=None).ceiling is None
+
+
+def test_the_qos_table_keeps_its_submit_and_run_limits():
+    assert parse_qos(QOS)["short"] == {"MaxWall": "02:00:00", "MaxSubmitJobsPU": "4", "MaxJobsPU": "2"}
+    limits = job_limits(user=None, partition=None, partition_text=PARTITION, qos="short", qos_text=QOS)
+    assert (limits.qos, limits.max_submit_jobs, limits.max_running_jobs) == ("short", 4, 2)
+    plain = job_limits(user=None, partition=None, partition_text=PARTITION, qos=None, qos_text=QOS)
+    assert (plain.qos, plain.max_submit_jobs, plain.ceiling.source) == ("normal", None, "partition hta's MaxTime")
+    mine = job_limits(user=None, partition=None, partition_text=PARTITION, qos=None, qos_text=QOS, default_qos="short")
+    assert (mine.qos, mine.max_submit_jobs) == ("short", 4)
+
+
+def test_the_qos_a_job_gets_is_its_accounts_default():
+    # sacctmgr -nP show user root withassoc format=User,DefaultAccount,Account,Partition,DefaultQOS,QOS
+    text = "root|hta|hta||limited|limited,normal\nroot|hta|root|||normal\n"
+    assert parse_default_qos(text) == "limited"
+    assert parse_default_qos(text, account="root") == "normal"
+    assert parse_default_qos("root|a|a|||short\n") == "short" and parse_default_qos("") is None
+
+
+# -- the last call ----------------------------------------------------------------------------
+
+
+def test_a_worker_holds_a_task_that_starts_after_its_last_call_and_leaves_once_only_held_ones_remain():
+    rule = LastCall(ends_at=1000.0, last_call_s=100.0, started_at=0.0, stop_before_s=5.0)
+    assert rule.closes_at() == 895.0
+    rule.seen(800.0, {1: (700.0, "/w/t.1")})
+    assert rule.to_hold(800.0) == [] and rule.leave(800.0, {"/w/t.1"}) is None
+    rule.seen(896.0, {1: (700.0, "/w/t.1"), 2: (895.5, "/w/t.2")})  # a task sent after the call
+    assert rule.to_hold(896.0) == [2]
+    rule.tasks[2].held = True
+    assert rule.leave(896.0, {"/w/t.1", "/w/t.2"}) is None  # the one that fits still runs
+    rule.seen(950.0, {2: (895.5, "/w/t.2")})
+    assert rule.leave(950.0, {"/w/t.1", "/w/t.2"}) is None  # its result is not with the master yet
+    assert rule.leave(950.5, {"/w/t.2"}) == "last call"
+
+
+def test_a_worker_learns_how_long_its_tasks_run_and_cuts_only_at_its_end():
+    rule = LastCall(ends_at=1000.0, started_at=0.0, stop_before_s=5.0)
+    rule.seen(0.0, {1: (0.0, "/w/t.1")})
+    rule.seen(200.0, {})  # it ran 200 s: the next may too
+    assert rule.closes_at() == pytest.approx(995.0 - 200.0 * MARGIN)
+    held = LastCall(ends_at=1000.0, started_at=0.0)
+    held.seen(0.0, {1: (0.0, "/w/t.1")})
+    held.tasks[1].held = True
+    held.seen(10.0, {})
+    assert held.longest_s == 0.0  # a held task taught nothing
+    rule.seen(990.0, {3: (500.0, "/w/t.3")})
+    assert rule.leave(995.0, {"/w/t.3"}) == "time limit"
+
+
+def test_no_last_call_when_no_task_of_the_expected_length_fits_the_job_at_all():
+    rule = LastCall(ends_at=60.0, last_call_s=90.0, started_at=0.0)
+    assert rule.closes_at() == float("inf")
+    rule.seen(1.0, {1: (1.0, "/w/t.1")})
+    assert rule.to_hold(1.0) == [] and rule.leave(30.0, {"/w/t.1"}) is None
+
+
+def test_the_backend_reads_the_workers_own_word_on_why_it_left():
+    log = '{"hta_worker": "capacity"}\nwork_queue_worker: ...\n{"hta_worker": "left", "why": "last call", "cut": 0}\n'
+    assert left_how(log) == {"hta_worker": "left", "why": "last call", "cut": 0}
+    assert left_how("nothing said\n") is None
+
+
+# -- tasks that can never fit ------------------------------------------------------------------
+
+
+class LimitedProvider(FakeProvider):
+    def job_ceiling(self):
+        return 60.0, "--time-limit 1:00"
+
+
+async def lose_one(pool: WorkerPool, addr: str, started_after_s: float, limit_s: float = 60.0):
+    (h,) = await pool.request(1, SHAPE, 0.0)
+    await connect(pool, h, addr, now=10.0)
+    began = pool.epoch + 10.0
+    await pool.refresh(snap(worker(addr, busy=1), tasks=[running(addr, started=began + started_after_s)], at=began),
+                       11.0)
+    pool.provider.status[h] = JobStatus(JobState.ENDED, why="time limit", cause="time limit", limit_s=limit_s)
+    return await pool.refresh(snap(at=began + 60.0), 70.0)
+
+
+async def test_a_task_cut_twice_at_the_longest_limit_ends_the_run_naming_its_category_runtime_and_limit(caplog):
+    pool = WorkerPool(LimitedProvider(), epoch=time.time() - 100.0)
+    (rec,) = await lose_one(pool, "1.1.1.1:1", 1.0)
+    assert (rec.event, rec.cause, rec.tasks_lost) == ("lost", "time limit", 1)
+    assert pool.fatal is None and "category c ran 59s" in caplog.text
+    await lose_one(pool, "1.1.1.2:1", 1.0)
+    assert "category c cannot fit" in pool.fatal and "--time-limit 1:00" in pool.fatal and "59s" in pool.fatal
+
+
+async def test_cuts_that_say_nothing_of_fitting_never_end_the_run():
+    pool = WorkerPool(LimitedProvider(), epoch=time.time() - 100.0, max_task_losses=1)
+    await lose_one(pool, "1.1.1.1:1", 40.0)  # it started late in its job: a fresh job may fit it
+    await lose_one(pool, "1.1.1.2:1", 1.0, limit_s=30.0)  # a limit shortened from outside
+    assert pool.fatal is None
+
+
+async def test_a_worker_that_left_at_its_last_call_is_drained_with_nothing_lost():
+    pool = WorkerPool(LimitedProvider(), epoch=time.time() - 100.0)
+    (h,) = await pool.request(1, SHAPE, 0.0)
+    await connect(pool, h, "1.1.1.1:1")
+    await pool.refresh(snap(worker("1.1.1.1:1", busy=1), tasks=[running("1.1.1.1:1", started=time.time())]), 11.0)
+    pool.provider.status[h] = JobStatus(JobState.ENDED, left=True, failed=False, why="left at its last call")
+    (rec,) = await pool.refresh(snap(), 12.0)
+    assert (rec.event, rec.tasks_lost, rec.cause) == ("drained", 0, None)
+
+
+def test_a_category_measured_longer_than_the_ceiling_is_said_once(caplog):
+    pool = WorkerPool(LimitedProvider(), epoch=time.time())
+    pool.expect_tasks({"long": 90.0, "short": 10.0})
+    pool.expect_tasks({"long": 95.0, "short": 10.0})
+    assert caplog.text.count("category long have run") == 1 and "short" not in caplog.text
+    assert pool.provider.expected_task_s == 95.0
+
+
+# -- lost work in the summary --------------------------------------------------------------------
+
+
+def test_utilisation_counts_lost_work_as_not_useful_and_the_summary_splits_it_by_cause():
+    from hta.model import Resources
+    from hta.scaling_log import EndRecord, ObservationRecord, RunRecord
+    from hta.summary import summarize
+
+    BUSY = dict(supply_cores=1, in_use_cores=1, demand_cores=1, idle_cores=0, waiting=0, running=1, workers=1,
+                pending=0, tasks_done=0, tasks_failed=0)
+    records = [RunRecord(t=0.0, started_at=0.0, workflow="w", policy="hta", backend="slurm", max_workers=1,
+                         worker_shape=Resources(cores=1, memory_mb=1, disk_mb=1)),
+               ObservationRecord(t=0.0, **BUSY),
+               WorkerRecord(t=50.0, worker="w1", event="lost", tasks_lost=1, lost_work_core_s=50.0, cause="time limit"),
+               WorkerRecord(t=60.0, worker="w2", event="lost", tasks_lost=1, lost_work_core_s=10.0, cause="preemption"),
+               ObservationRecord(t=100.0, **BUSY),
+               EndRecord(t=100.0, exit_code=1, runtime_s=100.0, tasks_done=0)]
+    s = summarize(records)
+    assert s.utilization == pytest.approx(0.4)
+    assert s.lost_by_cause == {"time limit": 50.0, "preemption": 10.0}
+    assert s.waste_core_s == 0.0
+
+
+# -- a replacement one latency ahead -----------------------------------------------------------
+
+
+def test_a_worker_near_its_jobs_end_is_replaced_once_a_latency_ahead_even_at_the_cap():
+    from hta.model import LatencyStats, Observation, Resources, RunningTask, TaskGroup, WorkerInfo
+    from hta.policies.hta_policy import HTAPolicy
+    from tests.test_policy_hta import cat
+
+    shape = Resources(cores=1, memory_mb=100, disk_mb=100)
+
+    def obs(ends: dict[str, float], waiting: int = 4) -> Observation:
+        return Observation(
+            time=100.0, worker_shape=shape, max_workers=2, latency=LatencyStats(samples=[10.0]),
+            workers=[WorkerInfo(id=w, capacity=shape, in_use=shape, running=1) for w in ("w1", "w2")],
+            running=[RunningTask(task_id=i, category="a", allocation=shape, started_at=95.0, worker=w)
+                     for i, w in ((1, "w1"), (2, "w2"))],
+            waiting=[TaskGroup(category="a", count=waiting, request=shape)] if waiting else [],
+            categories={"a": cat("a", 40.0)}, worker_ends=ends)
+
+    policy = HTAPolicy(worker_shape="node")
+    assert policy.decide(obs({"w1": 300.0, "w2": 300.0})).add == 0  # at the cap, none near its end
+    d = policy.decide(obs({"w1": 105.0, "w2": 300.0}))
+    assert d.add == 1 and "near their job's end" in d.reason  # w1 stops taking tasks within L
+    assert policy.decide(obs({"w1": 105.0, "w2": 300.0})).add == 0  # once per worker
+    assert HTAPolicy(worker_shape="node").decide(obs({"w1": 105.0}, waiting=0)).add == 0  # no work left for it
