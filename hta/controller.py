@@ -183,9 +183,9 @@ class Controller:
             retired=self.backend.retired(), node_hold_s=self.backend.node_hold_s(),
             worker_nodes=self.backend.worker_nodes(),
         )
-        ends = self.backend.worker_ends()
-        if ends:  # (workers under a time limit: the policy replaces them ahead of their end)
-            obs = obs.model_copy(update={"worker_ends": ends})
+        ceiling = self.backend.job_ceiling()
+        if ceiling is not None:  # (workers under a time limit: the policy sizes their jobs, replaces them ahead)
+            obs = obs.model_copy(update={"worker_ends": self.backend.worker_ends(), "job_ceiling_s": ceiling[0]})
         self.last_observation = obs
         self._record_observation(obs)
         self._tell_world(obs)
@@ -226,8 +226,8 @@ class Controller:
     # -- decide and act ------------------------------------------------------------
     async def step(self) -> Observation:
         snap, obs = await self.observe()
-        self.backend.expect_tasks({c: m.runtime_max_s for c, m in obs.categories.items()
-                                   if m.measured and m.runtime_max_s})
+        self.backend.expect_tasks({c: m.runtime_quantile(1.0) or 0.0 for c, m in obs.categories.items()
+                                   if m.measured})
         if obs.time >= self.next_decision_at:
             await self.act(self.policy.decide(obs), obs, snap, obs.time)
         return obs
@@ -248,6 +248,7 @@ class Controller:
         held_by = f"--max-workers {obs.max_workers}" if held_back else None
         asked = []
         if add:
+            self.backend.ask_job_time(decision.job_time_s)
             asked = await self.backend.request(add, decision.shape or self.config.worker_shape, now)
             if len(asked) < add:  # the backend gave fewer: a quota, pods that cannot be scheduled
                 held_back += add - len(asked)

@@ -165,6 +165,8 @@ class Observation(BaseModel):
     #: when each connected worker whose job ends at a time limit stops taking tasks (its
     #: last call), by worker id, where the backend knows it
     worker_ends: dict[str, float] = Field(default_factory=dict)
+    #: the longest a worker's job may live (a batch system's time limit), where it has one
+    job_ceiling_s: float | None = None
 
     @property
     def waiting_count(self) -> int:
@@ -307,6 +309,9 @@ class ScaleDecision(BaseModel):
     wanted: int | None = None
     #: the time–cost dial's plan, when a deadline or a budget was given
     plan: DialPlan | None = None
+    #: how long the new workers' jobs should live, where jobs have a time limit: long enough
+    #: for the work the forecast sees, within the limit (None: the backend's default)
+    job_time_s: float | None = None
 
     @property
     def acts(self) -> bool:

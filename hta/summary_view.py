@@ -117,7 +117,7 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
     ]
     if s.tasks_lost or s.workers_failed:
         gone = [f"{s.workers_lost} worker(s) lost"] + ([f"{s.workers_failed} failed to start"] if s.workers_failed else [])
-        causes = "".join(f"; {core_s(v, '')} to {cause}" for cause, v in sorted(s.lost_by_cause.items())
+        causes = "".join(f"; {core_s(v, '')} of it to {cause}" for cause, v in sorted(s.lost_by_cause.items())
                          if len(s.lost_by_cause) > 1 or cause != "other")
         rows.insert(5, ("lost work", f"{s.tasks_lost} task(s) run again, {core_s(s.lost_work_core_s)} "
                                      f"({', '.join(gone)}{causes})"))

@@ -69,35 +69,35 @@ def test_the_qos_a_job_gets_is_its_accounts_default():
 def test_a_worker_holds_a_task_that_starts_after_its_last_call_and_leaves_once_only_held_ones_remain():
     rule = LastCall(ends_at=1000.0, last_call_s=100.0, started_at=0.0, stop_before_s=5.0)
     assert rule.closes_at() == 895.0
-    rule.seen(800.0, {1: (700.0, "/w/t.1")})
+    rule.seen(800.0, {1: "/w/t.1"})
     assert rule.to_hold(800.0) == [] and rule.leave(800.0, {"/w/t.1"}) is None
-    rule.seen(896.0, {1: (700.0, "/w/t.1"), 2: (895.5, "/w/t.2")})  # a task sent after the call
+    rule.seen(896.0, {1: "/w/t.1", 2: "/w/t.2"})  # a task sent after the call
     assert rule.to_hold(896.0) == [2]
     rule.tasks[2].held = True
     assert rule.leave(896.0, {"/w/t.1", "/w/t.2"}) is None  # the one that fits still runs
-    rule.seen(950.0, {2: (895.5, "/w/t.2")})
+    rule.seen(950.0, {2: "/w/t.2"})
     assert rule.leave(950.0, {"/w/t.1", "/w/t.2"}) is None  # its result is not with the master yet
     assert rule.leave(950.5, {"/w/t.2"}) == "last call"
 
 
 def test_a_worker_learns_how_long_its_tasks_run_and_cuts_only_at_its_end():
     rule = LastCall(ends_at=1000.0, started_at=0.0, stop_before_s=5.0)
-    rule.seen(0.0, {1: (0.0, "/w/t.1")})
+    rule.seen(0.0, {1: "/w/t.1"})
     rule.seen(200.0, {})  # it ran 200 s: the next may too
     assert rule.closes_at() == pytest.approx(995.0 - 200.0 * MARGIN)
     held = LastCall(ends_at=1000.0, started_at=0.0)
-    held.seen(0.0, {1: (0.0, "/w/t.1")})
+    held.seen(0.0, {1: "/w/t.1"})
     held.tasks[1].held = True
     held.seen(10.0, {})
     assert held.longest_s == 0.0  # a held task taught nothing
-    rule.seen(990.0, {3: (500.0, "/w/t.3")})
+    rule.seen(500.0, {3: "/w/t.3"})
     assert rule.leave(995.0, {"/w/t.3"}) == "time limit"
 
 
 def test_no_last_call_when_no_task_of_the_expected_length_fits_the_job_at_all():
     rule = LastCall(ends_at=60.0, last_call_s=90.0, started_at=0.0)
     assert rule.closes_at() == float("inf")
-    rule.seen(1.0, {1: (1.0, "/w/t.1")})
+    rule.seen(1.0, {1: "/w/t.1"})
     assert rule.to_hold(1.0) == [] and rule.leave(30.0, {"/w/t.1"}) is None
 
 
@@ -180,6 +180,12 @@ def test_utilisation_counts_lost_work_as_not_useful_and_the_summary_splits_it_by
     assert s.utilization == pytest.approx(0.4)
     assert s.lost_by_cause == {"time limit": 50.0, "preemption": 10.0}
     assert s.waste_core_s == 0.0
+    from hta.report import rows
+    from hta.summary_view import summary_rows
+
+    lost = dict(summary_rows(s))["lost work"]
+    assert "50.0 of it to time limit" in lost and "10.0 of it to preemption" in lost
+    assert ("  to time limit", "50.0") in rows(s)
 
 
 # -- a replacement one latency ahead -----------------------------------------------------------
@@ -207,3 +213,99 @@ def test_a_worker_near_its_jobs_end_is_replaced_once_a_latency_ahead_even_at_the
     assert d.add == 1 and "near their job's end" in d.reason  # w1 stops taking tasks within L
     assert policy.decide(obs({"w1": 105.0, "w2": 300.0})).add == 0  # once per worker
     assert HTAPolicy(worker_shape="node").decide(obs({"w1": 105.0}, waiting=0)).add == 0  # no work left for it
+
+
+# -- the job's --time -----------------------------------------------------------------------------
+
+
+def test_new_jobs_last_the_forecast_rest_of_the_run_within_the_limit():
+    from hta.model import LatencyStats, Observation, Resources, TaskGroup
+    from hta.policies.hta_policy import JOB_TASKS, HTAPolicy
+    from tests.test_policy_hta import cat
+
+    shape = Resources(cores=1, memory_mb=100, disk_mb=100)
+
+    def decide(ceiling, measured=True, waiting=8):
+        o = Observation(time=100.0, worker_shape=shape, max_workers=4, latency=LatencyStats(samples=[10.0]),
+                        waiting=[TaskGroup(category="a", count=waiting, request=shape)],
+                        categories={"a": cat("a", 40.0)} if measured else {}, job_ceiling_s=ceiling)
+        return HTAPolicy(worker_shape="node").decide(o)
+
+    d = decide(3600.0)
+    assert d.add == 4 and d.job_time_s is not None and "jobs of" in d.reason
+    # 8 tasks of 40 s on 4 workers a latency away: about 90 s left, with the margin and a latency
+    assert JOB_TASKS * 40.0 <= d.job_time_s <= 200.0
+    assert decide(100.0).job_time_s == 100.0  # never past the limit
+    assert decide(3600.0, waiting=1).job_time_s >= JOB_TASKS * 40.0  # room for at least two of the longest task
+    assert decide(3600.0, measured=False).job_time_s is None  # nothing measured: the longest job
+    assert decide(None).job_time_s is None  # no time limit: nothing to choose
+
+
+def test_sbatch_time_is_the_choice_in_whole_minutes_within_the_ceiling(tmp_path):
+    from hta.backends.slurm.backend import SlurmProvider
+    from hta.backends.slurm.limits import JobLimits, Limit
+
+    p = SlurmProvider(run_id="x", run_dir=tmp_path, time_limit="30")
+    assert p.job_time() == "30"  # no choice made: --time-limit
+    p.limits = JobLimits(limits=[Limit(seconds=1800, source="--time-limit")])
+    p.job_time_s = 61.0
+    assert p.job_time() == "2"
+    p.job_time_s = 7200.0
+    assert p.job_time() == "30"
+
+
+async def test_after_a_task_outlived_a_shorter_job_jobs_ask_for_the_longest():
+    pool = WorkerPool(LimitedProvider(), epoch=time.time() - 100.0)
+    pool.ask_job_time(30.0)
+    assert pool.provider.job_time_s == 30.0
+    await lose_one(pool, "1.1.1.1:1", 1.0, limit_s=30.0)
+    pool.ask_job_time(30.0)
+    assert pool.provider.job_time_s == 60.0 and pool.fatal is None
+
+
+def test_a_closing_worker_stops_a_late_task_and_leaves_once_the_others_are_done(tmp_path, monkeypatch, capsys):
+    """The worker's side against real processes: each task its own process group, in its
+    sandbox; this test process stands for ``work_queue_worker``."""
+    import json
+    import os
+    import subprocess
+
+    import psutil
+
+    import hta.node.last_call as lc
+
+    space = tmp_path / f"worker-0-{os.getpid()}"
+    procs = []
+
+    def task(n: int) -> subprocess.Popen:
+        box = space / f"t.{n}"
+        box.mkdir(parents=True)
+        procs.append(subprocess.Popen(["sleep", "60"], cwd=box, start_new_session=True))
+        return procs[-1]
+
+    real = lc.task_processes
+    monkeypatch.setattr(lc, "task_processes",
+                        lambda pid: {k: v for k, v in real(pid).items() if k in {p.pid for p in procs}})
+    try:
+        early = task(1)
+        closes = time.time() + 0.3
+        closer = lc.Closer(os.getpid(), tmp_path, ends_at=closes + lc.STOP_BEFORE_S + 100.0, last_call_s=100.0)
+        closer.rule.started_at = closes - 10.0
+        assert closer.step() is None  # seen before the last call
+        while time.time() < closes:
+            time.sleep(0.05)
+        late = task(2)
+        assert closer.step() is None
+        assert psutil.Process(late.pid).status() == psutil.STATUS_STOPPED  # held: its slot stays taken
+        assert psutil.Process(early.pid).status() != psutil.STATUS_STOPPED
+        early.kill()
+        early.wait()
+        assert closer.step() is None  # its result is not with the master yet (its sandbox is there)
+        (space / "t.1").rmdir()
+        assert closer.step() == "last call" and closer.only_held()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    said = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    assert [(x["why"], x["held"], x["cut"]) for x in said] == [("last call", 1, 0)]

@@ -83,6 +83,11 @@ class WorkerBackend(ABC):
         last call, :mod:`hta.node.last_call`), in controller time, by worker id."""
         return {}
 
+    def ask_job_time(self, seconds: float | None) -> None:
+        """How long the next workers' jobs should live (the policy's choice, within
+        :meth:`job_ceiling`; None: the backend's default)."""
+        return None
+
     def expect_tasks(self, runtimes_s: dict[str, float]) -> None:
         """The longest each category's tasks have run so far (the controller's learning),
         for workers that end at a time limit: they take no task they cannot finish."""

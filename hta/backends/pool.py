@@ -130,6 +130,9 @@ class WorkerPool(WorkerBackend):
         self.max_task_losses = max_task_losses
         #: category → tasks of it cut at a time limit they could never fit in
         self.cut: dict[str, int] = {}
+        #: a task was cut at a time limit shorter than the longest HTA may ask for: jobs ask
+        #: for the longest from then on (:meth:`ask_job_time`)
+        self.cut_short = False
         self.workers: dict[str, Worker] = {}
         #: workers in a row that ended before connecting (reset when one connects)
         self.start_failures = 0
@@ -189,6 +192,12 @@ class WorkerPool(WorkerBackend):
         expected = STOP_BEFORE_S + self.provider.expected_task_s * MARGIN
         return {w.id: w.ends_at - self.epoch - expected for w in self._in(WorkerState.CONNECTED)
                 if w.ends_at is not None}
+
+    def ask_job_time(self, seconds: float | None) -> None:
+        ceiling = self.job_ceiling()
+        if self.cut_short and ceiling is not None:  # a task outlived a shorter job: ask for the longest
+            seconds = ceiling[0]
+        self.provider.job_time_s = seconds
 
     def expect_tasks(self, runtimes_s: dict[str, float]) -> None:
         self.provider.expected_task_s = max(runtimes_s.values(), default=0.0)
@@ -376,8 +385,11 @@ class WorkerPool(WorkerBackend):
         """Tasks cut at their job's time limit: those that had the whole of a job as long as
         HTA may ask for can never fit (see the module)."""
         ceiling = self.job_ceiling()
-        if ceiling is None or (limit_s is not None and limit_s < ceiling[0] - 1.0):
-            return  # a longer job may fit them (a limit shortened from outside, a --time below the ceiling)
+        if ceiling is None:
+            return
+        if limit_s is not None and limit_s < ceiling[0] - 1.0:
+            self.cut_short = bool(tasks)  # a longer job may fit them (a --time below the ceiling, or lowered)
+            return
         grace = max(WHOLE_JOB_GRACE_S, 0.1 * ceiling[0])
         for started, _, category in tasks.values():
             if started - began > grace:

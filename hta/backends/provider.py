@@ -186,6 +186,8 @@ class Provider(ABC):
     #: the longest a task is expected to run, from what the controller learned (0: not known);
     #: a provider whose workers end at a time limit tells them (``hta worker --last-call``)
     expected_task_s: float = 0.0
+    #: how long the next jobs should live, as the policy chose it (None: the provider's default)
+    job_time_s: float | None = None
 
     def task_peak_memory_mb(self, task_id: int) -> float | None:
         """The most memory the master's task ``task_id`` was seen using, if the provider samples tasks."""

@@ -71,17 +71,19 @@ class LastCall:
         closes = self.ends_at - self.stop_before_s - self.expected_s()
         return closes if closes > self.started_at else float("inf")
 
-    def seen(self, now: float, running: dict[int, tuple[float, str | None]]) -> None:
-        """The worker's task processes now: pid → (started, sandbox). A task gone ended;
-        its runtime teaches how long the next may run (a held one taught nothing)."""
+    def seen(self, now: float, running: dict[int, str | None]) -> None:
+        """The worker's task processes at ``now``: pid → sandbox. A task started when it was
+        first seen (the kernel's start time is read through the boot time, which psutil
+        rounds: up to a second off ``time.time()``, more than a look); a task gone ended,
+        and its runtime teaches how long the next may run (a held one taught nothing)."""
         for pid in list(self.tasks):
             if pid not in running:
                 t = self.tasks.pop(pid)
                 if not t.held:
                     self.longest_s = max(self.longest_s, now - t.started)
-        for pid, (started, sandbox) in running.items():
+        for pid, sandbox in running.items():
             if pid not in self.tasks:
-                self.tasks[pid] = Task(pid, started, sandbox)
+                self.tasks[pid] = Task(pid, now, sandbox)
 
     def to_hold(self, now: float) -> list[int]:
         """Tasks that started after the last call and are not held yet."""
@@ -104,16 +106,16 @@ class LastCall:
         return "last call"
 
 
-def task_processes(worker_pid: int) -> dict[int, tuple[float, str | None]]:
-    """The worker's task processes (each its own process group): pid → (started, sandbox)."""
-    out: dict[int, tuple[float, str | None]] = {}
+def task_processes(worker_pid: int) -> dict[int, str | None]:
+    """The worker's task processes (each its own process group): pid → its sandbox."""
+    out: dict[int, str | None] = {}
     try:
         children = psutil.Process(worker_pid).children()
     except psutil.NoSuchProcess:
         return out
     for p in children:
         try:
-            out[p.pid] = (p.create_time(), p.cwd())
+            out[p.pid] = p.cwd()
         except psutil.Error:
             continue
     return out
@@ -126,10 +128,21 @@ def sandboxes(workdir: Path, worker_pid: int) -> set[str]:
 
 
 def hold(pid: int) -> None:
+    """Stop a task: its process group, and every process under it (a resource monitor may
+    start the task's own command in a group of its own)."""
     try:
         os.killpg(os.getpgid(pid), signal.SIGSTOP)
     except (ProcessLookupError, PermissionError):
         pass
+    try:
+        below = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for p in below:
+        try:
+            p.suspend()
+        except psutil.Error:
+            pass
 
 
 def say(event: str, **fields: object) -> None:
@@ -157,6 +170,10 @@ class Closer:
         self.workdir = workdir
         self.rule = LastCall(ends_at=ends_at, last_call_s=last_call_s)
         self.why: str | None = None
+
+    def only_held(self) -> bool:
+        """Whether every task the worker runs is one it held (a stop then loses nothing)."""
+        return bool(self.rule.tasks) and all(t.held for t in self.rule.tasks.values())
 
     def look_every_s(self, now: float) -> float:
         near = min(self.rule.closes_at(), self.rule.ends_at - self.rule.stop_before_s) - 1.0

@@ -215,7 +215,8 @@ def run(o: WorkerOptions) -> int:
             left = True  # its job's end: it leaves on its own, as if drained
             proc.send_signal(signal.SIGTERM)
             passed_at = time.monotonic()
-        elif signals and passed_at is None and (len(signals) > 1 or not has_tasks(proc.pid, o.workdir)):
+        elif signals and passed_at is None and (len(signals) > 1 or not has_tasks(proc.pid, o.workdir)
+                                                or (closer is not None and closer.only_held())):
             proc.send_signal(signal.SIGTERM)
             passed_at = time.monotonic()
         elif passed_at is not None and time.monotonic() - passed_at > STOP_GRACE_S:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hta.estimator import EstimatorOptions, QueueDrainEstimator
+from hta.estimator.workflow_end import forecast_end
 from hta.model import DialPlan, Observation, Resources, ScaleDecision
 from hta.plural import counted
 from hta.policies.base import Policy
@@ -87,6 +88,13 @@ def _as_advertised(obs: Observation) -> Observation:
     pending = [p if told(p.shape) else p.model_copy(update={"shape": p.shape.advertised()}) for p in obs.pending]
     return obs.model_copy(update={"pending": pending})
 
+
+#: where jobs have a time limit, a new worker's job lives the rest of the run the forecast
+#: sees, times this (runtimes vary; the last call hands back what would not fit) ...
+JOB_TIME_MARGIN = 1.25
+#: ... and at least this many of the longest task learned (a job that fits one task would
+#: spend a latency for each)
+JOB_TASKS = 2
 
 @dataclass
 class HTAPolicy(Policy):
@@ -282,6 +290,20 @@ class HTAPolicy(Policy):
         self._replaced |= soon
         return len(soon)
 
+    def _job_time(self, obs: Observation, nodes: int, latency: float) -> float | None:
+        """How long a new worker's job should live, where jobs have a time limit: the rest of
+        the run as the forecast sees it with ``nodes``, plus a latency, × :data:`JOB_TIME_MARGIN`,
+        and at least :data:`JOB_TASKS` of the longest task learned; within the limit. None
+        (the backend's default, the longest) while nothing is measured."""
+        assert obs.job_ceiling_s is not None
+        end = forecast_end(obs, max(1, nodes), latency,
+                           probe_split=self.probe_split if self.worker_shape == "learned" else 1)
+        if end is None:
+            return None
+        longest = max((m.runtime_quantile(1.0) or 0.0 for m in obs.categories.values() if m.measured), default=0.0)
+        want = max((end.end_s - obs.time + latency) * JOB_TIME_MARGIN, JOB_TASKS * longest)
+        return min(obs.job_ceiling_s, want)
+
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
         plan = self._plan(obs, latency)
@@ -342,6 +364,9 @@ class HTAPolicy(Policy):
             reason += f"; workers of 1/{split} node"
         if replace:
             reason += f"; {counted(replace, 'worker')} near their job's end, replaced ahead"
+        job_time = self._job_time(obs, have + add, latency) if add and obs.job_ceiling_s else None
+        if job_time is not None:  # (Slurm's unit: whole minutes)
+            reason += f"; jobs of {math.ceil(job_time / 60)} min"
         if plan is not None:
             reason += f"; {plan_words(plan)}"
         return ScaleDecision(
@@ -353,4 +378,5 @@ class HTAPolicy(Policy):
             target_workers=have + add - len(drain),
             reason=reason,
             plan=plan,
+            job_time_s=job_time,
         )

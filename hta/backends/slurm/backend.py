@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -221,6 +222,17 @@ class SlurmProvider(Provider):
                                   f"submitted)")
         return min(n, room)
 
+    def job_time(self) -> str | None:
+        """``sbatch --time``: the policy's choice in whole minutes (Slurm's unit), within the
+        ceiling; without one, ``--time-limit`` (None: the partition's default)."""
+        if self.job_time_s is None:
+            return self.time_limit
+        minutes = math.ceil(self.job_time_s / 60.0)
+        c = self.limits.ceiling
+        if c is not None:
+            minutes = min(minutes, int(c.seconds // 60))
+        return str(max(1, minutes))
+
     def job_ceiling(self) -> tuple[float, str] | None:
         c = self.limits.ceiling
         return (c.seconds, c.words()) if c is not None else None
@@ -255,10 +267,12 @@ class SlurmProvider(Provider):
                                 last_call_s=self.expected_task_s * MARGIN)
         script = batch_script(sys.executable, self._port, self.comment, worker)
 
+        time_limit = self.job_time()
+
         def argv(name: str, output: str, array: tuple[int, int] | None = None) -> list[str]:
             return sbatch_argv(name=name, comment=self.comment, cores=cores, memory_mb=memory,
                                output=self.logs() / output, partition=self.partition, account=self.account,
-                               qos=self.qos, time_limit=self.time_limit, extra=self.sbatch_args, array=array)
+                               qos=self.qos, time_limit=time_limit, extra=self.sbatch_args, array=array)
 
         async def submit(name: str) -> str | None:
             async with gate:
