@@ -843,10 +843,10 @@ SLURM_CLUSTER: SlurmCluster | None = None
 
 
 def worker_of(job: dict) -> str:
-    """The worker a job is: its name, or for an element ``ID_K`` of a job array named
-    ``hta-<run>-F-L``, ``hta-<run>-K``."""
-    _, _, k = job["id"].partition("_")
-    return re.sub(r"-\d+-\d+$", f"-{k}", job["name"]) if k.isdigit() else job["name"]
+    """The worker a job of the run is (an element of a job array too)."""
+    from hta.backends.slurm.commands import worker_of as of
+
+    return of(job["id"], job["name"])
 
 
 class SlurmRun(Run):
@@ -1001,7 +1001,8 @@ def case_slurm_never_fits(bench: Bench, case: Case, folder: Path) -> Result:
         r.problems.append(f"ended after {took:.0f} s (goal: within 3 minutes)")
     if len(lost) != 2 or not all(x.get("lost_work_core_s", 0) > 0 for x in lost):
         r.problems.append(f"{len(lost)} worker(s) lost to the time limit with their core·s (want 2)")
-    if "to time limit" not in run.out.read_text(errors="replace"):
+    said = " ".join(re.sub(r"[│┌┐└┘├┤─┬┴┼]", " ", run.out.read_text(errors="replace")).split())
+    if "to time limit" not in said:  # (the summary's table may wrap the row)
         r.problems.append("the summary does not show the work lost to the time limit")
     return r
 
@@ -1012,7 +1013,7 @@ def case_slurm_qos_submit_limit(bench: Bench, case: Case, folder: Path) -> Resul
     if not ACCOUNTING:
         return case_skipped("needs Debian's slurmdbd and mariadb-server: scripts/setup.sh --accounting")(
             bench, case, folder)
-    wf = bench.workflow(case.name)
+    wf = bench.workflow(case.name, case.extra_rules)
     run = SlurmRun(wf, ["--max-workers", "8"])
     rc, took = run.wait(bench.bound())
     peak = peak_jobs(run.records())
@@ -1130,8 +1131,9 @@ SLURM_CASES = [
     Case("slurm-hta-sigkill", "SIGKILL HTA mid-run, then run again (adopts its jobs)", -9, case_slurm_hta_kill),
     Case("slurm-never-fits", "--time-limit 1 and a rule of sleep 90 (it can never fit in a job)", 1,
          case_slurm_never_fits, complete=False),
-    Case("slurm-qos-submit-limit", f"--max-workers 8 under a QOS of MaxSubmitJobsPerUser={QOS_MAX_SUBMIT}", 0,
-         case_slurm_qos_submit_limit),
+    Case("slurm-qos-submit-limit", f"--max-workers 8 under a QOS of MaxSubmitJobsPerUser={QOS_MAX_SUBMIT}, eight "
+         "20 s rules beside BLAST", 0, case_slurm_qos_submit_limit,
+         extra_rules="".join(f"wide{i}.txt:\n\tsleep 20; echo {i} > wide{i}.txt\n\n" for i in range(8))),
     Case("slurm-tasks-fit", "--time-limit 3, --max-workers 2 and ten 40 s rules: the work outlives any job", 0,
          case_slurm_tasks_fit, extra_rules=FIT_RULES),
 ]

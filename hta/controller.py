@@ -248,7 +248,8 @@ class Controller:
         held_by = f"--max-workers {obs.max_workers}" if held_back else None
         asked = []
         if add:
-            self.backend.ask_job_time(decision.job_time_s)
+            if obs.job_ceiling_s is not None:  # (a backend whose jobs have a time limit)
+                self.backend.ask_job_time(decision.job_time_s)
             asked = await self.backend.request(add, decision.shape or self.config.worker_shape, now)
             if len(asked) < add:  # the backend gave fewer: a quota, pods that cannot be scheduled
                 held_back += add - len(asked)

@@ -198,6 +198,22 @@ class RecordingBackend(WorkerBackend):
         self.tape.put("worker_nodes", out)
         return out
 
+    def job_ceiling(self) -> tuple[float, str] | None:
+        out = self.inner.job_ceiling()
+        self.tape.put("job_ceiling", out)
+        return out
+
+    def worker_ends(self) -> dict[str, float]:
+        out = self.inner.worker_ends()
+        self.tape.put("worker_ends", out)
+        return out
+
+    def ask_job_time(self, seconds: float | None) -> None:
+        self.inner.ask_job_time(seconds)
+
+    def expect_tasks(self, runtimes_s: dict[str, float]) -> None:
+        self.inner.expect_tasks(runtimes_s)
+
 
 def record_header(tape: Tape, config: ControllerConfig, policy: Policy, epoch: float) -> None:
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
@@ -295,6 +311,16 @@ class _PlayedBackend(WorkerBackend):
 
     def worker_nodes(self) -> dict[str, str]:
         return dict(self.tape.take("worker_nodes")) if self.tape.next_call() == "worker_nodes" else {}
+
+    def job_ceiling(self) -> tuple[float, str] | None:
+        # (a recording made before backends told it: no time limit)
+        if self.tape.next_call() != "job_ceiling":
+            return None
+        out = self.tape.take("job_ceiling")
+        return None if out is None else (float(out[0]), str(out[1]))
+
+    def worker_ends(self) -> dict[str, float]:
+        return dict(self.tape.take("worker_ends")) if self.tape.next_call() == "worker_ends" else {}
 
 
 def replay(path: Path | str, policy: Policy, lookahead: bool = True) -> list[DecisionRecord]:

@@ -99,8 +99,14 @@ class WorkerRecord(BaseModel):
     #: why a worker was ``lost`` or ``failed`` (e.g. its last words, or a stall), one line
     reason: str = ""
     #: what cost the lost work, where it is one of the causes a report counts apart (``time
-    #: limit``, ``preemption``, ``node failure``); None otherwise
+    #: limit``, ``preemption``, ``node failure``, ``held at a last call``); None otherwise
     cause: str | None = None
+
+    @property
+    def took_work(self) -> bool:
+        """It went away with work to do again: lost, removed or failed, or drained with tasks
+        it held back at its last call (:mod:`hta.node.last_call`)."""
+        return self.event in ("lost", "removed", "failed") or self.tasks_lost > 0
     #: the node it runs on, where known and shared with other workers (the simulator's
     #: several worker pods per node): node-seconds are then paid per node, not per worker
     node: str | None = None

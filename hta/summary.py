@@ -188,7 +188,7 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
     phases = {
         k: statistics.median([w.phases[k] for w in measured if k in w.phases]) for k in phase_names
     }
-    gone_with_work = [w for w in workers if w.event in ("lost", "removed", "failed")]
+    gone_with_work = [w for w in workers if w.took_work]
     tasks_lost = sum(w.tasks_lost for w in gone_with_work)
     lost_core_s = sum(w.lost_work_core_s for w in gone_with_work)
     by_cause: dict[str, float] = {}

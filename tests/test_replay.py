@@ -39,9 +39,9 @@ def test_recorded_real_run_replays_to_the_same_decisions(blast_copy: Path, tmp_p
     head = json.loads(tape.read_text().splitlines()[0])["value"]["config"]
     assert set(head["shared_inputs"]["align"]) == {"align.py", "seqio.py"}
     # and what the backend tells of the world beyond the master (the node hold, each
-    # worker's node) is on the tape, for the replay to read back
+    # worker's node, its jobs' time limit) is on the tape, for the replay to read back
     calls = {json.loads(line)["call"] for line in tape.read_text().splitlines()}
-    assert {"node_hold_s", "worker_nodes"} <= calls
+    assert {"node_hold_s", "worker_nodes", "job_ceiling"} <= calls
 
     replayed = replay(tape, make_policy("hta:hold_latencies=0,tail_aware=false"))
     assert [key(d) for d in replayed] == [key(d) for d in live]

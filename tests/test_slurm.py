@@ -54,10 +54,10 @@ def squeue(env: dict, *args: str) -> list[dict]:
 
 
 def worker_of(job: dict) -> str:
-    """The worker a job is: its name, or for an element ``ID_K`` of a job array named
-    ``hta-<run>-F-L``, ``hta-<run>-K``."""
-    _, _, k = job["id"].partition("_")
-    return re.sub(r"-\d+-\d+$", f"-{k}", job["name"]) if k.isdigit() else job["name"]
+    """The worker a job of the run is (an element of a job array too)."""
+    from hta.backends.slurm.commands import worker_of as of
+
+    return of(job["id"], job["name"])
 
 
 def live_jobs(env: dict, prefix: str = "hta-") -> list[dict]:

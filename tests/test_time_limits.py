@@ -70,14 +70,24 @@ def test_a_worker_holds_a_task_that_starts_after_its_last_call_and_leaves_once_o
     rule = LastCall(ends_at=1000.0, last_call_s=100.0, started_at=0.0, stop_before_s=5.0)
     assert rule.closes_at() == 895.0
     rule.seen(800.0, {1: "/w/t.1"})
-    assert rule.to_hold(800.0) == [] and rule.leave(800.0, {"/w/t.1"}) is None
+    assert rule.to_hold() == [] and rule.leave(800.0, {"/w/t.1"}) is None
     rule.seen(896.0, {1: "/w/t.1", 2: "/w/t.2"})  # a task sent after the call
-    assert rule.to_hold(896.0) == [2]
+    assert rule.to_hold() == [2]
     rule.tasks[2].held = True
     assert rule.leave(896.0, {"/w/t.1", "/w/t.2"}) is None  # the one that fits still runs
     rule.seen(950.0, {2: "/w/t.2"})
     assert rule.leave(950.0, {"/w/t.1", "/w/t.2"}) is None  # its result is not with the master yet
     assert rule.leave(950.5, {"/w/t.2"}) == "last call"
+
+
+def test_a_call_that_moves_earlier_never_stops_a_task_already_running():
+    rule = LastCall(ends_at=600.0, started_at=0.0, stop_before_s=5.0)
+    rule.seen(0.0, {1: "/w/t.1"})
+    rule.seen(350.0, {1: "/w/t.1", 2: "/w/t.2"})  # a 60 s task starts before the call
+    rule.seen(410.0, {2: "/w/t.2"})  # a 410 s task ended: the call moves to 82.5
+    assert rule.closes_at() < 350.0 and rule.to_hold() == []
+    rule.seen(411.0, {2: "/w/t.2", 3: "/w/t.3"})
+    assert rule.to_hold() == [3]  # the next one is held
 
 
 def test_a_worker_learns_how_long_its_tasks_run_and_cuts_only_at_its_end():
@@ -92,13 +102,16 @@ def test_a_worker_learns_how_long_its_tasks_run_and_cuts_only_at_its_end():
     assert held.longest_s == 0.0  # a held task taught nothing
     rule.seen(500.0, {3: "/w/t.3"})
     assert rule.leave(995.0, {"/w/t.3"}) == "time limit"
+    rule.seen(996.0, {})
+    assert rule.leave(996.0, {"/w/t.3"}) == "time limit"  # a result the master has not fetched is cut too
+    assert rule.leave(996.0, set()) == "last call"
 
 
 def test_no_last_call_when_no_task_of_the_expected_length_fits_the_job_at_all():
     rule = LastCall(ends_at=60.0, last_call_s=90.0, started_at=0.0)
     assert rule.closes_at() == float("inf")
     rule.seen(1.0, {1: "/w/t.1"})
-    assert rule.to_hold(1.0) == [] and rule.leave(30.0, {"/w/t.1"}) is None
+    assert rule.to_hold() == [] and rule.leave(30.0, {"/w/t.1"}) is None
 
 
 def test_the_backend_reads_the_workers_own_word_on_why_it_left():
@@ -134,6 +147,18 @@ async def test_a_task_cut_twice_at_the_longest_limit_ends_the_run_naming_its_cat
     assert "category c cannot fit" in pool.fatal and "--time-limit 1:00" in pool.fatal and "59s" in pool.fatal
 
 
+async def test_a_worker_cut_with_several_tasks_of_a_category_is_one_loss():
+    pool = WorkerPool(LimitedProvider(), epoch=time.time() - 100.0)
+    (h,) = await pool.request(1, SHAPE, 0.0)
+    await connect(pool, h, "1.1.1.1:1", now=10.0)
+    began = pool.epoch + 10.0
+    await pool.refresh(snap(worker("1.1.1.1:1", busy=2), tasks=[running("1.1.1.1:1", i, began + 1.0) for i in (1, 2)],
+                            at=began), 11.0)
+    pool.provider.status[h] = JobStatus(JobState.ENDED, why="time limit", cause="time limit", limit_s=60.0)
+    await pool.refresh(snap(at=began + 60.0), 70.0)
+    assert pool.cut == {"c": 1} and pool.fatal is None
+
+
 async def test_cuts_that_say_nothing_of_fitting_never_end_the_run():
     pool = WorkerPool(LimitedProvider(), epoch=time.time() - 100.0, max_task_losses=1)
     await lose_one(pool, "1.1.1.1:1", 40.0)  # it started late in its job: a fresh job may fit it
@@ -141,14 +166,21 @@ async def test_cuts_that_say_nothing_of_fitting_never_end_the_run():
     assert pool.fatal is None
 
 
-async def test_a_worker_that_left_at_its_last_call_is_drained_with_nothing_lost():
+async def test_a_worker_that_left_at_its_last_call_is_drained_and_its_held_slot_time_counted():
     pool = WorkerPool(LimitedProvider(), epoch=time.time() - 100.0)
     (h,) = await pool.request(1, SHAPE, 0.0)
     await connect(pool, h, "1.1.1.1:1")
     await pool.refresh(snap(worker("1.1.1.1:1", busy=1), tasks=[running("1.1.1.1:1", started=time.time())]), 11.0)
-    pool.provider.status[h] = JobStatus(JobState.ENDED, left=True, failed=False, why="left at its last call")
+    pool.provider.status[h] = JobStatus(JobState.ENDED, left=True, failed=False, why="left at its last call",
+                                        held_back=1, held_s=3.0)
     (rec,) = await pool.refresh(snap(), 12.0)
-    assert (rec.event, rec.tasks_lost, rec.cause) == ("drained", 0, None)
+    assert (rec.event, rec.tasks_lost, rec.cause) == ("drained", 1, "held at a last call") and rec.took_work
+    assert rec.lost_work_core_s == 6.0  # 3 s of a 2-core slot
+    (h2,) = await pool.request(1, SHAPE, 13.0)
+    await connect(pool, h2, "1.1.1.2:1", now=14.0)
+    pool.provider.status[h2] = JobStatus(JobState.ENDED, left=True, failed=False, why="left")
+    (rec,) = await pool.refresh(snap(), 15.0)
+    assert (rec.event, rec.tasks_lost, rec.cause, rec.took_work) == ("drained", 0, None, False)
 
 
 def test_a_category_measured_longer_than_the_ceiling_is_said_once(caplog):
@@ -245,6 +277,11 @@ def test_sbatch_time_is_the_choice_in_whole_minutes_within_the_ceiling(tmp_path)
     from hta.backends.slurm.backend import SlurmProvider
     from hta.backends.slurm.limits import JobLimits, Limit
 
+    p = SlurmProvider(run_id="x", run_dir=tmp_path)
+    assert p.job_time() is None  # no limit anywhere: Slurm's own
+    p.limits = JobLimits(limits=[Limit(seconds=14400, source="partition hta's MaxTime")],
+                         default=Limit(seconds=600, source="partition hta's DefaultTime"))
+    assert p.job_time() == "240"  # no choice made: the longest, not the 10-minute default
     p = SlurmProvider(run_id="x", run_dir=tmp_path, time_limit="30")
     assert p.job_time() == "30"  # no choice made: --time-limit
     p.limits = JobLimits(limits=[Limit(seconds=1800, source="--time-limit")])
@@ -309,3 +346,29 @@ def test_a_closing_worker_stops_a_late_task_and_leaves_once_the_others_are_done(
             p.wait()
     said = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
     assert [(x["why"], x["held"], x["cut"]) for x in said] == [("last call", 1, 0)]
+
+
+def test_a_partitions_qos_applies_on_top_of_the_jobs_own():
+    part = PARTITION.replace("QoS=N/A", "QoS=short")
+    limits = job_limits(user=None, partition=None, partition_text=part, qos="long", qos_text=QOS)
+    assert limits.ceiling.words() == "partition hta's QOS short's MaxWall 2:00:00"
+    assert (limits.qos, limits.max_submit_jobs) == ("long", None)  # the count is the job's QOS's
+
+
+def test_an_array_element_is_the_worker_its_index_counts_from_its_arrays_first(tmp_path):
+    from hta.backends.slurm.backend import SlurmProvider
+    from hta.backends.slurm.commands import SlurmJob
+
+    p = SlurmProvider(run_id="r", run_dir=tmp_path)
+    assert p.handle_of(SlurmJob(job_id="123_4", name="hta-r-7-20", state="PENDING")) == "hta-r-11"
+    assert p.handle_of(SlurmJob(job_id="124", name="hta-r-21", state="RUNNING")) == "hta-r-21"
+
+
+async def test_a_worker_whose_task_can_never_fit_its_job_is_not_counted_as_leaving():
+    pool = WorkerPool(LimitedProvider(), epoch=time.time() - 100.0)
+    (h,) = await pool.request(1, SHAPE, 0.0)
+    pool.provider.status[h] = JobStatus(JobState.RUNNING, address="1.1.1.1:1", ends_at=pool.epoch + 70.0)
+    await pool.refresh(snap(worker("1.1.1.1:1")), 10.0)
+    assert pool.worker_ends() == {h: pytest.approx(55.0)}  # its end less the 15 s it leaves before
+    pool.expect_tasks({"c": 90.0})  # longer than its whole job
+    assert pool.worker_ends() == {}

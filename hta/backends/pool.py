@@ -189,9 +189,17 @@ class WorkerPool(WorkerBackend):
         return self.provider.job_ceiling()
 
     def worker_ends(self) -> dict[str, float]:
+        """Each worker's last call as the controller's learning puts it (the worker's own
+        may come earlier, from a longer task it ran); none for a worker whose call would come
+        before it connected: no task of the expected length fits its job, so it closes never."""
         expected = STOP_BEFORE_S + self.provider.expected_task_s * MARGIN
-        return {w.id: w.ends_at - self.epoch - expected for w in self._in(WorkerState.CONNECTED)
-                if w.ends_at is not None}
+        out = {}
+        for w in self._in(WorkerState.CONNECTED):
+            if w.ends_at is not None and w.connected_at is not None:
+                call = w.ends_at - self.epoch - expected
+                if call > w.connected_at:
+                    out[w.id] = call
+        return out
 
     def ask_job_time(self, seconds: float | None) -> None:
         ceiling = self.job_ceiling()
@@ -314,7 +322,7 @@ class WorkerPool(WorkerBackend):
                 w.node = (st.node if st else None) or w.node  # (a watch that lagged may tell it only now)
                 w.ends_at = (st.ends_at if st else None) or w.ends_at
                 if st is not None and st.state is JobState.ENDED and st.left:
-                    self._ended(w, now, "drained", snap.taken_at, st.why, count=False)
+                    self._left(w, now, st)
                 elif st is not None and st.state is JobState.ENDED:
                     self._lost(w, now, snap.taken_at, st.why, st.cause, st.limit_s)
                 elif w.address in listed:
@@ -358,18 +366,26 @@ class WorkerPool(WorkerBackend):
             w.missing_since = taken_at
         return taken_at - w.missing_since >= self.dropped_after_s
 
-    def _ended(self, w: Worker, now: float, event: str, at: float, why: str = "", cause: str | None = None,
-               count: bool = True) -> WorkerRecord:
+    def _ended(self, w: Worker, now: float, event: str, at: float, why: str = "",
+               cause: str | None = None) -> WorkerRecord:
         """``w`` went away while connected (``lost``, ``removed``): its last known tasks go with
         it, and the work they had done by ``at`` (Unix). The tasks come from the last task table
-        read, which on a large moving queue may be a read budget old: a report's estimate.
-        (``count`` False: it left by itself, the tasks it held back had done nothing.)"""
-        tasks = w.tasks if count else {}
+        read, which on a large moving queue may be a read budget old: a report's estimate."""
+        tasks = w.tasks
         core_s = sum(max(0.0, at - started) * c for started, c, _ in tasks.values())
         rec = self._record(now, w, event, tasks_lost=len(tasks), lost_work_core_s=round(core_s, 3), reason=why,
                            cause=cause if tasks else None)
         w.tasks, w.state = {}, WorkerState.GONE
         return rec
+
+    def _left(self, w: Worker, now: float, st: JobStatus) -> None:
+        """``w`` left at its last call: a drain; the tasks it held back run again elsewhere,
+        and their slots' time is lost work (at the cores the master showed its tasks holding)."""
+        cores = [c for _, c, _ in w.tasks.values()] or [w.shape.cores or 1.0]
+        self._record(now, w, "drained", reason=st.why, tasks_lost=st.held_back,
+                     lost_work_core_s=round(st.held_s * sum(cores) / len(cores), 3),
+                     cause="held at a last call" if st.held_back else None)
+        w.tasks, w.state = {}, WorkerState.GONE
 
     def _lost(self, w: Worker, now: float, at: float, why: str, cause: str | None = None,
               limit_s: float | None = None) -> None:
@@ -388,23 +404,26 @@ class WorkerPool(WorkerBackend):
         if ceiling is None:
             return
         if limit_s is not None and limit_s < ceiling[0] - 1.0:
-            self.cut_short = bool(tasks)  # a longer job may fit them (a --time below the ceiling, or lowered)
+            self.cut_short |= bool(tasks)  # a longer job may fit them (a --time below the ceiling, or lowered)
             return
         grace = max(WHOLE_JOB_GRACE_S, 0.1 * ceiling[0])
+        whole: dict[str, float] = {}  # category → the longest its task ran (one loss per worker and category)
         for started, _, category in tasks.values():
-            if started - began > grace:
-                continue
+            if started - began <= grace:
+                whole[category] = max(whole.get(category, 0.0), at - started)
+        for category, seconds in sorted(whole.items()):
             n = self.cut[category] = self.cut.get(category, 0) + 1
-            ran = span(max(0.0, at - started))
+            ran = span(max(0.0, seconds))
             if n >= self.max_task_losses:
                 self._give_up(f"tasks of category {category} cannot fit in the longest job HTA may ask for "
                               f"({ceiling[1]}): {n} ran from their worker's start until the limit cut them (the "
                               f"last after {ran}); raise the limit (--time-limit, or a partition or QOS that allows "
-                              f"more), or split the rule's work (--max-task-losses {self.max_task_losses})")
+                              f"more), or split the rule's work (--max-task-losses {self.max_task_losses} ended the "
+                              f"run: raise it to try more)")
             else:
                 self._say_once(f"a task of category {category} ran {ran}, from its worker's start until the time "
                                f"limit ({ceiling[1]}) cut it: it may not fit in any job HTA may ask for; the run "
-                               f"ends if {self.max_task_losses} are cut so")
+                               f"ends once {self.max_task_losses} of its tasks are cut this way")
 
     def _start_failed(self, w: Worker, st: JobStatus, now: float) -> None:
         w.state = WorkerState.GONE

@@ -78,8 +78,11 @@ class JobStatus:
     #: (``time limit``, ``preemption``, ``node failure``; None: anything else)
     cause: str | None = None
     #: ENDED: its worker left by itself with nothing to lose (its last call before its job's
-    #: end, :mod:`hta.node.last_call`): a drain, not a loss
+    #: end, :mod:`hta.node.last_call`): a drain, not a loss; but for the tasks it held back,
+    #: how many, and how long their slots were held (task·s)
     left: bool = False
+    held_back: int = 0
+    held_s: float = 0.0
     #: the job's time limit in seconds, where it has one
     limit_s: float | None = None
     #: RUNNING: when its job must end (Unix; a batch job's start plus its time limit)

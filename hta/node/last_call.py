@@ -34,7 +34,8 @@ from pathlib import Path
 import psutil
 
 #: the worker leaves this long before its job's end, ahead of the batch system's kill
-STOP_BEFORE_S = 5.0
+#: (``work_queue_worker``'s abort waits until each task it kills is 3 s old)
+STOP_BEFORE_S = 15.0
 #: a task's expected runtime is the longest seen, times this (runtimes vary)
 MARGIN = 1.25
 #: how often the worker's tasks are looked at once the last call has passed
@@ -44,8 +45,11 @@ LOOK_CLOSED_S = 0.05
 @dataclass
 class Task:
     pid: int
+    #: when the worker first saw it (see :meth:`LastCall.seen`)
     started: float
-    sandbox: str | None = None
+    sandbox: str
+    #: it was first seen after the last call: it is held, and handed back when the worker leaves
+    late: bool = False
     held: bool = False
 
 
@@ -71,11 +75,13 @@ class LastCall:
         closes = self.ends_at - self.stop_before_s - self.expected_s()
         return closes if closes > self.started_at else float("inf")
 
-    def seen(self, now: float, running: dict[int, str | None]) -> None:
+    def seen(self, now: float, running: dict[int, str]) -> None:
         """The worker's task processes at ``now``: pid → sandbox. A task started when it was
         first seen (the kernel's start time is read through the boot time, which psutil
-        rounds: up to a second off ``time.time()``, more than a look); a task gone ended,
-        and its runtime teaches how long the next may run (a held one taught nothing)."""
+        rounds: up to a second off ``time.time()``, more than a look), and whether it came
+        after the last call is decided then, once: a call that moves earlier later (a longer
+        task learned) never stops a task already running. A task gone ended, and its runtime
+        teaches how long the next may run (a held one taught nothing)."""
         for pid in list(self.tasks):
             if pid not in running:
                 t = self.tasks.pop(pid)
@@ -83,40 +89,42 @@ class LastCall:
                     self.longest_s = max(self.longest_s, now - t.started)
         for pid, sandbox in running.items():
             if pid not in self.tasks:
-                self.tasks[pid] = Task(pid, now, sandbox)
+                self.tasks[pid] = Task(pid, now, sandbox, late=now >= self.closes_at())
 
-    def to_hold(self, now: float) -> list[int]:
-        """Tasks that started after the last call and are not held yet."""
-        closes = self.closes_at()
-        if now < closes:
-            return []
-        return [t.pid for t in self.tasks.values() if not t.held and t.started >= closes]
+    def to_hold(self) -> list[int]:
+        """Tasks that came after the last call and are not held yet."""
+        return [t.pid for t in self.tasks.values() if t.late and not t.held]
 
     def leave(self, now: float, sandboxes: set[str]) -> str | None:
         """Why the worker leaves now (None: not yet). ``sandboxes``: the tasks the worker
-        holds, running or with a result the master has not fetched yet."""
-        if now >= self.ends_at - self.stop_before_s:
-            live = [t for t in self.tasks.values() if not t.held]
-            return "time limit" if live else "last call"
-        if now < self.closes_at():
-            return None
+        holds, running or with a result the master has not fetched yet: once only held ones
+        are left, after the last call, it leaves (nothing is lost); at its end it leaves
+        anyway, and what else it held is cut."""
         held = {t.sandbox for t in self.tasks.values() if t.held}
-        if any(not t.held for t in self.tasks.values()) or not sandboxes <= held:
-            return None
-        return "last call"
+        only_held = sandboxes <= held and all(t.held for t in self.tasks.values())
+        if now >= self.ends_at - self.stop_before_s:
+            return "last call" if only_held else "time limit"
+        if only_held and (held or now >= self.closes_at()):
+            return "last call"
+        return None
 
 
-def task_processes(worker_pid: int) -> dict[int, str | None]:
-    """The worker's task processes (each its own process group): pid → its sandbox."""
-    out: dict[int, str | None] = {}
+def task_processes(worker_pid: int) -> dict[int, str]:
+    """The worker's task processes: pid → its sandbox. A process counts once it leads its
+    own process group in its ``t.<id>`` sandbox: ``work_queue_worker`` forks it in its own
+    group, and only then does it ``setpgid`` and ``chdir``; before, a stop would reach the
+    worker itself."""
+    out: dict[int, str] = {}
     try:
         children = psutil.Process(worker_pid).children()
     except psutil.NoSuchProcess:
         return out
     for p in children:
         try:
-            out[p.pid] = p.cwd()
-        except psutil.Error:
+            cwd = p.cwd()
+            if os.getpgid(p.pid) == p.pid and Path(cwd).name.startswith("t."):
+                out[p.pid] = cwd
+        except (psutil.Error, OSError):
             continue
     return out
 
@@ -170,10 +178,15 @@ class Closer:
         self.workdir = workdir
         self.rule = LastCall(ends_at=ends_at, last_call_s=last_call_s)
         self.why: str | None = None
+        #: when each held task was stopped (its slot's time is counted as lost work)
+        self.held_at: dict[int, float] = {}
 
     def only_held(self) -> bool:
-        """Whether every task the worker runs is one it held (a stop then loses nothing)."""
-        return bool(self.rule.tasks) and all(t.held for t in self.rule.tasks.values())
+        """Whether the worker holds only tasks it held (no other task runs, no result waits
+        for the master): a stop then loses nothing."""
+        held = {t.sandbox for t in self.rule.tasks.values() if t.held}
+        return bool(held) and all(t.held for t in self.rule.tasks.values()) \
+            and sandboxes(self.workdir, self.pid) <= held
 
     def look_every_s(self, now: float) -> float:
         near = min(self.rule.closes_at(), self.rule.ends_at - self.rule.stop_before_s) - 1.0
@@ -185,14 +198,15 @@ class Closer:
             return None
         now = time.time() if now is None else now
         self.rule.seen(now, task_processes(self.pid))
-        for pid in self.rule.to_hold(now):
+        for pid in self.rule.to_hold():
             hold(pid)
             self.rule.tasks[pid].held = True
+            self.held_at[pid] = now
         why = self.rule.leave(now, sandboxes(self.workdir, self.pid))
         if why is not None:
             self.why = why
-            held = sum(1 for t in self.rule.tasks.values() if t.held)
-            cut = len(self.rule.tasks) - held
-            say("left", why=why, ends_at=round(self.rule.ends_at), held=held, cut=cut,
-                last_call_s=round(self.rule.expected_s(), 1))
+            held = [t for t in self.rule.tasks.values() if t.held]
+            say("left", why=why, ends_at=round(self.rule.ends_at), held=len(held),
+                held_s=round(sum(now - self.held_at.get(t.pid, now) for t in held), 3),
+                cut=len(self.rule.tasks) - len(held), last_call_s=round(self.rule.expected_s(), 1))
         return why

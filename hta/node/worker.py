@@ -219,7 +219,7 @@ def run(o: WorkerOptions) -> int:
                                                 or (closer is not None and closer.only_held())):
             proc.send_signal(signal.SIGTERM)
             passed_at = time.monotonic()
-        elif passed_at is not None and time.monotonic() - passed_at > STOP_GRACE_S:
+        elif passed_at is not None and time.monotonic() - passed_at > (LEAVE_GRACE_S if left else STOP_GRACE_S):
             # seen here: an aborting worker blocked in wait4() on a task its kill did not reach;
             # and a worker looking for its master through a catalog ignores SIGTERM altogether
             kill_tree(proc.pid, quiet=not said.connected)
@@ -313,6 +313,8 @@ def check_resolves(host: str, patience_s: float = 10.0) -> None:
 
 #: how long a worker told to stop may take before its task processes and then it are killed
 STOP_GRACE_S = 3.0
+#: ... and one leaving before its job's end (its abort waits until each task it holds is 3 s old)
+LEAVE_GRACE_S = 10.0
 
 
 def kill_tree(pid: int, quiet: bool = False) -> None:
@@ -373,6 +375,7 @@ def reap_leftovers(grace_s: float = 2.0) -> None:
     for p in left:
         try:
             p.terminate()
+            p.resume()  # (a task held at a last call is stopped: it takes the signal once it runs)
         except psutil.NoSuchProcess:
             pass
     _, alive = psutil.wait_procs(left, timeout=grace_s)

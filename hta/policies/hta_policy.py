@@ -279,16 +279,16 @@ class HTAPolicy(Policy):
                 self.options, first_finish_latencies=max(self.options.first_finish_latencies, BUDGET_FIRST_FINISH)))
         return self._budget_estimator
 
-    def _replacements(self, obs: Observation) -> int:
+    def _replacements(self, obs: Observation) -> list[str]:
         """Workers whose job's last call comes within a latency while work remains: one new
         worker each, bought now so that it connects as the old one leaves (HyperQueue
-        refreshes its allocations before they expire so). Once per worker."""
+        refreshes its allocations before they expire so). Once per worker: those a purchase
+        covered are remembered (:meth:`decide`)."""
         self._replaced &= set(obs.worker_ends)
         soon = obs.leaving() - self._replaced
         if not soon or not (obs.waiting_count or obs.upcoming):
-            return 0
-        self._replaced |= soon
-        return len(soon)
+            return []
+        return sorted(soon, key=lambda w: obs.worker_ends[w])
 
     def _job_time(self, obs: Observation, nodes: int, latency: float) -> float | None:
         """How long a new worker's job should live, where jobs have a time limit: the rest of
@@ -321,7 +321,8 @@ class HTAPolicy(Policy):
             est = estimator.estimate(sized.model_copy(update={"worker_shape": shape.advertised()}), latency)
         have = len(obs.workers) + len(obs.pending)
 
-        replace = self._replacements(obs)
+        leaving = self._replacements(obs)
+        replace = len(leaving)
         wanted = max(est.workers_needed, obs.min_workers - have, 0) + replace
         add = min(wanted, obs.room_for(shape))
         if capped:  # (what the dial holds back is the policy's choice, not the cap's)
@@ -332,6 +333,7 @@ class HTAPolicy(Policy):
         if add:
             self._next_up_at = obs.time + latency
             self._expected = (self._known(obs), est.releases)
+            self._replaced.update(leaving[:add])  # (the first to leave first; a purchase held back asks again)
 
         self._needs_node.update(g.category for g in obs.waiting if too_small and g.whole_worker)
         drain: list[str] = []
@@ -362,8 +364,8 @@ class HTAPolicy(Policy):
             reason += f"; {est.limit}"
         if split > 1:
             reason += f"; workers of 1/{split} node"
-        if replace:
-            reason += f"; {counted(replace, 'worker')} near their job's end, replaced ahead"
+        if replace and add:
+            reason += f"; {counted(min(add, replace), 'worker')} near their job's end, replaced ahead"
         job_time = self._job_time(obs, have + add, latency) if add and obs.job_ceiling_s else None
         if job_time is not None:  # (Slurm's unit: whole minutes)
             reason += f"; jobs of {math.ceil(job_time / 60)} min"

@@ -440,8 +440,7 @@ class Submission:
     def _result(self) -> SubmitResult:
         now = time.time() - self.epoch
         mflog, last = self.mflog, self.mflog.latest
-        lost = [e for e in [*self.writer.records, *self.stopped]
-                if isinstance(e, WorkerRecord) and e.event in ("lost", "removed", "failed")]
+        lost = [e for e in [*self.writer.records, *self.stopped] if isinstance(e, WorkerRecord) and e.took_work]
         # runtime: from submission (t = 0) until makeflow finished the workflow
         finished_at = (mflog.completed_at - self.epoch) if mflog.completed_at and mflog.completed_at >= self.epoch \
             else now

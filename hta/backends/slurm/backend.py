@@ -51,6 +51,7 @@ from hta.backends.slurm.commands import (
     require,
     run,
     sbatch_argv,
+    worker_of,
 )
 from hta.backends.slurm.limits import JobLimits, clock, job_limits, parse_default_qos, slurm_seconds
 from hta.model import Resources
@@ -79,6 +80,8 @@ COMPLETING_WAIT_S = 30.0
 SUBMIT_CONCURRENCY = 4
 #: this many workers asked at once are one job array (``sbatch --array``): one call
 ARRAY_FROM = 2
+#: elements of one array at most (Slurm's default MaxArraySize is 1001: indexes 0…1000)
+ARRAY_MAX = 1000
 #: Slurm states of a job that ended, as lost work is counted by cause
 CAUSES = {"TIMEOUT": "time limit", "DEADLINE": "time limit", "PREEMPTED": "preemption", "NODE_FAIL": "node failure",
           "BOOT_FAIL": "node failure"}
@@ -116,6 +119,8 @@ class Job:
     #: its worker's connection, once the job's wrapper put it in the comment
     address: str | None = None
     over: bool = False
+    #: its output (default: ``<name>.log`` in the run's slurm folder; an array element's is its array's)
+    log: Path | None = None
 
 
 class SlurmProvider(Provider):
@@ -224,11 +229,14 @@ class SlurmProvider(Provider):
 
     def job_time(self) -> str | None:
         """``sbatch --time``: the policy's choice in whole minutes (Slurm's unit), within the
-        ceiling; without one, ``--time-limit`` (None: the partition's default)."""
-        if self.job_time_s is None:
+        ceiling; without one, the ceiling itself (a partition's DefaultTime may be shorter:
+        until a runtime is learned, the longest job is the safe ask); None: no limit at all."""
+        if self.job_time_s is None and self.time_limit:
             return self.time_limit
-        minutes = math.ceil(self.job_time_s / 60.0)
         c = self.limits.ceiling
+        if self.job_time_s is None:
+            return None if c is None else str(max(1, int(c.seconds // 60)))
+        minutes = math.ceil(self.job_time_s / 60.0)
         if c is not None:
             minutes = min(minutes, int(c.seconds // 60))
         return str(max(1, minutes))
@@ -279,27 +287,32 @@ class SlurmProvider(Provider):
                 if self.fatal:
                     return None
                 out = await arun(argv(name, f"{name}.log"), stdin=script)
-            self._jobs[name] = Job(name, parse_sbatch(out), time.time())
+            self._jobs[name] = Job(name, parse_sbatch(out), time.time(), log=self.logs() / f"{name}.log")
             return name
 
         n = await self.submit_room(n)
         if n <= 0:
             return []
+        async def submit_array(first: int, last: int) -> list[str]:
+            """Workers ``first``..``last`` as one job array ``hta-<run>-F-L``, elements 0…"""
+            name = f"{self.prefix}{first}-{last}"
+            async with gate:
+                if self.fatal:
+                    return []
+                out = await arun(argv(name, f"{name}_%a.log", (0, last - first)), stdin=script)
+            jid, now = parse_sbatch(out), time.time()
+            for k in range(last - first + 1):
+                handle = f"{self.prefix}{first + k}"
+                self._jobs[handle] = Job(handle, f"{jid}_{k}", now, log=self.logs() / f"{name}_{k}.log")
+            return [f"{self.prefix}{k}" for k in range(first, last + 1)]
+
         first, self._seq = self._seq + 1, self._seq + n
         done: list[object]
-        if n >= ARRAY_FROM and self.fatal:
-            return []
-        if n >= ARRAY_FROM:  # one call for all: elements numbered as the workers, each its own log
-            try:
-                out = await arun(argv(f"{self.prefix}{first}-{self._seq}", f"{self.prefix}%a.log",
-                                      (first, self._seq)), stdin=script)
-            except SlurmError as exc:
-                done = [exc]
-            else:
-                jid, now = parse_sbatch(out), time.time()
-                for k in range(first, self._seq + 1):
-                    self._jobs[f"{self.prefix}{k}"] = Job(f"{self.prefix}{k}", f"{jid}_{k}", now)
-                return [f"{self.prefix}{k}" for k in range(first, self._seq + 1)]
+        if n >= ARRAY_FROM:  # one call for up to ARRAY_MAX workers, each element a worker with its own log
+            chunks = [(a, min(a + ARRAY_MAX - 1, self._seq)) for a in range(first, self._seq + 1, ARRAY_MAX)]
+            done = []
+            for got in await asyncio.gather(*(submit_array(a, b) for a, b in chunks), return_exceptions=True):
+                done += got if isinstance(got, list) else [got]
         else:
             done = await asyncio.gather(*(submit(f"{self.prefix}{k}") for k in range(first, self._seq + 1)),
                                         return_exceptions=True)
@@ -321,9 +334,14 @@ class SlurmProvider(Provider):
             return {}
         out: dict[str, JobStatus] = {}
         for q in self._queue.values():  # the run's jobs this HTA did not submit (a restarted HTA's)
+            last = q.name.removeprefix(self.prefix).rpartition("-")[2]  # (an array's last worker, ended or not)
+            self._seq = max(self._seq, int(last) if last.isdigit() else 0)
             handle = self.handle_of(q)
             if handle not in self._jobs and not q.finished:
-                self._jobs[handle] = Job(handle, q.job_id, q.submitted_at or time.time(), seen_at=time.time())
+                _, _, k = q.job_id.partition("_")
+                log = self.logs() / (f"{q.name}_{k}.log" if k else f"{q.name}.log")
+                self._jobs[handle] = Job(handle, q.job_id, q.submitted_at or time.time(), seen_at=time.time(),
+                                         log=log)
                 seq = handle.removeprefix(self.prefix)
                 self._seq = max(self._seq, int(seq) if seq.isdigit() else 0)
         unix = time.time()
@@ -358,10 +376,8 @@ class SlurmProvider(Provider):
         return out
 
     def handle_of(self, sj: SlurmJob) -> str:
-        """A job's handle: its name, or for an element of a job array (``123_7``), the worker
-        it is (``hta-<run>-7``: elements are numbered as the workers)."""
-        array, _, task = sj.job_id.partition("_")
-        return f"{self.prefix}{task}" if task.isdigit() else sj.name
+        """A job's handle: the worker it is (:func:`~hta.backends.slurm.commands.worker_of`)."""
+        return worker_of(sj.job_id, sj.name)
 
     def _note_times(self, job: Job, sj: SlurmJob) -> None:
         job.address = sj.worker_address or job.address
@@ -381,7 +397,7 @@ class SlurmProvider(Provider):
 
     def _ended_how(self, job: Job, sj: SlurmJob | None) -> JobStatus:
         """An ended job's status: why, in the user's words, and what it cost (its cause)."""
-        log_path = self.logs() / f"{job.name}.log"
+        log_path = job.log or self.logs() / f"{job.name}.log"
         if job.address is None:  # before its worker connected: its output says why
             words = last_words(log_path)
             state = f"{sj.state}" + (f", {sj.reason}" if sj.reason not in ("", "None") else "") if sj else "gone"
@@ -393,13 +409,16 @@ class SlurmProvider(Provider):
             limit = slurm_seconds(sj.time_limit)
         except ValueError:
             limit = None
-        left = left_how(log_path.read_text(errors="replace")) if sj.state == "COMPLETED" and log_path.exists() else None
+        # (a worker that left may still meet the limit while its abort kills what it held)
+        left = left_how(log_path.read_text(errors="replace")) if sj.state in ("COMPLETED", "TIMEOUT") \
+            and log_path.exists() else None
         if left is not None and left.get("cut"):
             return JobStatus(JobState.ENDED, cause="time limit", limit_s=limit,
                              why=f"its worker left at its job's time limit ({sj.time_limit}), cutting "
                                  f"{left['cut']} running task(s)")
         if left is not None:
-            return JobStatus(JobState.ENDED, left=True, limit_s=limit, failed=False,
+            return JobStatus(JobState.ENDED, left=True, limit_s=limit, failed=False, held_back=int(left.get("held", 0)),
+                             held_s=float(left.get("held_s", 0.0)),
                              why=f"its worker left before its job's time limit ({sj.time_limit}): a task taken now "
                                  f"(expected to run {span(left.get('last_call_s') or 0)}) would not end in time")
         how = ENDED_HOW.get(sj.state, "its job ended")
@@ -408,7 +427,7 @@ class SlurmProvider(Provider):
 
     def cannot_start(self, n: int, handle: str, why: str) -> str:
         return (f"worker jobs cannot start: {n} in a row ended before their worker connected; the last (job "
-                f"{self._jobs[handle].job_id}): {why} (log: {self.logs() / handle}.log)")
+                f"{self._jobs[handle].job_id}): {why} (log: {self._jobs[handle].log})")
 
     def _say(self, line: str) -> None:
         if line not in self._said:

@@ -113,6 +113,14 @@ def parse_squeue(text: str) -> list[SlurmJob]:
     return jobs
 
 
+def worker_of(job_id: str, name: str) -> str:
+    """The worker a job is: its name, or for element ``K`` (``ID_K``) of a job array named
+    ``hta-<run>-F-L``, ``hta-<run>-<F+K>`` (HTA numbers an array's elements from 0)."""
+    _, _, k = job_id.partition("_")
+    m = re.fullmatch(r"(.*-)(\d+)-\d+", name)
+    return f"{m.group(1)}{int(m.group(2)) + int(k)}" if k.isdigit() and m else name
+
+
 def parse_sbatch(stdout: str) -> str:
     """The job id ``sbatch --parsable`` printed (``ID`` or ``ID;CLUSTER``)."""
     line = stdout.strip().splitlines()[-1] if stdout.strip() else ""

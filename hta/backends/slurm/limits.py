@@ -147,17 +147,22 @@ def job_limits(*, user: str | None, partition: str | None, partition_text: str, 
     except ValueError:
         pass
     out = JobLimits(limits=found, default=default)
-    if qos_text is not None:
-        table = parse_qos(qos_text)
-        own = part.get("QoS", "")
-        out.qos = qos or (own if own not in UNLIMITED else None) or default_qos or "normal"
-        q = table.get(out.qos)
-        if q is not None:
-            try:
-                s = slurm_seconds(q["MaxWall"])
-            except ValueError:
-                s = None
-            if s is not None:
-                out.limits.append(Limit(seconds=s, source=f"QOS {out.qos}'s MaxWall"))
+    if qos_text is None:
+        return out
+    table = parse_qos(qos_text)
+    # the job's QOS (--qos, else its association's default), and the partition's on top of it
+    out.qos = qos or default_qos or "normal"
+    own = part.get("QoS", "")
+    for which, words in ((out.qos, f"QOS {out.qos}'s"), (own, f"partition {name}'s QOS {own}'s")):
+        q = table.get(which) if which and which not in UNLIMITED else None
+        if q is None or (which == out.qos and words != f"QOS {out.qos}'s"):
+            continue
+        try:
+            s = slurm_seconds(q["MaxWall"])
+        except ValueError:
+            s = None
+        if s is not None:
+            out.limits.append(Limit(seconds=s, source=f"{words} MaxWall"))
+        if which == out.qos:  # (the submitted count HTA reads is per job QOS: squeue --qos)
             out.max_submit_jobs, out.max_running_jobs = _count(q["MaxSubmitJobsPU"]), _count(q["MaxJobsPU"])
     return out
