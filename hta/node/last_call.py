@@ -8,9 +8,10 @@ task's *maximum* running time, which the master does not compare with the worker
 Work Queue's own drain (``work_queue_specify_draining_by_hostname``) is an API of the
 master, which makeflow owns. So ``hta worker`` closes itself (docs/decisions/0032):
 
-- **last call** (``ends_at - last_call_s``): a task that starts after it is held at once
-  (SIGSTOP to its process group, within one look, :data:`LOOK_CLOSED_S`). A held task keeps
-  its slot, so the master sends no more; the tasks started before it finish.
+- **last call** (the end, less :data:`STOP_BEFORE_S`, less the expected task length): a
+  task first seen after it is held at once (SIGSTOP to its process group and every process
+  under it, within one look, :data:`LOOK_CLOSED_S`). A held task keeps its slot, so the
+  master sends no more; the tasks started before it finish.
 - once only held tasks are left (or none), the worker leaves (SIGTERM: it gives its held
   tasks back, and the master runs them elsewhere, having lost well under a second of each).
 - **the end** (``ends_at - STOP_BEFORE_S``): if a task is still running, the worker leaves
@@ -202,11 +203,13 @@ class Closer:
             hold(pid)
             self.rule.tasks[pid].held = True
             self.held_at[pid] = now
-        why = self.rule.leave(now, sandboxes(self.workdir, self.pid))
+        boxes = sandboxes(self.workdir, self.pid)
+        why = self.rule.leave(now, boxes)
         if why is not None:
             self.why = why
             held = [t for t in self.rule.tasks.values() if t.held]
+            # cut: every other task it holds, running or with a result the master has not fetched
             say("left", why=why, ends_at=round(self.rule.ends_at), held=len(held),
                 held_s=round(sum(now - self.held_at.get(t.pid, now) for t in held), 3),
-                cut=len(self.rule.tasks) - len(held), last_call_s=round(self.rule.expected_s(), 1))
+                cut=len(boxes - {t.sandbox for t in held}), last_call_s=round(self.rule.expected_s(), 1))
         return why
