@@ -61,6 +61,39 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"hta: error: {message} (see: {self.prog} --help)\n")
 
 
+class _KeepsLists(argparse.HelpFormatter):
+    """Wraps prose as argparse does, and keeps a text of several lines (a list) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+#: the built-in policies as ``hta makeflow --help`` lists them: a name and what it trades,
+#: one line each (``hta.policies.registry`` makes them; kept here, as importing it is not light)
+POLICY_LINES: tuple[tuple[str, str], ...] = (
+    ("hta", "the default: buys what the queue will lack a latency ahead"),
+    ("hta-time", "HTA for runtime: buys for all that waits at the horizon"),
+    ("hta-cost", "HTA for node·s: buys only workers the backlog keeps busy"),
+    ("factory", "rival: CCTools' work_queue_factory"),
+    ("keda-job[-N]", "rival: KEDA ScaledJob, a job per N waiting tasks (N=1)"),
+    ("keda-N", "rival: KEDA ScaledObject, N tasks a pod; deletes busy pods"),
+    ("hpa-N", "rival: Kubernetes HPA at N % CPU"),
+    ("static", "rival: --max-workers workers the whole run long"),
+    ("max-then-drain", "rival: --max-workers at once, drained once nothing waits"),
+    ("observe", "buys nothing: watches another autoscaler, records the run"),
+)
+
+
+def _policy_list() -> str:
+    """The policies ``--policy`` takes, one line each (``<policy>:<setting>=<value>`` sets one)."""
+    width = max(len(name) for name, _ in POLICY_LINES)
+    lines = [f"  {name:<{width}}  {what}" for name, what in POLICY_LINES]
+    return ("policies (--policy):\n" + "\n".join(lines)
+            + "\n  (POLICY:setting=value,... changes one setting: docs/commands.md)\n")
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -184,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("makeflow", help="run a Makeflow workflow on autoscaled Work Queue workers",
                        usage="hta makeflow [options] WORKFLOW [-- makeflow options]",
+                       formatter_class=_KeepsLists, epilog=_policy_list(),
                        description="Run WORKFLOW with the real `makeflow -T wq` (from this folder, as makeflow "
                                    "itself would, resource monitoring on) and scale its workers. makeflow's own "
                                    "options go after `--`, e.g. `hta makeflow Makeflow -- -j 4 --retry-count 2`; "

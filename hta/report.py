@@ -121,7 +121,8 @@ def rows(s: RunSummary) -> list[tuple[str, str]]:
         ("runtime s", _f(s.runtime_s, 1)),
         ("tasks done/failed/retried", f"{s.tasks_done}/{s.tasks_failed}/{s.tasks_retried}"
                                       + (f" ({s.tasks_done_before} done before this run)" if s.tasks_done_before else "")
-                                      + (f" ({s.tasks_resumed} resumed)" if s.tasks_resumed else "")),
+                                      + (f" ({s.tasks_resumed} begun before, run again)" if s.tasks_resumed
+                                         else "")),
         ("waste core·s", core_s(s.waste_core_s, "")),
         ("  on idle workers", core_s(s.idle_waste_core_s, "")),
         ("  after the workflow ended", core_s(s.teardown_waste_core_s, "")),

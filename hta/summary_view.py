@@ -34,9 +34,11 @@ def core_s(v: float | None, unit: str = "core·s") -> str:
 
 
 def _earlier(s: RunSummary) -> str:
-    """What an earlier run of the workflow had done: ``(9 before this run, 4 resumed)``."""
+    """What an earlier run of the workflow had done: ``(9 before this run, 4 begun by the run
+    before and run again from the start)``. A rule the run before had begun and not
+    completed is run again whole (a Work Queue task cannot resume): never "resumed"."""
     parts = ([f"{s.tasks_done_before} before this run"] if s.tasks_done_before else []) + \
-        ([f"{s.tasks_resumed} resumed from the run before"] if s.tasks_resumed else [])
+        ([f"{s.tasks_resumed} begun by the run before and run again from the start"] if s.tasks_resumed else [])
     return f" ({', '.join(parts)})" if parts else ""
 
 

@@ -92,6 +92,10 @@ def test_the_summary_pays_a_local_half_node_worker_half_a_node_and_says_node_s()
     # a resumed workflow: makeflow counts what an earlier run completed as done again
     resumed = summarize(records[:-1] + [records[-1].model_copy(update={"tasks_done": 4, "tasks_done_before": 3})])
     assert dict(summary_rows(resumed))["tasks"] == "4 done (3 before this run), 0 failed, 0 retried"
+    # rules an interrupted run had begun run again whole: not "resumed"
+    again = summarize(records[:-1] + [records[-1].model_copy(update={"tasks_done": 9, "tasks_resumed": 8})])
+    assert dict(summary_rows(again))["tasks"] == ("9 done (8 begun by the run before and run again from the start), "
+                                                 "0 failed, 0 retried")
     # on Kubernetes a pod names its node when it connects; one that never did (Pending, then
     # removed) held no node to share: it is paid whole, not its share of one
     k8s = [records[0].model_copy(update={"backend": "k8s"}),

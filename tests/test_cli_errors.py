@@ -339,3 +339,23 @@ def test_ctrl_c_while_a_simulation_is_being_built_leaves_no_empty_log(tmp_path: 
     with pytest.raises(KeyboardInterrupt):
         compare_mod.compare("io-bound", ["hta"], 1, ClusterModel(max_nodes=2), out=out)
     assert not list(out.glob("*.jsonl"))
+
+
+def test_makeflow_help_lists_every_built_in_policy_one_line_each():
+    import os
+    import subprocess
+
+    from conftest import HTA
+
+    from hta.cli import POLICY_LINES
+
+    out = subprocess.run([*HTA, "makeflow", "--help"], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "80"}).stdout
+    listed = out.split("policies (--policy):", 1)[1].splitlines()
+    for name, what in POLICY_LINES:
+        assert any(line.split() and line.split()[0] == name and what in line for line in listed), name
+    assert all(len(line) <= 80 for line in listed)
+    from hta.policies import make_policy
+
+    for name, _ in POLICY_LINES:  # each one listed is one HTA makes
+        make_policy(name.replace("[-N]", "").replace("-N", "-2"))

@@ -141,7 +141,8 @@ class MakeflowLog:
     @property
     def resumed(self) -> int:
         """Rules a previous run (killed or interrupted) had started without completing that
-        this run starts again: not failures, the work the last run left."""
+        this run starts again: not failures, the work the last run left, run again whole (a
+        task's work is not kept, so nothing is resumed but the workflow)."""
         return sum(1 for n in self.submissions if n in self._unfinished)
 
     def failed_for_good(self, now: float, quiet_s: float = 3.0, since: float = 0.0) -> list[NodeEvent]:
