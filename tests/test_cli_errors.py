@@ -359,3 +359,12 @@ def test_makeflow_help_lists_every_built_in_policy_one_line_each():
 
     for name, _ in POLICY_LINES:  # each one listed is one HTA makes
         make_policy(name.replace("[-N]", "").replace("-N", "-2"))
+
+
+def test_a_workflow_makeflow_cannot_read_ahead_says_what_is_lost_and_what_to_do():
+    from hta.submit.run import lookahead_lost
+
+    line = lookahead_lost("makeflow_viz could not read Makeflow: Variable hostname has not yet been defined at line  2.")
+    assert "makeflow_viz" not in line and "not for the stages to come" in line
+    assert "write it `hostname` (backquotes)" in line and "at line 2" in line
+    assert "backquotes" not in lookahead_lost("cannot run the workflow reader: no such file")

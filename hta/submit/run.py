@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 import shutil
 import signal
 import subprocess
@@ -92,6 +93,19 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+def lookahead_lost(error: str) -> str:
+    """The warning when the workflow cannot be read ahead of makeflow: what the user loses
+    (workers for the stages to come) and what to do, in their words (not the tool's)."""
+    why = " ".join(re.sub(r"^makeflow_viz could not read [^:]*: ", "", error).rstrip(".").split())
+    line = (f"HTA cannot read the workflow ahead of makeflow ({why}): it buys workers for the tasks makeflow has "
+            f"queued only, not for the stages to come")
+    m = re.search(r"Variable (\S+) has not yet been defined", why)
+    if m:
+        line += (f"; if $({m.group(1)}) in a rule is a shell command, write it `{m.group(1)}` (backquotes): "
+                 f"Makeflow reads $(...) as one of its own variables")
+    return line
 
 
 class _Stopped(Exception):
@@ -347,8 +361,7 @@ class Submission:
         try:
             dag = await asyncio.to_thread(load_dag, self.workflow, self.mf.format_options(), self.mf.cwd)
         except (ValueError, OSError, subprocess.SubprocessError) as exc:
-            log.warning("cannot read the workflow ahead of makeflow (%s): HTA sizes workers from what is queued "
-                        "only", exc)
+            log.warning("%s", lookahead_lost(str(exc)))
             return None
         size_mb = sizes_in(self.mf.workdir)
         shared = await asyncio.to_thread(dag.shared_input_sizes, size_mb)
