@@ -368,3 +368,15 @@ def test_a_workflow_makeflow_cannot_read_ahead_says_what_is_lost_and_what_to_do(
     assert "makeflow_viz" not in line and "not for the stages to come" in line
     assert "write it `hostname` (backquotes)" in line and "at line 2" in line
     assert "backquotes" not in lookahead_lost("cannot run the workflow reader: no such file")
+
+
+def test_a_file_makeflow_misses_when_run_from_another_folder_gets_a_hint(tmp_path):
+    from hta.submit.run import run_from_elsewhere
+
+    (tmp_path / "wf").mkdir()
+    (tmp_path / "wf" / "in.txt").write_text("x")
+    said = "error: in.txt does not exist, and is not created by any rule."
+    hint = run_from_elsewhere(said, tmp_path / "wf" / "Makeflow", tmp_path)
+    assert "where in.txt is" in hint and "cd wf && hta makeflow Makeflow" in hint
+    assert run_from_elsewhere(said, tmp_path / "wf" / "Makeflow", tmp_path / "wf") == ""  # run where it is
+    assert "(wf)" in run_from_elsewhere("error: db.fa does not exist", tmp_path / "wf" / "Makeflow", tmp_path)

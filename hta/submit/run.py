@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -93,6 +95,20 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+def run_from_elsewhere(error: str, workflow: Path, workdir: Path) -> str:
+    """A hint for a file makeflow did not find when it runs in another folder than the
+    workflow's: it reads the workflow's paths from the folder it runs in ("" otherwise)."""
+    m = re.search(r"(\S+) does not exist", error)
+    folder = Path(workflow).resolve().parent
+    if m is None or folder == Path(workdir).resolve():
+        return ""
+    there = (folder / m.group(1)).exists()
+    shown = os.path.relpath(folder, workdir)
+    return (f"; makeflow reads a workflow's paths from the folder it runs in ({workdir}), not the workflow's"
+            + (f", where {m.group(1)} is" if there else f" ({shown})")
+            + f": run it from there (cd {shlex.quote(shown)} && hta makeflow {shlex.quote(Path(workflow).name)})")
 
 
 def lookahead_lost(error: str) -> str:
@@ -335,6 +351,8 @@ class Submission:
                           f"it had started")
         except Exception as exc:  # noqa: BLE001 — MakeflowError and anything unexpected: clean up, then report
             self.error = str(exc) or type(exc).__name__
+            hint = run_from_elsewhere(self.error, self.workflow, self.mf.workdir)
+            self.error = self.error.rstrip(".") + hint if hint else self.error
         finally:
             await self._stop_everything()
         await self._check_failed_rules()
