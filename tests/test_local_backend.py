@@ -149,3 +149,23 @@ async def test_stop_cancelled_while_it_waits_for_the_launch_stays_cancelled(tmp_
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(stopping, timeout=10)
     await backend.stop_all()
+
+
+async def test_local_workers_past_the_hosts_cores_are_said_once(tmp_path, caplog, monkeypatch):
+    import os
+
+    from hta.backends.local import LocalProvider
+    from hta.model import Resources
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    p = LocalProvider(tmp_path, provision_delay_s=3600)  # (no process starts within the test)
+    try:
+        await p.launch(Resources(cores=1, memory_mb=100, disk_mb=100), 2)
+        assert "oversub" not in caplog.text and "host's" not in caplog.text
+        await p.launch(Resources(cores=2, memory_mb=100, disk_mb=100), 2)
+        await p.launch(Resources(cores=2, memory_mb=100, disk_mb=100), 1)
+        assert caplog.text.count("local workers now hold 6 cores on this host's 2") == 1
+    finally:
+        for w in p.procs.values():
+            if w.launcher is not None:
+                w.launcher.cancel()

@@ -372,3 +372,4 @@ async def test_a_worker_whose_task_can_never_fit_its_job_is_not_counted_as_leavi
     assert pool.worker_ends() == {h: pytest.approx(55.0)}  # its end less the 15 s it leaves before
     pool.expect_tasks({"c": 90.0})  # longer than its whole job
     assert pool.worker_ends() == {}
+

@@ -19,6 +19,7 @@ memory, whose summary makeflow deletes, still tells what it used.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import shutil
@@ -42,6 +43,8 @@ from workqueue_bridge.snapshot import MasterSnapshot
 
 #: CPU use is averaged over this window, as metrics-server's default resolution does
 CPU_WINDOW_S = 15.0
+
+log = logging.getLogger("hta.local")
 
 
 @dataclass
@@ -100,6 +103,7 @@ class LocalProvider(Provider):
         self._seq = 0
         #: peak resident memory (MB) of each task's processes, by the master's task id
         self._task_memory_mb: dict[int, float] = {}
+        self._said_oversubscribed = False
 
     async def start(self, master_host: str, master_port: int) -> None:
         await super().start(master_host, master_port)
@@ -109,6 +113,7 @@ class LocalProvider(Provider):
 
     # -- launch -------------------------------------------------------------------------
     async def launch(self, shape: Resources, n: int, delay_s: float = 0.0) -> list[str]:
+        self._say_if_oversubscribed(whole_cores(shape.cores) * n)
         ids = []
         for _ in range(n):
             self._seq += 1
@@ -119,6 +124,19 @@ class LocalProvider(Provider):
             p.launcher = asyncio.create_task(self._launch(p, delay + delay_s))
             ids.append(wid)
         return ids
+
+    def _say_if_oversubscribed(self, more: int) -> None:
+        """Once: the local workers would hold more cores than this host has. They share its
+        cores, so each task runs slower than the cores its worker advertises let the policy
+        plan for."""
+        host = os.cpu_count() or 1
+        live = [p for p in self.procs.values() if not p.cancelled and p.launch_error is None
+                and (p.proc is None or p.proc.returncode is None)]
+        held = sum(whole_cores(p.shape.cores) for p in live) + more
+        if held > host and not self._said_oversubscribed:
+            self._said_oversubscribed = True
+            log.warning("local workers now hold %d cores on this host's %d: they share its cores, and their tasks run "
+                        "slower than planned; lower --max-workers or --worker-cores to fit the host", held, host)
 
     async def _launch(self, p: Process, delay: float) -> None:
         """After the provisioning delay, ``hta worker`` in its own workdir, its output in its log.
