@@ -49,6 +49,7 @@ from hta.accounting import CoreSample, integrate  # noqa: E402
 from hta.policies.registry import make_policy  # noqa: E402
 from hta.scaling_log import ScalingLogWriter, read_records  # noqa: E402
 from hta.sim.cluster import ClusterModel  # noqa: E402
+from hta.sim.makeflow_workload import task_spans  # noqa: E402
 from hta.sim.run import Simulation  # noqa: E402
 from hta.sim.workload import load_workload  # noqa: E402
 from hta.summary import RunSummary, summarize  # noqa: E402
@@ -185,31 +186,6 @@ def during_the_run(summary: RunSummary, records: list) -> RunSummary:
                        summary.runtime_s)
     return summary.model_copy(update={"waste_core_s": during.waste_core_s,
                                       "idle_waste_core_s": during.idle_waste_core_s})
-
-
-def task_spans(transactions: Path, makeflowlog: Path) -> dict[int, float]:
-    """Each rule's time on a worker, by makeflow node id: RUNNING → WAITING_RETRIEVAL in Work
-    Queue's transaction log, matched to the rule through makeflow's log (node → job id)."""
-    node_of: dict[int, int] = {}
-    if makeflowlog.exists():
-        for line in makeflowlog.read_text().splitlines():
-            p = line.split()
-            if not line.startswith("#") and len(p) > 3 and p[2] == "1":  # submitted: node, job id
-                node_of[int(p[3])] = int(p[1])
-    started: dict[int, float] = {}
-    spans: dict[int, float] = {}
-    if not transactions.exists():
-        return spans
-    for line in transactions.read_text().splitlines():
-        p = line.split()
-        if line.startswith("#") or len(p) < 5 or p[2] != "TASK":
-            continue
-        job = int(p[3])
-        if p[4] == "RUNNING":
-            started[job] = int(p[0]) / 1e6
-        elif p[4] == "WAITING_RETRIEVAL" and job in started and job in node_of:
-            spans[node_of[job]] = int(p[0]) / 1e6 - started.pop(job)
-    return spans
 
 
 def measure(connected: list, workload, wdir: Path, k: float) -> Measured:

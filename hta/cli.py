@@ -246,7 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--workload", default="blast-3stage",
                      help="built-in generator: blast-3stage (default), io-bound, or blast-3stage-2core "
                           "(its aligns take 2 cores)")
-    src.add_argument("--workflow", type=Path, metavar="FILE", help="a WfCommons WfFormat JSON instance")
+    src.add_argument("--workflow", type=Path, metavar="FILE",
+                     help="your own workflow: a Makeflow (or a folder holding one), its runtimes and world taken "
+                          "from its last hta makeflow run, or a WfCommons WfFormat JSON instance")
+    s.add_argument("--from-run", type=Path, metavar="LOG",
+                   help="with --workflow MAKEFLOW: the run to take runtimes and world from, a scaling log or a "
+                        "WORKFLOW.hta folder (default: the workflow's latest run, if any)")
     s.add_argument("--policies", default="hta,hpa-20,hpa-50,keda-3,factory",
                    help="comma-separated: hta, hta-time, hta-cost (HTA's presets), hpa-<cpu %%>, "
                         "keda-job[-<tasks per job>] (KEDA ScaledJob), "
@@ -257,14 +262,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seeds", type=_positive_int("--seeds"), default=5)
     s.add_argument("--out", type=Path, metavar="DIR", help="write one scaling log per run here")
     s.add_argument("--format", choices=["table", "json"], default="table")
-    s.add_argument("--max-nodes", type=_positive_int("--max-nodes"), default=20)
-    s.add_argument("--start-nodes", type=_positive_int("--start-nodes", 0), default=1)
-    s.add_argument("--node-cores", type=_quantity("--node-cores", 1, "cores"), default=3.0, metavar="N",
-                   help="allocatable cores of a node (default 3, a 4-vCPU node)")
-    s.add_argument("--node-memory", type=_quantity("--node-memory", 1, "MB", " MB"), default=15000.0, metavar="MB")
-    s.add_argument("--latency-mean", type=_seconds("--latency-mean", 0), default=157.4, metavar="S",
-                   help="node preparation latency, mean (default: the thesis's GKE measurement)")
-    s.add_argument("--latency-sd", type=_seconds("--latency-sd", 0), default=4.2, metavar="S")
+    # (defaults None: a Makeflow's last run gives them, else SIM_DEFAULTS; a flag given wins)
+    s.add_argument("--max-nodes", type=_positive_int("--max-nodes"), default=None,
+                   help="the cap (default: the run's --max-workers, else 20)")
+    s.add_argument("--start-nodes", type=_positive_int("--start-nodes", 0), default=None,
+                   help="nodes up at the start (default: 0 after a run, as hta makeflow starts, else 1)")
+    s.add_argument("--node-cores", type=_quantity("--node-cores", 1, "cores"), default=None, metavar="N",
+                   help="allocatable cores of a node (default: the run's worker cores, else 3, a 4-vCPU node)")
+    s.add_argument("--node-memory", type=_quantity("--node-memory", 1, "MB", " MB"), default=None, metavar="MB")
+    s.add_argument("--latency-mean", type=_seconds("--latency-mean", 0), default=None, metavar="S",
+                   help="node preparation latency, mean (default: the run's, else the thesis's GKE measurement)")
+    s.add_argument("--latency-sd", type=_seconds("--latency-sd", 0), default=None, metavar="S")
     s.add_argument("--pull", type=_seconds("--pull", 0), default=0.0, metavar="S", help="image pull time")
     s.add_argument("--costs", choices=["none", "measured"], default="none",
                    help="what pods and nodes cost besides the latency: none (default, the thesis's world) or "
@@ -509,6 +517,49 @@ def split_policies(text: str) -> list[str]:
     return out
 
 
+#: ``hta simulate``'s world where neither a flag nor a workflow's run says otherwise (the thesis's)
+SIM_DEFAULTS: dict[str, Any] = {"max_nodes": 20, "start_nodes": 1, "node_cores": 3.0, "node_memory_mb": 15000.0,
+                                "latency_mean_s": 157.4, "latency_sd_s": 4.2}
+#: its flags (argparse dest → ClusterModel field)
+SIM_FLAGS = {"max_nodes": "max_nodes", "start_nodes": "start_nodes", "node_cores": "node_cores",
+             "node_memory": "node_memory_mb", "latency_mean": "latency_mean_s", "latency_sd": "latency_sd_s"}
+
+
+def _simulated_workload(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """What ``hta simulate`` runs: a built-in's name, a WfFormat file's path, or a Makeflow
+    read (with its last run's world figures, and what was measured and assumed said on stderr)."""
+    from hta.sim.makeflow_workload import find_makeflow, looks_like_json, own_workflow
+    from hta.sim.workload import WorkloadError
+
+    if args.workflow is None:
+        if args.from_run is not None:
+            raise UsageError("--from-run needs --workflow MAKEFLOW: it gives the runtimes of that workflow's rules")
+        return args.workload, {}
+    if not args.workflow.exists():
+        raise UsageError(f"workflow file {str(args.workflow)!r} not found: give a Makeflow (or its folder) or a "
+                         f"WfCommons JSON instance")
+    if not args.workflow.is_dir() and not args.workflow.is_file():
+        raise UsageError(f"workflow file {str(args.workflow)!r} is not a regular file: give a Makeflow (or its "
+                         f"folder) or a WfCommons JSON instance")
+    if args.from_run is not None and not args.from_run.exists():
+        raise UsageError(f"--from-run {str(args.from_run)!r} not found: give a scaling log (WORKFLOW.scaling.jsonl) "
+                         f"or a run folder (WORKFLOW.hta)")
+    try:
+        path = find_makeflow(args.workflow)
+        if looks_like_json(path):
+            if args.from_run is not None:
+                raise UsageError("--from-run is for a Makeflow: a WfCommons instance carries its own runtimes")
+            return str(path), {}
+        own = own_workflow(path, args.from_run)
+    except WorkloadError as exc:
+        raise UsageError(str(exc)) from None
+    for line in own.measured:
+        print(f"hta: measured: {line}", file=sys.stderr)
+    for line in own.assumptions:
+        print(f"hta: assumed: {line}", file=sys.stderr)
+    return own.workload, own.cluster
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     import json
 
@@ -517,20 +568,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from hta.sim.costs import COSTS
     from hta.sim.workload import WorkloadError
 
-    if args.start_nodes > args.max_nodes:
-        raise UsageError(f"--start-nodes ({args.start_nodes}) is above --max-nodes ({args.max_nodes})")
-    if args.workflow is not None and args.workflow.is_dir():
-        raise UsageError(f"--workflow {str(args.workflow)!r} is a folder: give a WfCommons JSON instance")
-    if args.workflow is not None and not args.workflow.is_file():
-        why = "is not a regular file" if args.workflow.exists() else "not found"
-        raise UsageError(f"workflow file {str(args.workflow)!r} {why}: give a WfCommons JSON instance")
-    cluster = ClusterModel(max_nodes=args.max_nodes, start_nodes=args.start_nodes, node_cores=args.node_cores,
-                           node_memory_mb=args.node_memory, latency_mean_s=args.latency_mean,
-                           latency_sd_s=args.latency_sd, pull_s=args.pull, **COSTS[args.costs].cluster_update())
+    workload, world = _simulated_workload(args)
+    given = {field: v for flag, field in SIM_FLAGS.items() if (v := getattr(args, flag)) is not None}
+    settings = {**SIM_DEFAULTS, **world, **given}
+    if settings["start_nodes"] > settings["max_nodes"]:
+        raise UsageError(f"--start-nodes ({settings['start_nodes']}) is above --max-nodes ({settings['max_nodes']})")
+    cluster = ClusterModel(pull_s=args.pull, **{**COSTS[args.costs].cluster_update(), **settings})
     policies = split_policies(args.policies)
     if not policies:
         raise UsageError("--policies is empty: name at least one, e.g. --policies hta,hpa-20")
-    workload = str(args.workflow) if args.workflow else args.workload
     try:
         result = compare(workload, policies, args.seeds, cluster, args.out)
     except (ValueError, WorkloadError) as exc:

@@ -6,8 +6,10 @@ policy object and writes its own scaling log (same format as ``hta makeflow``).
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from hta.scaling_log import ScalingLogWriter
 from hta.sim.cluster import ClusterModel, unrunnable
 from hta.sim.oracle import NodeSecondsFloor, mean_node_seconds_floor, node_seconds_floor
 from hta.sim.run import Simulation
-from hta.sim.workload import load_workload
+from hta.sim.workload import Workload, load_workload
 from hta.summary import RunSummary
 
 #: a run slower than this many times the oracle bound is cut off and marked unfinished
@@ -71,8 +73,10 @@ class Comparison:
                                              for p, f in floors.items()}}}
 
 
-def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterModel | None = None,
+def compare(workload: str | Workload, policies: list[str], seeds: int, cluster: ClusterModel | None = None,
             out: Path | None = None) -> Comparison:
+    """``workload``: a generator's name or a WfFormat file (drawn per seed), or a workload
+    already read (a user's Makeflow: the seeds draw only the world's latencies)."""
     cluster = cluster or ClusterModel()
     names = [make_policy(p).name for p in policies]  # fail fast on a bad name
     for name in names:
@@ -82,12 +86,12 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
     runs = []
     oracle = []
     floors = []
-    label = Path(workload).stem if workload.endswith(".json") else workload
+    label, load = _source(workload)
     for seed in range(seeds):  # (refused before any run, not after some)
-        if (why := unrunnable(load_workload(workload, seed), cluster)) is not None:
+        if (why := unrunnable(load(seed), cluster)) is not None:
             raise ValueError(why)
     for seed in range(seeds):
-        wl = load_workload(workload, seed)
+        wl = load(seed)
         floor = node_seconds_floor(wl, cluster)  # (it holds the runtime bound too)
         bound = floor.runtime_bound_s
         oracle.append(bound)
@@ -102,7 +106,7 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
             try:
                 log = ScalingLogWriter(path)  # (the file exists from here: a Ctrl-C while the
                 # simulation is still being built, a 400-task world, must not leave it empty)
-                sim = Simulation(load_workload(workload, seed), make_policy(p), run_cluster, seed=seed, log=log)
+                sim = Simulation(load(seed), make_policy(p), run_cluster, seed=seed, log=log)
                 runs.append(sim.run(label))
             except BaseException:  # Ctrl-C: no half-written log is left to be read as a run
                 if log is not None and path is not None:
@@ -110,6 +114,13 @@ def compare(workload: str, policies: list[str], seeds: int, cluster: ClusterMode
                     path.unlink(missing_ok=True)
                 raise
     return Comparison(label, runs, statistics.fmean(oracle), floors)
+
+
+def _source(workload: str | Workload) -> tuple[str, Callable[[int], Workload]]:
+    """The workload's name in tables and file names, and its draw for a seed."""
+    if isinstance(workload, Workload):
+        return workload.name, lambda seed: copy.deepcopy(workload)  # (a run must not see another's changes)
+    return (Path(workload).stem if workload.endswith(".json") else workload), lambda seed: load_workload(workload, seed)
 
 
 def _ms(values: list[float]) -> str:
