@@ -288,6 +288,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--plot", type=Path, metavar="DIR", help="write one figure per run (and a comparison) here")
     r.add_argument("--plot-format", default="png", metavar="FMT[,FMT]",
                    help="figure formats, any of png, svg, pdf (default: png)")
+    r.add_argument("--title", metavar="TEXT",
+                   help="the figure's title (default: the workflow and the policy, e.g. blast — hta); with several "
+                        "runs, the comparison's, each run's own figure keeping its name")
+    r.add_argument("--dpi", type=_positive_int("--dpi"), default=None, metavar="N",
+                   help="PNG resolution in dots per inch (default: 150)")
+    r.add_argument("--size", type=_inches("--size"), default=None, metavar="W,H",
+                   help="a run's figure's width and height in inches, e.g. 6,3, and each panel's in the comparison "
+                        "(default: 9,4.2; a panel 2.8 high)")
     r.set_defaults(func=cmd_report)
 
     st = sub.add_parser("status", help="show a running hta makeflow (the URL it printed at start)",
@@ -455,9 +463,42 @@ def cmd_css(args: argparse.Namespace) -> int:
     return 128 + signum if signum else 0
 
 
+#: the sides ``hta report --size`` accepts, in inches: under 2 the legend and the title leave no
+#: room for the axes; over 100 no page or screen shows it
+_FIGURE_INCHES = (2.0, 100.0)
+
+
+def _inches(name: str):
+    """``W,H``, a figure's width and height in inches (``6,3``), each within :data:`_FIGURE_INCHES`;
+    anything else is one line saying what was wrong and what to write instead."""
+    low, high = _FIGURE_INCHES
+
+    def parse(text: str) -> tuple[float, float]:
+        try:
+            w, h = (float(part) for part in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes the width and height in inches as W,H, not {text!r} "
+                                             f"(e.g. {name} 6,3)") from None
+        if not all(math.isfinite(v) and low <= v <= high for v in (w, h)):
+            raise argparse.ArgumentTypeError(f"{name} {text}: each side must be from {low:g} to {high:g} inches "
+                                             f"(e.g. {name} 6,3)")
+        return w, h
+    return parse
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from hta.console import PipeConsole
-    from hta.report import PLOT_FORMATS, load_runs, plot, render_json, render_markdown, render_table
+    from hta.report import (
+        DEFAULT_DPI,
+        MAX_PNG_SIDE_PX,
+        PLOT_FORMATS,
+        FigureStyle,
+        load_runs,
+        plot,
+        render_json,
+        render_markdown,
+        render_table,
+    )
 
     formats = tuple(dict.fromkeys(f.strip().lower() for f in args.plot_format.split(",") if f.strip()))
     bad = [f for f in formats if f not in PLOT_FORMATS]
@@ -466,7 +507,12 @@ def cmd_report(args: argparse.Namespace) -> int:
                          f"(e.g. --plot-format png,pdf)")
     if args.plot is not None and args.plot.exists() and not args.plot.is_dir():
         raise UsageError(f"--plot {str(args.plot)!r} is a file: give a folder for the figures")
+    style = FigureStyle(args.title, args.dpi or DEFAULT_DPI, args.size)
     runs, errors = load_runs(args.logs)
+    side = style.largest_png_side(len(runs))
+    if args.plot is not None and runs and "png" in formats and side > MAX_PNG_SIDE_PX:
+        raise UsageError(f"--dpi {style.dpi}: the PNG would be {side:,} pixels on a side, more than "
+                         f"{MAX_PNG_SIDE_PX:,}: give a smaller --dpi (e.g. --dpi 300) or --size")
     if args.plot is not None and runs:  # refused before anything is printed; made only with figures to put in it
         try:
             args.plot.mkdir(parents=True, exist_ok=True)
@@ -494,7 +540,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         _stdout_to_devnull()
     if runs and args.plot:
         try:
-            figures = plot(runs, args.plot, formats)
+            figures = plot(runs, args.plot, formats, style)
         except OSError as exc:
             raise UsageError(f"cannot write figures to {str(args.plot)!r} ({exc.strerror or exc}): "
                              f"choose a folder you can write to with --plot") from None

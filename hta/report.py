@@ -10,6 +10,8 @@ scale actions marked — the view of the thesis's Figures 7.12/7.13.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from hta.css_log import CSS_CAPTION, CSS_HEADER, WorkerCSS, css_logs_beside, css
 from hta.plural import span
 from hta.scaling_log import DecisionRecord, LogError, ObservationRecord, RunRecord, read_records
 from hta.summary import RunSummary, summarize
-from hta.summary_view import budget_verdict, core_s, deadline_verdict, with_dial_rows
+from hta.summary_view import _s, budget_verdict, core_s, deadline_verdict, with_dial_rows
 
 
 @dataclass
@@ -231,105 +233,255 @@ def render_json(runs: list[LoadedRun], errors: list[str]) -> str:
 #: figure formats ``hta report --plot-format`` can write
 PLOT_FORMATS = ("png", "svg", "pdf")
 
+#: a run's figure, in inches, when ``--size`` is not given
+RUN_FIGSIZE = (9.0, 4.2)
+#: the comparison's height per run, in inches, when ``--size`` is not given (its width: a run's)
+PANEL_HEIGHT = 2.8
+#: a PNG's dots per inch when ``--dpi`` is not given
+DEFAULT_DPI = 150
+#: the longest side a PNG may have, in pixels: a mistyped ``--dpi`` (30000 for 300) would ask
+#: for a picture of tens of gigapixels and exhaust the memory before writing anything
+MAX_PNG_SIDE_PX = 20_000
 
-def _save(fig, stem: Path, formats: tuple[str, ...]) -> list[Path]:
+#: the plain words of the figure, one place: no option names (``--max-workers``), no thesis terms
+#: (supply, demand, shortage, waste) a reader of a paper would have to look up
+WORDS = {
+    "supply": "worker cores",
+    "in_use": "cores in use",
+    "demand": "cores tasks want",
+    "waste": "idle workers",
+    "shortage": "waiting for workers",
+    "beyond_cap": "waiting beyond the worker limit",
+    "added": "workers added",
+    "removed": "workers removed",
+    "time": "time since the start (s)",
+    "cores": "cores",
+}
+
+
+@dataclass(frozen=True)
+class FigureStyle:
+    """How ``hta report --plot`` sizes and heads its figures, for a paper or a slide: ``title``
+    replaces the heading of words (workflow — policy) a figure gets by default (with several
+    runs, it heads the comparison: a run's own figure keeps its run's name, not another's);
+    ``size`` is a run's figure's (width, height) in inches, and each panel's in the comparison,
+    which is as wide and that high a run (so its panels read as the runs' own figures; None: 9 ×
+    4.2 a run, 2.8 in high a panel); ``dpi`` is the PNG's resolution."""
+
+    title: str | None = None
+    dpi: int = DEFAULT_DPI
+    size: tuple[float, float] | None = None
+
+    def run_size(self) -> tuple[float, float]:
+        return self.size or RUN_FIGSIZE
+
+    def comparison_size(self, n_runs: int) -> tuple[float, float]:
+        width, height = self.size or (RUN_FIGSIZE[0], PANEL_HEIGHT)
+        return width, height * n_runs
+
+    def largest_png_side(self, n_runs: int) -> int:
+        """The longest side, in pixels, of the PNGs :func:`plot` would write for ``n_runs`` runs."""
+        sizes = [self.run_size()] + ([self.comparison_size(n_runs)] if n_runs > 1 else [])
+        return math.ceil(max(max(w, h) for w, h in sizes) * self.dpi)
+
+
+def workflow_name(r: LoadedRun) -> str:
+    """The workflow as a reader names it: the simulator's workload (``io-bound``), or the
+    workflow's folder when its file has makeflow's usual name (``workflows/blast/Makeflow``:
+    ``blast``), else the file's name; the log's name when the log says neither."""
+    s = r.summary
+    if s.workload:
+        return s.workload
+    if s.workflow:
+        wf = Path(s.workflow)
+        if wf.name.split(".")[0].lower() in ("makeflow", "workflow") and wf.parent.name:
+            return wf.parent.name
+        return wf.name
+    return r.path.stem
+
+
+def heading(r: LoadedRun) -> str:
+    """A run's title in words: ``blast — hta``; a simulated run's seed after it (``io-bound —
+    hta, seed 3``), which tells its seeds' figures apart."""
+    seed = f", seed {r.summary.seed}" if r.summary.seed is not None else ""
+    return f"{workflow_name(r)} — {r.summary.policy}{seed}"
+
+
+def detail_lines(s: RunSummary, fits: Callable[[str], bool]) -> list[str]:
+    """The run's numbers under its title, rounded as the run's summary rounds them (runtime
+    ``5.6 s``, core·s whole from 100), in the legend's words; as few lines as ``fits`` (whether
+    a line fits the figure's width) allows, broken between figures; the deadline's and the
+    budget's outcome a line each."""
+    # (the summary's own formatter of seconds: a title of "6 s" beside a summary of "5.6 s" reads
+    # as two different runs)
+    pieces = [("", f"runtime {_s(s.runtime_s)}"), (" · ", f"{WORDS['waste']} {core_s(s.waste_core_s)}"),
+              (" · ", f"{WORDS['shortage']} {core_s(s.shortage_core_s)}")]
+    if s.shortage_beyond_cap_core_s >= 0.05:
+        pieces.append((" ", f"({core_s(s.shortage_beyond_cap_core_s, '')} beyond the worker limit)"))
+    lines: list[str] = []
+    for joint, piece in pieces:
+        if lines and fits(lines[-1] + joint + piece):
+            lines[-1] += joint + piece
+        else:
+            lines.append(piece)
+    dial = [f"{k} {v}" for k, v in (("deadline", deadline_verdict(s)), ("budget", budget_verdict(s))) if v]
+    return lines + dial
+
+
+def _fits(fig, fontsize: float) -> Callable[[str], bool]:
+    """Whether a line of text at ``fontsize`` fits across ``fig`` (measured as it is drawn)."""
+    from matplotlib.font_manager import FontProperties
+
+    renderer, font = fig.canvas.get_renderer(), FontProperties(size=fontsize)
+    return lambda text: renderer.get_text_width_height_descent(text, font, ismath=False)[0] <= 0.96 * fig.bbox.width
+
+
+def font_size(width_in: float) -> float:
+    """The figure's text size in points for a figure ``width_in`` wide: 8 from 6 in wide, less
+    in proportion down to 6 from 4.5 in (a paper's column is 3.3 in), so that on a narrow
+    figure the title, the numbers and the legend still leave the axes room."""
+    return max(6.0, min(8.0, 8.0 * width_in / 6.0))
+
+
+def _head(ax, title: str | None, detail: list[str], fontsize: float) -> None:
+    """``title`` over the axes, and the run's numbers (``detail``) between it and the axes, in
+    smaller grey: what the figure is reads first, its numbers second."""
+    ax.annotate("\n".join(detail), xy=(0.5, 1.0), xycoords="axes fraction", xytext=(0, 4), textcoords="offset points",
+                ha="center", va="bottom", fontsize=fontsize, color="0.25", linespacing=1.25)
+    ax.set_title(title or "", fontsize=fontsize + 2, pad=4 + len(detail) * fontsize * 1.25 + 3)
+
+
+def _legend(fig, axes, fontsize: float) -> None:
+    """One legend for the figure, under the axes (constrained layout leaves no band below it),
+    each label once (the comparison's panels share theirs), in as many columns as fit the
+    figure's width."""
+    handles, labels = [], []
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    if not labels:
+        return
+    renderer = fig.canvas.get_renderer()
+    for ncol in range(min(len(labels), 5), 0, -1):
+        legend = fig.legend(handles, labels, loc="outside lower center", ncol=ncol, fontsize=fontsize, frameon=False,
+                            columnspacing=1.2, handlelength=1.8)
+        if ncol == 1 or legend.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
+            return
+        legend.remove()
+
+
+def _save(fig, stem: Path, formats: tuple[str, ...], dpi: int = DEFAULT_DPI) -> list[Path]:
+    """``fig`` as ``stem.FMT`` for each format; ``dpi`` is the PNG's (SVG and PDF are vectors).
+    Exactly the figure's size: no ``bbox_inches="tight"``, which would crop it to another size
+    than ``--size`` asked for (constrained layout already leaves no margin)."""
     out = []
     for fmt in formats:
         p = stem.with_suffix(f".{fmt}")
-        fig.savefig(p, dpi=150 if fmt == "png" else None)
+        fig.savefig(p, dpi=dpi if fmt == "png" else None)
         out.append(p)
     return out
 
 
-def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
-    """One figure per run (supply, in use and demand, waste and shortage shaded); with
-    several runs one more with a panel each, each on its own time axis; with a real and a
-    simulated run, both on one axes (``real-vs-simulated``). Each in every one of ``formats``."""
+def plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...] = ("png",),
+         style: FigureStyle | None = None) -> list[Path]:
+    """One figure per run (the cores of workers, those in use and those tasks want; idle
+    workers and the wait for workers shaded); with several runs one more with a panel each, each
+    on its own time axis; with a real and a simulated run, both on one axes
+    (``real-vs-simulated``). Each in every one of ``formats``, laid out as ``style`` says."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    style = style or FigureStyle()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # the figure's text stays text: an SVG keeps its words as <text> (editable in Inkscape or
+    # Illustrator, searchable), a PDF embeds TrueType fonts (Type 42; the Type 3 fonts matplotlib
+    # makes by default are refused by many publishers' checks). Around these figures only: nothing
+    # changes for other figures drawn in the same process.
+    with matplotlib.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42, "ps.fonttype": 42}):
+        return _plot(runs, out_dir, formats, style, plt)
+
+
+def _plot(runs: list[LoadedRun], out_dir: Path, formats: tuple[str, ...], style: FigureStyle, plt) -> list[Path]:
     from matplotlib.ticker import MaxNLocator
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
 
-    def draw(ax, r: LoadedRun) -> None:
+    def draw(ax, r: LoadedRun, title: str | None, fontsize: float) -> None:
         obs = [x for x in r.records if isinstance(x, ObservationRecord)]
+        s = r.summary
+        _head(ax, title, detail_lines(s, _fits(ax.figure, fontsize)), fontsize)
+        ax.set_ylabel(WORDS["cores"], fontsize=fontsize + 1)
+        ax.tick_params(labelsize=fontsize)
+        ax.grid(alpha=0.3)
         if not obs:
-            ax.text(0.5, 0.5, "no observations", ha="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, "no observations in the log", ha="center", transform=ax.transAxes)
             return
-        t = [o.t for o in obs] + [r.summary.runtime_s if r.summary.complete else obs[-1].t]
-        supply = [o.supply_cores for o in obs]
-        in_use = [o.in_use_cores for o in obs]
-        demand = [o.demand_cores for o in obs]
-        u, sp, dm = in_use + in_use[-1:], supply + supply[-1:], demand + demand[-1:]
-        cap = r.summary.cap_cores
+        t = [o.t for o in obs] + [s.runtime_s if s.complete else obs[-1].t]
+        sp, u, dm = ([getattr(o, key) for o in obs] for key in ("supply_cores", "in_use_cores", "demand_cores"))
+        sp, u, dm = sp + sp[-1:], u + u[-1:], dm + dm[-1:]
+        cap = s.cap_cores
+        # (lines first: the legend lists them first) supply wide and light under in use, demand
+        # dashed: where lines coincide each stays visible
+        for v, label, color, width, ls, alpha in (
+                (sp, WORDS["supply"], "tab:blue", 3.6, "-", 0.45),
+                (u, WORDS["in_use"], "tab:green", 1.3, "-", 1.0),
+                (dm, WORDS["demand"], "tab:red", 1.4, (0, (4, 2)), 1.0)):
+            ax.step(t, v, where="post", label=label, color=color, lw=width, ls=ls, alpha=alpha)
         # zero-height where there is none: a step fill with `where` drops single steps
         ax.fill_between(t, u, [max(a, b) for a, b in zip(sp, u)], step="post", color="tab:orange", alpha=0.22,
-                        lw=0, label="waste (cores paid, unused)")
+                        lw=0, label=WORDS["waste"])
         under = [max(a, b) for a, b in zip([min(x, cap) for x in dm] if cap else dm, sp)]
         ax.fill_between(t, sp, under, step="post", color="tab:red", alpha=0.12, lw=0, hatch="///",
-                        label="shortage under the cap (the policy's)" if cap else "shortage (cores wanted, not there)")
+                        label=WORDS["shortage"])
         if cap:
             beyond = [max(d, cap) for d in dm]
             if any(b > cap + 1e-9 for b in beyond):
-                ax.fill_between(t, [max(cap, s) for s in sp], [max(b, s) for b, s in zip(beyond, sp)], step="post",
-                                color="tab:purple", alpha=0.10, lw=0, hatch="..",
-                                label="shortage beyond the cap (the cap's)")
+                ax.fill_between(t, [max(cap, x) for x in sp], [max(b, x) for b, x in zip(beyond, sp)], step="post",
+                                color="tab:purple", alpha=0.10, lw=0, hatch="..", label=WORDS["beyond_cap"])
             ax.axhline(cap, color="tab:purple", ls=(0, (2, 3)), lw=1.2,
-                       label=f"cap: {r.summary.max_workers} workers (--max-workers)")
-        # supply wide and light under in use, demand dotted: where lines coincide each stays visible
-        for key, label, color, width, style, alpha in (
-                ("supply_cores", "supply", "tab:blue", 3.6, "-", 0.45),
-                ("in_use_cores", "in use", "tab:green", 1.3, "-", 1.0),
-                ("demand_cores", "demand", "tab:red", 1.4, (0, (4, 2)), 1.0)):
-            v = [getattr(o, key) for o in obs]
-            ax.step(t, v + v[-1:], where="post", label=label, color=color, lw=width, ls=style, alpha=alpha)
+                       label=f"worker limit ({s.max_workers} workers)")
+        deadline_mark(ax, s, t[-1])
         top = max(max(o.demand_cores, o.supply_cores) for o in obs) or 1
         if cap:
             top = max(top, cap)
         for d in (x for x in r.records if isinstance(x, DecisionRecord)):
             if d.add:
-                ax.plot(d.t, top * 1.03, marker="^", color="tab:blue", ms=6)
+                ax.plot(d.t, top * 1.03, marker="^", color="tab:blue", ms=0.75 * fontsize)
             if d.drain or d.remove:
-                ax.plot(d.t, top * 1.03, marker="v", color="tab:orange", ms=6)
-        ax.set_ylabel("cores")
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # (cores: no 2.5 on a small run's axis)
-        s = r.summary
-        deadline_mark(ax, s, t[-1])
-        past_cap = f" ({core_s(s.shortage_beyond_cap_core_s, '')} beyond the cap)" \
-            if s.shortage_beyond_cap_core_s >= 0.05 else ""
-        # the deadline's or the budget's outcome under the title (no axis of spend to draw a budget on)
-        dial = [f"{k} {v}" for k, v in (("deadline", deadline_verdict(s)), ("budget", budget_verdict(s))) if v]
-        ax.set_title(f"{r.label} — runtime {s.runtime_s:,.0f} s, waste {core_s(s.waste_core_s, '')}, "
-                     f"shortage {core_s(s.shortage_core_s, '')}{past_cap} core·s"
-                     + "".join(f"\n{line}" for line in dial), fontsize=9)
-        ax.grid(alpha=0.3)
+                ax.plot(d.t, top * 1.03, marker="v", color="tab:orange", ms=0.75 * fontsize)
+        scale_markers(ax, 0.75 * fontsize)
+        ax.yaxis.set_major_locator(MaxNLocator(nbins="auto", integer=True))  # (cores: no 2.5; fewer on a short axis)
 
+    one_title = style.title if len(runs) == 1 else None
     for i, r in enumerate(runs):
-        fig, ax = plt.subplots(figsize=(9, 4.2))
-        draw(ax, r)
-        ax.set_xlabel("time since submission (s)")
-        scale_markers(ax)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize=8, frameon=False)
-        fig.tight_layout()
-        written += _save(fig, out_dir / f"run{i + 1}-{r.summary.policy}", formats)
+        size = style.run_size()
+        fs = font_size(size[0])
+        fig, ax = plt.subplots(figsize=size, layout="constrained")
+        draw(ax, r, heading(r) if one_title is None else one_title, fs)
+        ax.set_xlabel(WORDS["time"], fontsize=fs + 1)
+        _legend(fig, [ax], fs)
+        written += _save(fig, out_dir / f"run{i + 1}-{r.summary.policy}", formats, style.dpi)
         plt.close(fig)
     real = [r for r in runs if not r.summary.simulated]
     sim = [r for r in runs if r.summary.simulated]
     if real and sim:
-        written += overlay(real[0], sim[0], out_dir, plt, formats)
+        written += overlay(real[0], sim[0], out_dir, plt, formats, style)
     if len(runs) > 1:
         # each run on its own time axis: runs of different length stay readable
-        fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.8 * len(runs)), squeeze=False)
+        size = style.comparison_size(len(runs))
+        fs = max(6.0, font_size(size[0]) - 1)  # (a panel is lower than a run's own figure)
+        fig, axes = plt.subplots(len(runs), 1, figsize=size, squeeze=False, layout="constrained")
         for ax, r in zip(axes[:, 0], runs):
-            draw(ax, r)
-            ax.set_xlabel("time since submission (s)", fontsize=8)
-        scale_markers(axes[-1, 0])
-        axes[-1, 0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize=7, frameon=False)
-        fig.tight_layout()
-        written += _save(fig, out_dir / "comparison", formats)
+            draw(ax, r, heading(r), fs)
+            ax.set_xlabel(WORDS["time"], fontsize=fs + 1)
+        if style.title:
+            fig.suptitle(style.title, fontsize=fs + 4)
+        _legend(fig, list(axes[:, 0]), fs)
+        written += _save(fig, out_dir / "comparison", formats, style.dpi)
         plt.close(fig)
     return written
 
@@ -359,38 +511,46 @@ def deadline_mark(ax, s: RunSummary, t_last: float) -> None:
                 textcoords="offset points", ha="right", va="top", rotation=90, fontsize=8, bbox=_LABEL_BOX)
 
 
-def scale_markers(ax) -> None:
+def scale_markers(ax, ms: float = 6.0) -> None:
     """The legend's entries for the decision markers drawn above the lines (a marker per
-    decision has no label of its own)."""
-    ax.plot([], [], marker="^", ls="", color="tab:blue", label="scale up")
-    ax.plot([], [], marker="v", ls="", color="tab:orange", label="scale down")
+    decision has no label of its own), as large as they are drawn (``ms``): in words, what a
+    reader sees happen, not "scale up"."""
+    ax.plot([], [], marker="^", ls="", color="tab:blue", ms=ms, label=WORDS["added"])
+    ax.plot([], [], marker="v", ls="", color="tab:orange", ms=ms, label=WORDS["removed"])
 
 
-def overlay(real: LoadedRun, sim: LoadedRun, out_dir: Path, plt, formats: tuple[str, ...] = ("png",)) -> list[Path]:
-    """A real run and a simulated one on one axes (the thesis's Figs 7.12–7.13 style): supply,
-    in use and demand, real solid, simulated dashed. A real run compressed k times (policy
-    ``NAME@k``) is drawn in the experiment's time, t × k."""
+def overlay(real: LoadedRun, sim: LoadedRun, out_dir: Path, plt, formats: tuple[str, ...] = ("png",),
+            style: FigureStyle | None = None) -> list[Path]:
+    """A real run and a simulated one on one axes (the thesis's Figs 7.12–7.13 style): the
+    cores of workers, in use and wanted, real solid, simulated dashed. A real run compressed k
+    times (policy ``NAME@k``) is drawn in the experiment's time, t × k."""
     from hta.policies.time_scale import time_scale_of
 
+    style = style or FigureStyle()
     k = time_scale_of(real.summary.policy)
-    fig, ax = plt.subplots(figsize=(9, 4.2))
-    for r, scale, style, tag in ((real, k, "-", "real"), (sim, 1.0, "--", "simulated")):
+    size = style.run_size()
+    fig, ax = plt.subplots(figsize=size, layout="constrained")
+    for r, scale, ls, tag in ((real, k, "-", "real"), (sim, 1.0, "--", "simulated")):
         obs = [x for x in r.records if isinstance(x, ObservationRecord)]
         if not obs:
             continue
         end = r.summary.runtime_s if r.summary.complete else obs[-1].t
         t = [o.t * scale for o in obs] + [end * scale]
-        for key, label, color in (("demand_cores", "demand", "tab:red"), ("supply_cores", "supply", "tab:blue"),
-                                  ("in_use_cores", "in use", "tab:green")):
+        for key, label, color in (("supply_cores", WORDS["supply"], "tab:blue"),
+                                  ("in_use_cores", WORDS["in_use"], "tab:green"),
+                                  ("demand_cores", WORDS["demand"], "tab:red")):
             v = [getattr(o, key) for o in obs]
-            ax.step(t, v + v[-1:], where="post", ls=style, color=color, lw=1.3, label=f"{label}, {tag}")
-    ax.set_xlabel("time since submission (s)" + (f", real run × {k:g}" if k != 1 else ""))
-    ax.set_ylabel("cores")
-    ax.set_title(f"{real.label} (real) vs {sim.label} (simulated) — runtime {real.summary.runtime_s * k:,.0f} vs "
-                 f"{sim.summary.runtime_s:,.0f} s", fontsize=9)
+            ax.step(t, v + v[-1:], where="post", ls=ls, color=color, lw=1.3, label=f"{label}, {tag}")
+    fs = font_size(size[0])
+    ax.set_xlabel(WORDS["time"] + (f", real run × {k:g}" if k != 1 else ""), fontsize=fs + 1)
+    ax.set_ylabel(WORDS["cores"], fontsize=fs + 1)
+    ax.tick_params(labelsize=fs)
+    names = heading(real) if workflow_name(real) == workflow_name(sim) and real.summary.policy == sim.summary.policy \
+        else f"{heading(real)} and {heading(sim)}"
+    _head(ax, style.title if style.title is not None else f"{names}: real and simulated",
+          [f"runtime {_s(real.summary.runtime_s * k)} real, {_s(sim.summary.runtime_s)} simulated"], fs)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right", fontsize=7, ncol=2)
-    fig.tight_layout()
-    out = _save(fig, out_dir / "real-vs-simulated", formats)
+    _legend(fig, [ax], fs)
+    out = _save(fig, out_dir / "real-vs-simulated", formats, style.dpi)
     plt.close(fig)
     return out

@@ -268,10 +268,10 @@ def test_the_figure_draws_the_deadline_and_names_the_budget(tmp_path: Path):
     r = run_hta("report", *map(str, logs), "--plot", str(tmp_path / "fig"), "--plot-format", "svg")
     assert r.returncode == 0, r.stderr
     deadline, budget, plain = ((tmp_path / "fig" / f"run{i}-hta.svg").read_text() for i in (1, 2, 3))
-    # (matplotlib keeps each text as a comment beside its drawn glyphs)
-    assert "<!-- deadline -->" in deadline and "<!-- deadline (2h) -->" in deadline
-    assert "<!-- deadline 2h: met, ended 20m before it -->" in deadline
-    assert "<!-- budget 2 node·h: overrun by 0.5 node·h (2.5 node·h paid) -->" in budget
+    # (the figure's words are the SVG's <text> elements)
+    assert ">deadline</text>" in deadline and ">deadline (2h)</text>" in deadline
+    assert ">deadline 2h: met, ended 20m before it</text>" in deadline
+    assert ">budget 2 node·h: overrun by 0.5 node·h (2.5 node·h paid)</text>" in budget
     assert "deadline" not in budget and "deadline" not in plain and "budget" not in plain
 
 

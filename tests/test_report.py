@@ -139,7 +139,7 @@ def test_figures_in_every_asked_format_and_runs_labelled(tmp_path):
     assert names == ["run1-hta.pdf", "run1-hta.png", "run1-hta.svg"]
     assert (tmp_path / "fig/run1-hta.pdf").read_bytes()[:5] == b"%PDF-"
     svg = (tmp_path / "fig/run1-hta.svg").read_text()
-    assert "hta · runs/Makeflow" in svg and "waste (cores paid, unused)" in svg
+    assert ">runs — hta</text>" in svg and ">idle workers</text>" in svg
     bad = run_hta("report", str(a), "--plot", str(tmp_path / "fig"), "--plot-format", "gif")
     assert bad.returncode == 2 and "choose among png, svg, pdf" in bad.stderr
 
