@@ -118,6 +118,7 @@ class Controller:
         #: the workers' CPU is read only for a policy that needs it (an HPA): measuring every
         #: worker's process tree, or asking the metrics API, at every step costs what it saves
         self.reads_cpu = CPU_UTILIZATION in self.policy.needs
+        backend.configure_shape(config.worker_shape)  # (what a refused worker's line names)
         self.builder = ObservationBuilder(epoch=epoch, worker_shape=config.worker_shape,
                                           min_workers=config.min_workers, max_workers=config.max_workers,
                                           auto_allocation=config.auto_allocation,

@@ -208,6 +208,9 @@ class RecordingBackend(WorkerBackend):
         self.tape.put("worker_ends", out)
         return out
 
+    def configure_shape(self, shape: Resources) -> None:
+        self.inner.configure_shape(shape)
+
     def ask_job_time(self, seconds: float | None) -> None:
         self.inner.ask_job_time(seconds)
 

@@ -159,15 +159,22 @@ def test_bad_slurm_input_is_one_line_exit_2_and_submits_nothing(slurm, tmp_path,
     assert not (wf / "Makeflow.makeflowlog").exists(), "makeflow never started"
 
 
-def test_a_worker_no_node_can_hold_ends_the_run_in_one_line_naming_sbatchs_error(slurm, tmp_path):
+@pytest.mark.parametrize("policy, shape, said", [
+    ("hta:worker_shape=node", "64 cores, 1000 MB (--worker-cores 64 --worker-memory 1000)",
+     "More processors requested than permitted"),
+    # HTA's learned shape cuts it for the tasks (1 core, 50 MB each) into workers still larger than a
+    # node: the line says so, in the options' words
+    ("hta", "3 cores, 50 MB (1/20 of --worker-cores 64 --worker-memory 1000, rounded down to whole cores: the policy "
+            "cut that shape in 20 for the tasks that wait)", "CPU count per node can not be satisfied"),
+])
+def test_a_worker_no_node_can_hold_ends_the_run_in_one_line_naming_sbatchs_error(slurm, tmp_path, policy, shape,
+                                                                                 said):
     wf = sleepy(tmp_path, 1, 1)
-    r = run_hta(*slurm_args("--worker-cores", "64", "--policy", "hta:worker_shape=node"), str(wf / "Makeflow"),
-                env=slurm, timeout=120)
+    r = run_hta(*slurm_args("--worker-cores", "64", "--policy", policy), str(wf / "Makeflow"), env=slurm, timeout=120)
     assert r.returncode == 1, r.stderr
     error = [ln for ln in r.stderr.splitlines() if ln.startswith("hta: error:")]
     # (Slurm 22.05's words for more cores than any node of the partition has)
-    assert error and "sbatch refused a worker job" in error[0] and "More processors requested than permitted" in \
-        error[0] and "--worker-cores" in error[0], r.stderr
+    assert error and f"sbatch refused a worker job of {shape}: {said}; lower --worker-cores" in error[0], r.stderr
     assert live_jobs(slurm) == []
 
 

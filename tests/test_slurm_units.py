@@ -66,6 +66,11 @@ def test_sbatch_job_id_and_error_lines():
     assert "--worker-cores" in hint("Requested node configuration is not available")
     assert permanent("Requested node configuration is not available") and permanent("Invalid partition name specified")
     assert not permanent("Unable to contact slurm controller (connect failure)")  # may come back: asked again
+    # a job a little larger than a node (3 cores on 2-core nodes): sbatch's first line says why, and no job
+    # of that shape will ever be taken
+    cpus = error_line("sbatch: error: CPU count per node can not be satisfied\n"
+                      "sbatch: error: Batch job submission failed: Requested node configuration is not available\n")
+    assert cpus == "CPU count per node can not be satisfied" and permanent(cpus) and "--worker-cores" in hint(cpus)
 
 
 def test_sbatch_command_line_carries_every_option_and_never_requeues(tmp_path: Path):
@@ -111,3 +116,50 @@ def test_slurm_options_are_validated_where_they_come_in():
             BackendOptions(time_limit=bad)
     with pytest.raises(ValueError, match="not shell words"):
         BackendOptions(sbatch_args="'unclosed")
+
+
+@pytest.mark.parametrize("policy, asked, shape", [
+    # HTA's default cuts the shape for never-measured tasks that declare nothing: a third of it,
+    # 21.3 cores and 341.3 MB, asked as the whole cores and MB its worker advertises
+    ("hta", "21 cores, 341 MB", "1/3 of --worker-cores 64 --worker-memory 1024, rounded down to whole cores and MB: "
+                                "the policy cut that shape in 3 for the tasks that wait"),
+    ("hta:worker_shape=node", "64 cores, 1024 MB", "--worker-cores 64 --worker-memory 1024"),
+])
+async def test_a_refused_worker_job_names_the_shape_the_user_gave_and_the_cut_hta_made(tmp_path, monkeypatch, policy,
+                                                                                       asked, shape):
+    from hta.backends.pool import WorkerPool
+    from hta.controller import Controller, ControllerConfig
+    from hta.model import Resources
+    from hta.policies.registry import make_policy
+    from hta.scaling_log import ScalingLogWriter
+    from hta.sim.cluster import ClusterModel
+    from hta.sim.master import SimMaster, SimMonitor
+    from hta.sim.workload import SimTask, Workload
+    from hta.sim.world import World
+    from resource_monitor.categories import CategoryLearner
+
+    refused = "More processors requested than permitted"  # (Slurm 22.05, a node of fewer cores)
+    asks: list[list[str]] = []
+
+    async def slurm(argv: list[str], **_) -> str:  # squeue lists nothing; sbatch refuses
+        if argv[0] != "sbatch":
+            return ""
+        asks.append(argv)
+        raise SlurmError(refused)
+
+    monkeypatch.setattr("hta.backends.slurm.backend.arun", slurm)
+    world = World(Workload("w", [SimTask(f"t{i}", "a", runtime_s=60) for i in range(6)]),
+                  ClusterModel(start_nodes=0), seed=0)
+    pool = WorkerPool(SlurmProvider(run_id="r", run_dir=tmp_path), epoch=0.0)
+    c = Controller(master=SimMaster(world), backend=pool, policy=make_policy(policy), learner=CategoryLearner(),
+                   summaries=SimMonitor(world), scaling_log=ScalingLogWriter(), epoch=0.0,
+                   config=ControllerConfig(worker_shape=Resources(cores=64, memory_mb=1024, disk_mb=4096),
+                                           max_workers=4),
+                   clock=lambda: world.env.now)
+    world.start()
+    await c.step()
+    cores, memory = asked.split(" cores, ")
+    assert asks and f"--cpus-per-task={cores}" in asks[0] and f"--mem={memory.removesuffix(' MB')}M" in asks[0]
+    assert pool.fatal == (f"sbatch refused a worker job of {asked} ({shape}): {refused}; "
+                          f"lower --worker-cores/--worker-memory to what a node of the partition has "
+                          f"(sinfo -o '%P %c %m')")

@@ -83,6 +83,13 @@ class WorkerBackend(ABC):
         last call, :mod:`hta.node.last_call`), in controller time, by worker id."""
         return {}
 
+    def configure_shape(self, shape: Resources) -> None:
+        """The workers' shape as the user configured it (--worker-cores, --worker-memory,
+        --worker-disk), told once before any :meth:`request`: a policy may ask for a part of it
+        (a third: HTA's learned worker shape), and a line about a worker's shape names what
+        the user gave and the cut the policy made."""
+        return None
+
     def ask_job_time(self, seconds: float | None) -> None:
         """How long the next workers' jobs should live (the policy's choice, within
         :meth:`job_ceiling`; None: the backend's default)."""

@@ -201,6 +201,9 @@ class WorkerPool(WorkerBackend):
                     out[w.id] = call
         return out
 
+    def configure_shape(self, shape: Resources) -> None:
+        self.provider.worker_shape = shape
+
     def ask_job_time(self, seconds: float | None) -> None:
         ceiling = self.job_ceiling()
         if self.cut_short and ceiling is not None:  # a task outlived a shorter job: ask for the longest

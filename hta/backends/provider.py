@@ -191,10 +191,43 @@ class Provider(ABC):
     expected_task_s: float = 0.0
     #: how long the next jobs should live, as the policy chose it (None: the provider's default)
     job_time_s: float | None = None
+    #: the workers' shape as the user configured it (--worker-cores, --worker-memory), of which
+    #: a launch may ask a part (HTA's learned worker shape); None: not told
+    worker_shape: Resources | None = None
 
     def task_peak_memory_mb(self, task_id: int) -> float | None:
         """The most memory the master's task ``task_id`` was seen using, if the provider samples tasks."""
         return None
+
+
+def shape_words(cores: float, memory_mb: float, asked: Resources, configured: Resources | None) -> str:
+    """The ``cores`` and ``memory_mb`` a job asks for a worker of ``asked``, and where they came
+    from in the user's words: their --worker-cores and --worker-memory, or the part of them the
+    policy cut (``21 cores, 341 MB (1/3 of --worker-cores 64 --worker-memory 1024, rounded down
+    to whole cores and MB: …)``). Numbers a user never gave are not left unexplained."""
+    said = f"{_number(cores)} core{'' if cores == 1 else 's'}, {_number(memory_mb)} MB"
+    if configured is None:
+        return said
+    given = f"--worker-cores {_number(configured.cores)} --worker-memory {_number(configured.memory_mb)}"
+    if abs(asked.cores - configured.cores) < 1e-9 and abs(asked.memory_mb - configured.memory_mb) < 1e-6:
+        return f"{said} ({given})"
+    share = asked.share_of(configured)
+    if share >= 1.0:  # not an equal part: a shape of the policy's own
+        return f"{said} (the policy's shape; {given} configured)"
+    k = round(1 / share)
+    part = configured.split(k)
+    rounded = [(unit, told > exact) for unit, exact, told in (("cores", part.cores, cores),
+                                                              ("MB", part.memory_mb, memory_mb))
+               if abs(exact - told) > 1e-6]  # (a worker has at least 1 core: 2/3 of one is asked as 1)
+    ups = {up for _, up in rounded}
+    way = "" if len(ups) != 1 else " up" if True in ups else " down"
+    whole = f", rounded{way} to whole {' and '.join(unit for unit, _ in rounded)}" if rounded else ""
+    return f"{said} (1/{k} of {given}{whole}: the policy cut that shape in {k} for the tasks that wait)"
+
+
+def _number(x: float) -> str:
+    """``64.0`` → ``64``, ``2.5`` → ``2.5``: a setting as a person writes it."""
+    return f"{x:.2f}".rstrip("0").rstrip(".")
 
 
 def in_order(requested: float, connected: float, milestones: list[tuple[str, float | None]], last: str) -> dict:

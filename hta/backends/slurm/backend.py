@@ -38,7 +38,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hta.backends.provider import JobState, JobStatus, Provider, end_all, in_order, launched, run_id_for
+from hta.backends.provider import (
+    JobState,
+    JobStatus,
+    Provider,
+    end_all,
+    in_order,
+    launched,
+    run_id_for,
+    shape_words,
+)
 from hta.backends.slurm.commands import (
     SQUEUE_FORMAT,
     SlurmError,
@@ -318,7 +327,8 @@ class SlurmProvider(Provider):
                                         return_exceptions=True)
         error = next((d for d in done if isinstance(d, BaseException)), None)
         if error is not None and permanent(str(error)):  # every job would be refused alike: the run cannot go on
-            self.fatal = f"sbatch refused a worker job ({cores} cores, {memory} MB): {error}; {hint(str(error))}"
+            self.fatal = (f"sbatch refused a worker job of {shape_words(cores, memory, shape, self.worker_shape)}: "
+                          f"{error}; {hint(str(error))}")
             return [d for d in done if isinstance(d, str)]
         return launched(done, self.noun)
 
@@ -486,6 +496,7 @@ def permanent(error: str) -> bool:
     low = error.lower()
     return any(s in low for s in ("invalid partition", "invalid account", "invalid qos", "time limit",
                                   "node configuration is not available", "more processors",
+                                  "cpu count per node can not be satisfied",
                                   "memory specification", "invalid generic resource", "invalid feature",
                                   "job violates accounting/qos policy", "unrecognized option", "invalid option"))
 

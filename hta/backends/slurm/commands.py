@@ -151,7 +151,8 @@ def hint(error: str) -> str:
         return "check --account and --qos (sacctmgr show assoc user=$USER lists yours)"
     if "time limit" in low:
         return "lower --time-limit to what the partition allows (sinfo -o '%P %l')"
-    if "node configuration is not available" in low or "more processors" in low or "memory" in low:
+    if any(s in low for s in ("node configuration is not available", "more processors", "cpu count per node",
+                              "memory")):
         return "lower --worker-cores/--worker-memory to what a node of the partition has (sinfo -o '%P %c %m')"
     return "fix the sbatch options (--partition, --account, --qos, --time-limit, --sbatch-args)"
 
