@@ -42,7 +42,7 @@ STATE = Path(os.environ.get("HTA_TESTCLUSTER_DIR", "/tmp/hta-testcluster"))
 TOKEN = "hta-admin-token"
 KWOK_STAGES = CACHE / "gomodcache" / "sigs.k8s.io" / "kwok@v0.8.0" / "kustomize" / "stage"
 ORDER = ["etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "containerd", "kubelet", "kwok",
-         "pod-runner", "node-provisioner"]
+         "pod-runner", "node-provisioner", "karpenter"]
 
 
 def free_port() -> int:
@@ -181,13 +181,21 @@ def up(args: argparse.Namespace) -> None:
     env = {"KUBECONFIG": kc, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     if not (args.no_pod_runner or args.real_node):
         start("pod-runner", [py, "-m", "testcluster.pod_runner"], pids, env)
-    start("node-provisioner", [py, "-m", "testcluster.provisioner",
-                               f"--node-cores={args.node_cores}", f"--node-memory={args.node_memory}",
-                               f"--max-nodes={args.max_nodes}", f"--start-nodes={args.start_nodes}",
-                               f"--delay={args.provision_delay}", f"--jitter={args.provision_jitter}",
-                               f"--empty-ttl={args.empty_node_ttl}"], pids, env)
+    if args.node_autoscaler == "provisioner":
+        start("node-provisioner", [py, "-m", "testcluster.provisioner",
+                                   f"--node-cores={args.node_cores}", f"--node-memory={args.node_memory}",
+                                   f"--max-nodes={args.max_nodes}", f"--start-nodes={args.start_nodes}",
+                                   f"--delay={args.provision_delay}", f"--jitter={args.provision_jitter}",
+                                   f"--empty-ttl={args.empty_node_ttl}"], pids, env)
     wait_for("the default service account",
              lambda: https_ok(f"https://127.0.0.1:{api}/api/v1/namespaces/default/serviceaccounts/default"), 90)
+    if args.node_autoscaler == "karpenter":
+        from testcluster import karpenter
+
+        karpenter.install(Path(kc), STATE, lambda name, cmd, e: start(name, cmd, pids, e),
+                          max_nodes=args.max_nodes, node_cores=args.node_cores, node_memory_mib=args.node_memory,
+                          registration_delay_s=args.provision_delay, consolidate_after_s=args.empty_node_ttl,
+                          ports=(free_port(), free_port()))
     real = {}
     if args.real_node:
         from testcluster import real_node
@@ -198,11 +206,20 @@ def up(args: argparse.Namespace) -> None:
               f"kubelet start → Ready {real['node_ready']:.1f}s", file=sys.stderr)
     (STATE / "config.json").write_text(json.dumps(vars(args) | {"api_port": api, "real_node": real,
                                                                  "apiserver_cmd": apiserver_cmd}, default=str))
+    nodes = (f"provisioning {args.provision_delay:g}±{args.provision_jitter:g}s (node-provisioner stand-in)"
+             if args.node_autoscaler == "provisioner" else
+             f"registering {round(args.provision_delay)}s after their NodeClaim (Karpenter v{karpenter_version()}, "
+             f"consolidating nodes empty {round(args.empty_node_ttl)}s)")
     print(f"cluster up in {time.time() - t0:.1f}s: kube-apiserver https://127.0.0.1:{api}, "
-          f"kwok nodes {args.node_cores} cores each, at most {args.max_nodes}, provisioning "
-          f"{args.provision_delay:g}±{args.provision_jitter:g}s (node-provisioner stand-in)"
+          f"kwok nodes {args.node_cores} cores each, at most {args.max_nodes}, {nodes}"
           + (", plus the real node" if args.real_node else ""), file=sys.stderr)
     print(f"export KUBECONFIG={kc}")
+
+
+def karpenter_version() -> str:
+    from testcluster import karpenter
+
+    return karpenter.VERSION
 
 
 def alive(pid: int) -> bool:
@@ -231,7 +248,7 @@ def down(_: argparse.Namespace) -> None:
         if alive(pid):
             os.killpg(pid, signal.SIGKILL)
 
-    for name in ("node-provisioner", "pod-runner", "kwok"):
+    for name in ("karpenter", "node-provisioner", "pod-runner", "kwok"):
         stop_one(name)
     from testcluster import real_node
 
@@ -293,7 +310,11 @@ def main(argv: list[str] | None = None) -> None:
     u.add_argument("--provision-delay", type=float, default=157.0,
                    help="node-provisioner stand-in: mean seconds to add a node (default 157, the thesis's GKE)")
     u.add_argument("--provision-jitter", type=float, default=4.0, help="± seconds of uniform jitter")
-    u.add_argument("--empty-node-ttl", type=float, default=60.0, help="remove a node empty this long")
+    u.add_argument("--empty-node-ttl", type=float, default=60.0,
+                   help="remove a node empty this long (Karpenter: its NodePool's consolidateAfter)")
+    u.add_argument("--node-autoscaler", choices=["provisioner", "karpenter"], default="provisioner",
+                   help="what adds and removes nodes: the light stand-in (default) or real Karpenter (its kwok "
+                        "provider; nodes register --provision-delay after their NodeClaim)")
     u.add_argument("--pod-start-delay", type=float, default=2.0, help="scheduled → Ready (pull + start), s")
     u.add_argument("--pod-start-jitter", type=float, default=0.0)
     u.add_argument("--no-pod-runner", action="store_true",

@@ -1,5 +1,7 @@
-"""The node-provisioner stand-in — a stand-in for the Kubernetes
-cluster-autoscaler, which cannot be built here. Test cluster only.
+"""The node-provisioner stand-in: a light stand-in for a node autoscaler (the
+cluster-autoscaler's scale-up and empty-node removal), the default of the test
+cluster's fast tests. Real Karpenter runs instead with ``cluster up
+--node-autoscaler karpenter`` (:mod:`testcluster.karpenter`). Test cluster only.
 
 Like the cluster-autoscaler it watches for pods the scheduler marked
 unschedulable, adds nodes for them (kwok fake nodes of a configured size)
