@@ -336,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--last-call", type=_seconds("--last-call", 0), default=0.0, metavar="S",
                    help="with --ends-at: the longest a task is expected to run (the worker also learns it from "
                         "its own tasks)")
+    w.add_argument("--tasks", type=_positive_int("--tasks"), default=None, metavar="N",
+                   help="leave after N tasks (a job of a KEDA ScaledJob): a task sent after them is handed back "
+                        "to the master at once, and the worker leaves once every result is fetched")
     w.add_argument("--no-css", action="store_true", help="do not run the CSS classifier")
     w.add_argument("--css-backend", choices=["auto", "perf", "bpftrace", "proc"], default="auto")
     w.add_argument("--css-log", type=Path, metavar="FILE", help="CSS decision log (JSON Lines)")
@@ -424,7 +427,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
                       connect_timeout_s=args.connect_timeout, workdir=args.workdir, css=not args.no_css,
                       css_backend=args.css_backend, css_log=args.css_log, css_interval_s=args.css_interval,
                       css_dry_run=args.css_dry_run, css_guard=args.css_guard, css_plan=args.css_plan,
-                      parent_death=args.parent_death, ends_at=args.ends_at, last_call_s=args.last_call)
+                      parent_death=args.parent_death, ends_at=args.ends_at, last_call_s=args.last_call,
+                      max_tasks=args.tasks)
     try:
         return run(o)
     except ValueError as exc:

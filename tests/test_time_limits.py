@@ -373,3 +373,56 @@ async def test_a_worker_whose_task_can_never_fit_its_job_is_not_counted_as_leavi
     pool.expect_tasks({"c": 90.0})  # longer than its whole job
     assert pool.worker_ends() == {}
 
+
+
+def test_a_worker_of_n_tasks_holds_the_next_and_leaves_once_their_results_are_fetched():
+    """``hta worker --tasks N`` (a KEDA ScaledJob's job): the task after the Nth is held at
+    once and handed back; the worker leaves once the N results are with the master."""
+    rule = LastCall(max_tasks=2, started_at=0.0)
+    assert rule.leave(0.0, set()) is None  # nothing run yet: it waits for work
+    rule.seen(1.0, {1: "/w/t.1"})
+    rule.seen(2.0, {1: "/w/t.1", 2: "/w/t.2"})
+    assert rule.to_hold() == [] and rule.leave(2.0, {"/w/t.1", "/w/t.2"}) is None
+    rule.seen(5.0, {2: "/w/t.2", 3: "/w/t.3"})  # the first ended, and the master sent a third
+    assert rule.to_hold() == [3] and rule.started == 2
+    rule.tasks[3].held = True
+    rule.seen(6.0, {3: "/w/t.3"})
+    assert rule.leave(6.0, {"/w/t.2", "/w/t.3"}) is None  # the second's result is not fetched yet
+    assert rule.leave(6.1, {"/w/t.3"}) == "tasks done"
+    one = LastCall(max_tasks=1, started_at=0.0)  # no task comes after it: it leaves all the same
+    one.seen(1.0, {1: "/w/t.1"})
+    one.seen(2.0, {})
+    assert one.leave(2.0, {"/w/t.1"}) is None and one.leave(2.1, set()) == "tasks done"
+
+
+@pytest.mark.slow
+def test_hta_worker_tasks_runs_n_tasks_and_hands_the_next_back(tmp_path):
+    """Against a real master: a worker of one task runs one, gives the next back at once and
+    leaves with exit 0; a second worker runs what it gave back."""
+    import json
+    import subprocess
+
+    from conftest import HTA, wait
+    from test_node import Master
+
+    m = Master()
+    for _ in range(3):
+        m.submit("sleep 1")
+    cmd = [*HTA, "worker", f"--master=127.0.0.1:{m.q.port}", "--cores=1", "--no-css", "--idle-timeout=60"]
+    one = subprocess.Popen([*cmd, "--tasks=1", f"--workdir={tmp_path}"], stderr=subprocess.PIPE, text=True)
+    other = None
+    try:
+        assert one.wait(60) == 0
+        said = [json.loads(x) for x in one.stderr.read().splitlines() if x.startswith('{"hta_worker": "left"')]
+        assert [(x["why"], x["cut"]) for x in said] == [("tasks done", 0)], said
+        assert len(m.done) == 1 and m.done[0][1] == 0  # one task, run to its end
+        (tmp_path / "w2").mkdir()
+        other = subprocess.Popen([*cmd, f"--workdir={tmp_path / 'w2'}"], stderr=subprocess.DEVNULL)
+        assert wait(lambda: len(m.done) == 3, 60, every=0.2), m.done  # the held one ran elsewhere
+        assert all(d[1] == 0 for d in m.done)
+    finally:
+        m.stop.set()
+        for w in (one, other):
+            if w is not None and w.poll() is None:
+                w.kill()
+                w.wait()

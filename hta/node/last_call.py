@@ -20,6 +20,12 @@ master, which makeflow owns. So ``hta worker`` closes itself (docs/decisions/003
 ``last_call_s`` is the longest a task is expected to run: what the controller had learned
 when it launched the worker, or, if longer, the longest task this worker has run itself,
 with a margin (:data:`MARGIN`).
+
+The same rule ends a worker after a number of tasks (``hta worker --tasks N``: a KEDA
+ScaledJob's job, one pod per task or per few): a task first seen once N have started is
+held at once, and the worker leaves once only held tasks are left and every result has
+been fetched. ``work_queue_worker --single-shot`` cannot do it: it quits on disconnection,
+not after a task, and the master sends the next task as soon as a slot frees.
 """
 
 from __future__ import annotations
@@ -58,8 +64,10 @@ class Task:
 class LastCall:
     """The decisions, as a pure function of time and the tasks seen (see the module)."""
 
-    ends_at: float
+    ends_at: float = float("inf")
     last_call_s: float = 0.0
+    #: tasks to run before leaving (None: no such limit)
+    max_tasks: int | None = None
     #: when the worker started: a last call before it means no task of the expected length
     #: fits in this job at all, and holding would only pass it on; it runs and is cut
     #: (the run says so: :mod:`hta.backends.pool`)
@@ -67,6 +75,13 @@ class LastCall:
     stop_before_s: float = STOP_BEFORE_S
     longest_s: float = 0.0
     tasks: dict[int, Task] = field(default_factory=dict)
+    #: tasks run (not held) so far
+    started: int = 0
+
+    @property
+    def tasks_done(self) -> bool:
+        """Its ``max_tasks`` have started: any task after them is held."""
+        return self.max_tasks is not None and self.started >= self.max_tasks
 
     def expected_s(self) -> float:
         return max(self.last_call_s, self.longest_s * MARGIN)
@@ -90,7 +105,9 @@ class LastCall:
                     self.longest_s = max(self.longest_s, now - t.started)
         for pid, sandbox in running.items():
             if pid not in self.tasks:
-                self.tasks[pid] = Task(pid, now, sandbox, late=now >= self.closes_at())
+                late = now >= self.closes_at() or self.tasks_done
+                self.tasks[pid] = Task(pid, now, sandbox, late=late)
+                self.started += not late
 
     def to_hold(self) -> list[int]:
         """Tasks that came after the last call and are not held yet."""
@@ -105,6 +122,8 @@ class LastCall:
         only_held = sandboxes <= held and all(t.held for t in self.tasks.values())
         if now >= self.ends_at - self.stop_before_s:
             return "last call" if only_held else "time limit"
+        if only_held and self.tasks_done:
+            return "tasks done"
         if only_held and (held or now >= self.closes_at()):
             return "last call"
         return None
@@ -174,10 +193,12 @@ def left_how(log_text: str) -> dict | None:
 class Closer:
     """Runs :class:`LastCall` against a live ``work_queue_worker`` (``hta worker``'s loop)."""
 
-    def __init__(self, worker_pid: int, workdir: Path, ends_at: float, last_call_s: float):
+    def __init__(self, worker_pid: int, workdir: Path, ends_at: float | None, last_call_s: float,
+                 max_tasks: int | None = None):
         self.pid = worker_pid
         self.workdir = workdir
-        self.rule = LastCall(ends_at=ends_at, last_call_s=last_call_s)
+        self.rule = LastCall(ends_at=float("inf") if ends_at is None else ends_at, last_call_s=last_call_s,
+                             max_tasks=max_tasks)
         self.why: str | None = None
         #: when each held task was stopped (its slot's time is counted as lost work)
         self.held_at: dict[int, float] = {}
@@ -190,8 +211,11 @@ class Closer:
             and sandboxes(self.workdir, self.pid) <= held
 
     def look_every_s(self, now: float) -> float:
+        """Often once a task must be held within a look (its last call has passed or its
+        tasks are done; the master sends the next as soon as a slot frees)."""
         near = min(self.rule.closes_at(), self.rule.ends_at - self.rule.stop_before_s) - 1.0
-        return LOOK_CLOSED_S if now >= near else 0.2
+        last = self.rule.max_tasks is not None and self.rule.started >= self.rule.max_tasks - 1
+        return LOOK_CLOSED_S if now >= near or last else 0.2
 
     def step(self, now: float | None = None) -> str | None:
         """Hold what must be held; the reason to leave now, once (then None)."""
@@ -209,7 +233,8 @@ class Closer:
             self.why = why
             held = [t for t in self.rule.tasks.values() if t.held]
             # cut: every other task it holds, running or with a result the master has not fetched
-            say("left", why=why, ends_at=round(self.rule.ends_at), held=len(held),
+            ends = self.rule.ends_at
+            say("left", why=why, ends_at=round(ends) if ends != float("inf") else None, held=len(held),
                 held_s=round(sum(now - self.held_at.get(t.pid, now) for t in held), 3),
                 cut=len(boxes - {t.sandbox for t in held}), last_call_s=round(self.rule.expected_s(), 1))
         return why

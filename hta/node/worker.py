@@ -98,6 +98,8 @@ class WorkerOptions:
     #: expected to run (:mod:`hta.node.last_call`)
     ends_at: float | None = None
     last_call_s: float = 0.0
+    #: leave after this many tasks (a KEDA ScaledJob's job; :mod:`hta.node.last_call`)
+    max_tasks: int | None = None
     extra: tuple[str, ...] = ()
 
 
@@ -204,15 +206,15 @@ def run(o: WorkerOptions) -> int:
             log.warning("CSS disabled: %s", exc)
 
     closer = None
-    if o.ends_at is not None:
+    if o.ends_at is not None or o.max_tasks is not None:
         from hta.node.last_call import Closer
 
-        closer = Closer(proc.pid, o.workdir, o.ends_at, o.last_call_s)
+        closer = Closer(proc.pid, o.workdir, o.ends_at, o.last_call_s, o.max_tasks)
     passed_at: float | None = None
     left = False
     while proc.poll() is None:
         if closer is not None and passed_at is None and closer.step() is not None:
-            left = True  # its job's end: it leaves on its own, as if drained
+            left = True  # its job's end, or its tasks done: it leaves on its own, as if drained
             proc.send_signal(signal.SIGTERM)
             passed_at = time.monotonic()
         elif signals and passed_at is None and (len(signals) > 1 or not has_tasks(proc.pid, o.workdir)
