@@ -3,6 +3,7 @@
     hta makeflow [options] WORKFLOW [-- makeflow args]   run a workflow, autoscaled
     hta simulate [options]                               compare policies in the simulator
     hta report LOG... [--format F] [--plot DIR]          what the autoscaler did
+    hta set WORKFLOW|URL --max-workers N ...             change a running run's cap, deadline or budget
     hta worker --master HOST:PORT [options]              a worker with its effective capacity, and CSS
     hta css --worker-pid PID | --pid PID | --cgroup DIR  the CSS classifier and pinner
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hta.errors import EXIT_USAGE, UsageError
-from hta.interrupts import Interrupted, hold_signals, raise_on_signals
+from hta.interrupts import Interrupted, hold_signals, note_hangups, raise_on_signals
 from hta.node.css.plan import PLAN_STYLES
 
 
@@ -195,6 +196,10 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--status-token", default=None, metavar="TOKEN",
                    help="a token every reader of the status server must send (Authorization: Bearer TOKEN, or "
                         "?token=TOKEN in the page's URL); set it when the server listens beyond this host")
+    p.add_argument("--control-token", default=None, metavar="TOKEN",
+                   help="a token that may change the run while it runs (hta set URL --token TOKEN), from any host "
+                        "that reaches the status server; not the --status-token. Without it only the user who "
+                        "started the run, on its host, may (hta set WORKFLOW)")
     p.add_argument("--no-status", dest="status", action="store_false", default=True,
                    help="do not run the status server")
     p.add_argument("--config", type=Path, metavar="FILE",
@@ -310,6 +315,30 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the run's status token, if it has one (default: $HTA_STATUS_TOKEN)")
     st.set_defaults(func=cmd_status)
 
+    se = sub.add_parser("set", help="change a running hta makeflow's cap, deadline or budget",
+                        usage="hta set (WORKFLOW | URL) [--max-workers N] [--deadline WHEN | --budget AMOUNT] "
+                              "[--token TOKEN]",
+                        description="Change a running `hta makeflow` while it runs: its cap (--max-workers) and its "
+                                    "time-cost dial (--deadline, --budget; `none` clears it). The run applies the "
+                                    "change at its next step and says so in that decision. Give the workflow "
+                                    "(on the run's host, as the user who started it: the URL and a token are read "
+                                    "from WORKFLOW.hta/control.json) or the URL the run printed with --token, the "
+                                    "run's --control-token.")
+    se.add_argument("run", metavar="WORKFLOW|URL", help="the running workflow's file, or the run's status URL")
+    se.add_argument("--max-workers", type=_positive_int("--max-workers"), default=None, metavar="N",
+                    help="the most workers the run may have from now on (idle workers above a lowered cap are "
+                         "drained; busy ones finish their tasks)")
+    se.add_argument("--deadline", default=None, metavar="WHEN",
+                    help="HTA's policy: finish by WHEN, as hta makeflow --deadline takes it, from now (90m, 2h, "
+                         "1:30:00, 09:00, 2026-12-07T09:00); replaces a budget; none: no deadline")
+    se.add_argument("--budget", default=None, metavar="AMOUNT",
+                    help="HTA's policy: finish as early as AMOUNT allows in all (40node-h, 300core-h), what the run "
+                         "spent so far included; replaces a deadline; none: no budget")
+    se.add_argument("--token", default=None, metavar="TOKEN",
+                    help="the run's control token (default: $HTA_CONTROL_TOKEN; with WORKFLOW, the run's own token "
+                         "from its folder)")
+    se.set_defaults(func=cmd_set)
+
     sc = sub.add_parser("completion", help="print a shell completion script",
                         description="Print the bash completion script of hta: "
                                     "`hta completion bash > ~/.local/share/bash-completion/completions/hta`, "
@@ -407,6 +436,55 @@ def cmd_status(args: argparse.Namespace) -> int:
     except StatusError as exc:
         print(f"hta: error: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    """``hta set``: one line of what changed, old → new; exit 2 for a bad value, 1 when the
+    run refused it or could not be reached (docs/decisions/0033-changing-a-running-run.md)."""
+    import asyncio
+
+    from pydantic import ValidationError
+
+    from hta.status.control import (
+        ControlError,
+        ControlRequest,
+        first_error,
+        read_control_file,
+        run_dir_of,
+        send_control,
+    )
+    from hta.status.panel import BadURL, status_url
+
+    if args.max_workers is None and args.deadline is None and args.budget is None:
+        raise UsageError("nothing to change: give --max-workers N, --deadline WHEN or --budget AMOUNT")
+    try:
+        request = ControlRequest(max_workers=args.max_workers, deadline=args.deadline, budget=args.budget)
+    except ValidationError as exc:
+        raise UsageError(first_error(exc)) from None
+    request.check()  # (a value that does not parse: refused here, before the run is asked)
+    token = args.token or None
+    run_dir = run_dir_of(args.run)
+    try:
+        if run_dir is not None:  # (the run's own token: $HTA_CONTROL_TOKEN may be another run's)
+            url, own = read_control_file(run_dir, args.run)
+            token = token or own
+        else:
+            token = token or os.environ.get("HTA_CONTROL_TOKEN") or None
+            if "://" not in args.run and ":" not in args.run:  # (a URL the run printed has a port)
+                raise UsageError(f"{args.run!r} is neither a workflow file here nor a URL: give the running "
+                                 f"workflow's file (on the run's host) or the http://HOST:PORT/ hta makeflow printed")
+            try:
+                url = status_url(args.run)
+            except BadURL as exc:
+                raise UsageError(str(exc)) from None
+        answer = asyncio.run(send_control(url, request, token))
+    except ControlError as exc:
+        if exc.bad_input:
+            raise UsageError(str(exc)) from None
+        print(f"hta: error: {exc}", file=sys.stderr)
+        return 1
+    print(answer.line())
     return 0
 
 
@@ -644,6 +722,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def effective_options(args: argparse.Namespace):
     """defaults < config file (--config, or $HTA_CONFIG) < HTA_* variables < flags given."""
+    return option_layers(args).build()
+
+
+def option_layers(args: argparse.Namespace, warn: bool = True):
+    """The layers :func:`effective_options` builds, as read now (SIGHUP reads them again:
+    the config file anew; ``warn``: say misspelled HTA_* variables)."""
     import os
 
     from hta import config
@@ -654,20 +738,20 @@ def effective_options(args: argparse.Namespace):
         cfg, given_by = Path(os.environ["HTA_CONFIG"]), "HTA_CONFIG"
     if cfg is not None:
         layers.append((f"config file {cfg}", config.read_file(cfg, given_by)))
-    for w in config.misspelled_variables():
+    for w in config.misspelled_variables() if warn else []:
         print(f"hta: warning: {w}", file=sys.stderr)
     env = config.from_environment()
     if env:
-        layers.append(("the environment", env))
+        layers.append((config.FROM_ENVIRONMENT, env))
     given = {key: getattr(args, dest) for key, dest in
              ((k, k.replace("-", "_")) for k in config.KEYS)
              if key not in ("workflow", "makeflow-args") and hasattr(args, dest)}
     extra = list(args.makeflow_args)
     if extra:
         given["makeflow-args"] = [*(layers[-1][1].get("makeflow-args", []) if layers else []), *extra]
-    layers.append(("the command line", given))
+    layers.append((config.FROM_FLAGS, given))
     fixed = {"workflow": args.workflow} if args.workflow is not None else {}
-    return config.build(layers, **fixed)
+    return config.Layers(layers, fixed, cfg)
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -719,16 +803,20 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
         # first of all: a signal while HTA starts ends it with a line and 128 + N (the run
         # installs its own handlers, which stop makeflow and the workers, and puts these back)
         raise_on_signals()
+        note_hangups()  # (a SIGHUP reads the config file again once the run goes: never HTA's end)
+        from hta.submit.reload import ConfigReread
         from hta.submit.run import run_makeflow
         from hta.summary_view import print_summary
 
-        options = effective_options(args)
+        layers = option_layers(args)
+        options = layers.build()
+        reread = ConfigReread(read=lambda: option_layers(args, warn=False), last=layers, options=options)
         from hta import config
         from hta.status.panel import verbosity_from_flags
 
         verbose = args.verbose or config.truthy(os.environ.get("HTA_VERBOSE"))
         quiet = args.quiet or config.truthy(os.environ.get("HTA_QUIET"))
-        result = run_makeflow(options, verbosity=verbosity_from_flags(verbose, quiet))
+        result = run_makeflow(options, verbosity=verbosity_from_flags(verbose, quiet), reread=reread)
         hold_signals()  # the run has ended: what is printed next is its outcome
         if result.never_started:  # nothing ran: makeflow's reason is the whole story
             print(f"hta: error: {result.error}", file=sys.stderr)

@@ -15,6 +15,8 @@ import difflib
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field as _field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "status-port": ("", "status_port"),
     "status-host": ("", "status_host"),
     "status-token": ("", "status_token"),
+    "control-token": ("", "control_token"),
     "status": ("", "status"),
     "makeflow-args": ("", "makeflow_args"),
     "idle-timeout": ("backend", "idle_timeout_s"),
@@ -179,6 +182,34 @@ def _checked(data: Mapping[str, Any], source: str) -> dict[str, Any]:
     return out
 
 
+#: the names of the layers above a config file (:func:`build` words its errors by them)
+FROM_ENVIRONMENT = "the environment"
+FROM_FLAGS = "the command line"
+
+
+@dataclass
+class Layers:
+    """A configuration as it was read, before it is built: its layers, lowest first, each
+    named by where it came from, the values no layer may set (the workflow), and the
+    config file read, if any. Kept so that SIGHUP can read the file again and tell which
+    layer a setting comes from (:mod:`hta.submit.reload`)."""
+
+    layers: list[tuple[str, Mapping[str, Any]]]
+    fixed: dict[str, Any] = _field(default_factory=dict)
+    file: Path | None = None
+
+    def build(self):
+        return build(self.layers, **self.fixed)
+
+    def file_values(self) -> Mapping[str, Any]:
+        """What the config file says (empty: no file)."""
+        return next((values for source, values in self.layers if source.startswith("config file ")), {})
+
+    def winner(self, key: str) -> str | None:
+        """Where ``key``'s value comes from: the highest layer that sets it (None: the default)."""
+        return next((source for source, values in reversed(self.layers) if key in values), None)
+
+
 def build(layers: list[tuple[str, Mapping[str, Any]]], **fixed: Any):
     """:class:`~hta.submit.options.MakeflowOptions` from layers of ``{key: value}`` (later layers win),
     each named by where it came from, for the error line."""
@@ -192,9 +223,9 @@ def build(layers: list[tuple[str, Mapping[str, Any]]], **fixed: Any):
         for key, value in values.items():
             section, field = KEYS[key]
             (backend if section == "backend" else top)[field] = value
-            if source == "the environment":
+            if source == FROM_ENVIRONMENT:
                 origin[field] = f"HTA_{key.upper().replace('-', '_')} (from the environment)"
-            elif source == "the command line":
+            elif source == FROM_FLAGS:
                 origin[field] = f"--{key}"
             else:
                 origin[field] = f"{key} (from {source})"

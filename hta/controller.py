@@ -30,6 +30,7 @@ the simulator calls :meth:`step` whenever its world changes and at
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -38,9 +39,10 @@ from typing import Protocol
 
 from hta.accounting import CoreSample
 from hta.backends.base import CPU_UTILIZATION, WorkerBackend
+from hta.live import LiveSettings, Refused, SettingChange, changes_between, merged
 from hta.model import LINK_PRIOR_MB_PER_S, DialPlan, LatencyStats, Observation, Resources, ScaleDecision
 from hta.observation import ObservationBuilder, UpcomingSource
-from hta.policies.base import Policy, as_policy
+from hta.policies.base import PluginPolicy, Policy, as_policy
 from hta.scaling_log import CategoriesRecord, DecisionRecord, ObservationRecord, ScalingLogWriter, WorkerRecord
 from resource_monitor.categories import CategoryLearner
 from workqueue_bridge.monitor_summaries import TaskSummary
@@ -141,6 +143,17 @@ class Controller:
         self._last_record: tuple | None = None
         self._told_hold: float | None = None
         self._told_link = False
+        #: settings changed while the run goes (``hta set``, SIGHUP), not applied yet, and
+        #: the changes they make (:meth:`change`)
+        self._pending: LiveSettings | None = None
+        self._pending_changes: list[SettingChange] = []
+        #: changes applied whose decision is not written yet (a step that failed to observe
+        #: leaves them for the next one)
+        self._unwritten: list[SettingChange] = []
+        #: every change applied, with when (seconds since the epoch), oldest first
+        self.changes: list[tuple[float, SettingChange]] = []
+        #: a change lowered the cap: idle workers above it are drained (:meth:`_over_cap`)
+        self._cap_lowered = False
 
     def now(self) -> float:
         """Seconds since the run started, for observers (status page, panel): read past a
@@ -151,6 +164,92 @@ class Controller:
     def next_wake(self) -> float:
         """When (seconds since the epoch) the next decision is due."""
         return self.next_decision_at
+
+    # -- settings changed while the run goes -------------------------------------------
+    def _dial_holder(self) -> Policy | None:
+        """The policy, if it takes the time–cost dial (HTA's: ``deadline_s`` and
+        ``budget_node_s`` settings), else None. Read by name: the controller knows no policy."""
+        p = self.policy.inner if isinstance(self.policy, PluginPolicy) else self.policy
+        return p if isinstance(getattr(p, "deadline_s", None), float | int) and \
+            isinstance(getattr(p, "budget_node_s", None), float | int) else None  # type: ignore[return-value]
+
+    def live_settings(self) -> LiveSettings:
+        """The cap and the dial as the next decision will have them (a change asked for and
+        not applied yet included)."""
+        if self._pending is not None:
+            return self._pending
+        holder = self._dial_holder()
+        deadline = float(getattr(holder, "deadline_s", 0.0)) or None
+        budget = float(getattr(holder, "budget_node_s", 0.0)) or None
+        return LiveSettings(self.config.max_workers, deadline_s=deadline, budget_node_s=budget)
+
+    def change(self, new: LiveSettings, source: str) -> list[SettingChange]:
+        """Ask for ``new`` settings, applied at the next step, which then decides at once
+        (a raised cap may buy now, a lowered one drain idle workers above it). Returns what
+        changes (nothing: already so). Raises :class:`~hta.live.Refused` (one line) for
+        what this run cannot do: a cap below ``min_workers``, a dial for a policy that
+        takes none, a deadline and a budget at once."""
+        if new.max_workers < max(1, self.config.min_workers):
+            raise Refused(f"a cap of {new.max_workers} workers is below the run's --min-workers "
+                          f"{self.config.min_workers}: give at least {max(1, self.config.min_workers)}")
+        if new.deadline_s is not None and new.budget_node_s is not None:
+            raise Refused("a deadline and a budget at once: the dial takes one (give --deadline or --budget)")
+        if (new.deadline_s is not None or new.budget_node_s is not None) and self._dial_holder() is None:
+            what = "deadline" if new.deadline_s is not None else "budget"
+            raise Refused(f"the run's policy ({self.policy.name}) takes no {what}: the time–cost dial needs HTA's "
+                          f"policy (hta, hta-time or hta-cost), chosen when the run starts")
+        current = self.live_settings()
+        if new.deadline_s is not None and new.deadline_s != current.deadline_s and new.deadline_s <= self.now():
+            raise Refused(f"a deadline {new.deadline_s:.0f} s into the run has passed (the run is "
+                          f"{self.now():.0f} s in): give a later one")
+        changes = changes_between(current, new, source)
+        if changes:
+            self._pending_changes = merged(self._pending_changes, changes)
+            self._pending = new
+        return changes
+
+    def _apply_changes(self) -> None:
+        """Put the settings asked for in force: the cap where the observation is built, the
+        dial on the policy (which plans again at once). Said when the decision is written."""
+        new, changes = self._pending, self._pending_changes
+        if new is None:
+            return
+        self._pending, self._pending_changes = None, []
+        if new.max_workers != self.config.max_workers:
+            self._cap_lowered = self._cap_lowered or new.max_workers < self.config.max_workers
+            self.config = dataclasses.replace(self.config, max_workers=new.max_workers)
+            self.builder.max_workers = new.max_workers
+        holder = self._dial_holder()
+        if holder is not None:
+            holder.deadline_s = new.deadline_s or 0.0  # type: ignore[attr-defined]
+            holder.budget_node_s = new.budget_node_s or 0.0  # type: ignore[attr-defined]
+            if new.deadline_s is None and new.budget_node_s is None:
+                self.plan = None  # (no dial: no plan to show)
+        t = self.now()
+        for c in changes:
+            log.info("%s", c.words())
+            self.changes.append((t, c))
+        self._unwritten = merged(self._unwritten, changes)
+
+    def _over_cap(self, obs: Observation, decision: ScaleDecision) -> list[str]:
+        """Idle workers to drain because a change lowered the cap below the pool: the newest
+        first, until what stays fits under it. Busy ones finish their tasks and are drained
+        once idle, at a later decision. (Only after a lowered cap: otherwise a policy's pool
+        is its own business.)"""
+        if not self._cap_lowered:
+            return []
+        whole = obs.worker_shape
+        leaving = obs.leaving() | set(decision.drain) | set(decision.remove)
+        staying = [w for w in obs.workers if w.id not in leaving]
+        excess = (sum(w.capacity.share_of(whole) for w in staying) + sum(p.shape.share_of(whole) for p in obs.pending)
+                  - obs.max_workers)
+        out = []
+        for w in sorted((w for w in staying if w.idle), key=lambda w: w.connected_at or 0.0, reverse=True):
+            if excess <= 1e-6:
+                break
+            out.append(w.id)
+            excess -= w.capacity.share_of(whole)
+        return out
 
     # -- observe -------------------------------------------------------------------
     def _record_workers(self, events: list[WorkerRecord]) -> None:
@@ -226,10 +325,13 @@ class Controller:
 
     # -- decide and act ------------------------------------------------------------
     async def step(self) -> Observation:
+        """Observe, and decide when a decision is due, or at once after a change of the
+        settings (:meth:`change`)."""
+        self._apply_changes()
         snap, obs = await self.observe()
         self.backend.expect_tasks({c: m.runtime_quantile(1.0) or 0.0 for c, m in obs.categories.items()
                                    if m.measured})
-        if obs.time >= self.next_decision_at:
+        if obs.time >= self.next_decision_at or self._unwritten:
             await self.act(self.policy.decide(obs), obs, snap, obs.time)
         return obs
 
@@ -242,6 +344,15 @@ class Controller:
         return add, wait
 
     async def act(self, decision: ScaleDecision, obs: Observation, snap: MasterSnapshot, now: float) -> None:
+        said = [c.words() for c in self._unwritten]  # (a change of the settings: said first)
+        self._unwritten = []
+        over = self._over_cap(obs, decision)
+        if over:
+            said.append(f"drain {len(over)} idle worker{'s' if len(over) != 1 else ''} above the cap of "
+                        f"{obs.max_workers}")
+            decision = decision.model_copy(update={"drain": [*decision.drain, *over]})
+        if said:
+            decision = decision.model_copy(update={"reason": "; ".join([*said, decision.reason])})
         add, wait = self.clamp(decision, obs)
         self.next_decision_at = now + wait
         wanted = decision.add if decision.wanted is None else max(decision.wanted, decision.add)

@@ -18,6 +18,15 @@ down, and the run, once its own handlers are in place, asks :func:`take_received
 one came (and stops as if it had come just then). Where it was swallowed Python would
 have printed a traceback; :func:`raise_on_signals` and :func:`quiet_in_loop` keep those
 two places quiet about it (and only about it).
+
+SIGHUP does not stop a run: it asks it to read its config file again
+(:mod:`hta.submit.reload`). Its default action would end HTA, so from the start
+(:func:`note_hangups`) a handler writes it down and does nothing else; the run, once its own
+handler is in place, asks :func:`take_hangup` whether one came meanwhile (and reads the file
+again then: a SIGHUP sent while HTA starts is not lost). Once the run has ended, a SIGHUP is
+written down and never acted on. None of these handlers passes the signal on: workers and
+makeflow run in sessions of their own and see no SIGHUP of HTA's (the local backend's
+workers take a SIGHUP as their parent's death).
 """
 
 from __future__ import annotations
@@ -50,6 +59,34 @@ class Interrupted(BaseException):
 def _raise(signum: int, _frame: object) -> None:
     _received.append(signum)
     raise Interrupted(signum)
+
+
+#: a SIGHUP came since :func:`note_hangups` and was not taken yet
+_hangup = False
+
+
+def _note_hangup(_signum: int, _frame: object) -> None:
+    global _hangup
+    _hangup = True
+
+
+def note_hangups() -> None:
+    """From now on a SIGHUP is written down (for :func:`take_hangup`), not HTA's end."""
+    global _hangup
+    _hangup = False
+    signal.signal(signal.SIGHUP, _note_hangup)
+
+
+def noting(handler: object) -> bool:
+    """Whether ``handler`` is :func:`note_hangups`' (only then is its record this run's)."""
+    return handler is _note_hangup
+
+
+def take_hangup() -> bool:
+    """Whether a SIGHUP came since :func:`note_hangups` (or the last call); forgotten once taken."""
+    global _hangup
+    came, _hangup = _hangup, False
+    return came
 
 
 def _hold(_signum: int, _frame: object) -> None:

@@ -219,7 +219,8 @@ def test_a_folder_given_as_the_workflow_is_named_as_one(tmp_path: Path):
 def test_a_device_given_as_the_workflow_is_named_as_no_regular_file():
     # it said "not found", though /dev/null is there
     for argv, fix in ((["makeflow", "/dev/null"], "give the path to a Makeflow file"),
-                      (["simulate", "--workflow", "/dev/null"], "give a Makeflow (or its folder) or a WfCommons JSON instance")):
+                      (["simulate", "--workflow", "/dev/null"],
+                       "give a Makeflow (or its folder) or a WfCommons JSON instance")):
         r = run_hta(*argv, cwd=Path("/tmp"), timeout=60)
         assert r.returncode == 2
         assert r.stderr.strip() == f"hta: error: workflow file '/dev/null' is not a regular file: {fix}", r.stderr

@@ -62,6 +62,12 @@ class Dial:
     _planned_on: tuple[frozenset[str], int] | None = None
     _said: set[str] = field(default_factory=set)
 
+    def retargeted(self, deadline_s: float, budget_node_s: float) -> Dial:
+        """This dial with another ask, its spend so far kept (the pool paid for what it held,
+        whatever was asked of it), planned again at its next decision."""
+        return Dial(deadline_s, budget_node_s, spent_node_s=self.spent_node_s, _last_t=self._last_t,
+                    _nodes=set(self._nodes))
+
     def account(self, obs: Observation, hold_s: float) -> None:
         """Count what the pool has cost since the last observation. Where the backend names
         each worker's node, as the cluster bills: every node that runs a worker, whole, and

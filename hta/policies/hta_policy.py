@@ -164,6 +164,8 @@ class HTAPolicy(Policy):
     #: workers leaving at their job's end that a replacement was bought for
     _replaced: set[str] = field(default_factory=set)
     _next_up_at: float = float("-inf")
+    #: the run's cap at the last scale-up
+    _cap_at_up: int = 0
     _expected: tuple[int, list[tuple[float, int]]] | None = None
     #: categories whose whole-worker tasks waited while pods smaller than a node sat idle:
     #: a pod is too small for them, whatever ``probe_split`` says
@@ -259,12 +261,18 @@ class HTAPolicy(Policy):
         return self.hold_where_nodes_go and obs.node_hold_s is not None and obs.node_hold_s < latency
 
     def _plan(self, obs: Observation, latency: float) -> DialPlan | None:
-        """The dial's plan for this decision (None: neither a deadline nor a budget)."""
+        """The dial's plan for this decision (None: neither a deadline nor a budget). The
+        spend is counted from the first decision, dial or not, and kept when the dial
+        changes while the run goes (``hta set``, SIGHUP): a budget set or raised then counts
+        what the run has spent already (docs/decisions/0033-changing-a-running-run.md)."""
+        asked = (self.deadline_s, self.budget_node_s)
+        if self._dial is None:
+            self._dial = Dial(*asked)
+        elif (self._dial.deadline_s, self._dial.budget_node_s) != asked:
+            self._dial = self._dial.retargeted(*asked)
         if self.deadline_s <= 0 and self.budget_node_s <= 0:
+            self._dial.account(obs, Dial.hold_of(obs))
             return None
-        if self._dial is None or (self._dial.deadline_s, self._dial.budget_node_s) != (self.deadline_s,
-                                                                                      self.budget_node_s):
-            self._dial = Dial(self.deadline_s, self.budget_node_s)
         return self._dial.decide_nodes(obs, latency, self.probe_split if self.worker_shape == "learned" else 1)
 
     def _estimator_for(self, plan: DialPlan | None) -> QueueDrainEstimator:
@@ -306,6 +314,7 @@ class HTAPolicy(Policy):
 
     def decide(self, obs: Observation) -> ScaleDecision:
         latency = obs.latency.estimate(self.latency_statistic)
+        cap = obs.max_workers  # (the run's, before the dial's pool: raised while the run goes, it buys at once)
         plan = self._plan(obs, latency)
         capped = plan is not None and plan.nodes is not None and plan.nodes < obs.max_workers
         if capped:  # the dial's pool is the cap the policy buys within
@@ -327,11 +336,15 @@ class HTAPolicy(Policy):
         add = min(wanted, obs.room_for(shape))
         if capped:  # (what the dial holds back is the policy's choice, not the cap's)
             wanted = add
-        may_scale_up = not self.stabilize or obs.time >= self._next_up_at or self._surprised(obs)
+        # a cap raised since the last scale-up (hta set, SIGHUP) frees what it held back: that
+        # part is not on its way, and there is nothing to stabilise on
+        may_scale_up = (not self.stabilize or obs.time >= self._next_up_at or self._surprised(obs)
+                        or cap > self._cap_at_up)
         if not may_scale_up:  # (a hold for stabilisation, not one the cap makes)
             add = wanted = 0
         if add:
             self._next_up_at = obs.time + latency
+            self._cap_at_up = cap
             self._expected = (self._known(obs), est.releases)
             self._replaced.update(leaving[:add])  # (the first to leave first; a purchase held back asks again)
 

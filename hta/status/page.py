@@ -162,7 +162,7 @@ function drawChart(series, cap) {
     svg.append(el("line", { x1: L, x2: W - R, y1: y(cap.cores), y2: y(cap.cores), stroke: "#8250df",
                             "stroke-width": 1.5, "stroke-dasharray": "2 4", class: "cap" }));
     svg.append(el("text", { x: W - R, y: y(cap.cores) - 5, "text-anchor": "end", fill: "#8250df" },
-                 "cap: " + cap.max_workers + " workers (--max-workers)"));
+                 "cap: " + cap.max_workers + " workers (" + (cap.set_by || "--max-workers") + ")"));
   }
   // supply is drawn wide and in use narrow on top: where they are equal both stay visible
   const lines = [[3, "var(--demand)", "demand", "6 4", 2], [1, "var(--supply)", "supply", "", 4.5],

@@ -131,6 +131,16 @@ def error_line(t: float, message: str) -> str:
     return f"hta: t={t:.1f}s step failed: {message} (retrying)"
 
 
+#: what a changed setting's line says, after its time (how the panel tells it from the others)
+CHANGE_MARK = " changed: "
+
+
+def change_line(t: float, words: str, verbosity: Verbosity = "normal") -> str | None:
+    """``hta: t=31.0s changed: cap 4 → 8 workers (hta set)``: a setting changed while the
+    run goes (:mod:`hta.live`), said at every verbosity but quiet."""
+    return None if verbosity == "quiet" else f"hta: t={t:.1f}s{CHANGE_MARK}{words}"
+
+
 # -- the panel -----------------------------------------------------------------------------------
 
 def short_name(workflow: str | None) -> str:
@@ -166,7 +176,7 @@ def render(s: StatusSnapshot) -> RenderableType:
     facts.add_column()
     workers = Text(f"{s.connected} connected ({idle} idle), {s.pending} on their way")
     if s.cap is not None:
-        workers.append(f"; at most {s.cap.max_workers} (--max-workers)")
+        workers.append(f"; at most {s.cap.max_workers} ({s.cap.set_by or '--max-workers'})")
         if s.cap.at_cap:
             workers.append(" — at the cap, tasks wait for it", style="bold yellow")
     facts.add_row("workers", workers)
@@ -175,6 +185,8 @@ def render(s: StatusSnapshot) -> RenderableType:
     facts.add_row("waste / shortage", f"{acc.waste_core_s:,.1f} / {acc.shortage_core_s:,.1f} core·s so far")
     if s.plan is not None:  # (--deadline or --budget: what the forecast sees; bold where it cannot be kept)
         facts.add_row("plan", Text(s.plan.line, style="bold yellow" if not s.plan.feasible else ""))
+    if s.changes:  # (hta set, SIGHUP: the last setting changed while the run goes)
+        facts.add_row("changed", Text(f"t={s.changes[-1].t:.1f}s {s.changes[-1].line}", style="bold"))
     d = s.last_decision
     if d is None:
         facts.add_row("last decision", "none yet")
@@ -215,6 +227,7 @@ class LiveView:
         #: the last decision shown was held back by the cap (a hold is said when it starts)
         self._held = False
         self._events = 0
+        self._changes = 0
         self._error: str | None = None
 
     def snapshot(self) -> StatusSnapshot:
@@ -230,7 +243,10 @@ class LiveView:
             items.append((round(d.t, 3), 0, decision_line(d, self.verbosity, newly_held)))
         for e in c.worker_events[self._events:]:  # (at the decision's time, after its line)
             items.append((round(e.t, 3), 1, worker_line(e, self.verbosity)))
-        self._decisions, self._events = len(c.decisions), len(c.worker_events)
+        changes = getattr(c, "changes", [])  # (a stand-in controller may have none)
+        for t, change in changes[self._changes:]:  # (a person asked for it: said unless quiet)
+            items.append((round(t, 3), -1, change_line(t, change.words(), self.verbosity)))
+        self._decisions, self._events, self._changes = len(c.decisions), len(c.worker_events), len(changes)
         if c.last_error != self._error:
             self._error = c.last_error
             if c.last_error:
@@ -267,8 +283,10 @@ class LiveView:
             while not done:
                 done = await self._tick(finished)
                 lines = self.new_lines()
-                # on a terminal the panel says it all; verbose (and any error) also keeps the lines above it
-                self._emit([ln for ln in lines if self.verbosity == "verbose" or "step failed" in ln], live)
+                # on a terminal the panel says it all; verbose (and any error, and a setting changed)
+                # also keeps the lines above it
+                self._emit([ln for ln in lines if self.verbosity == "verbose" or "step failed" in ln
+                            or CHANGE_MARK in ln], live)
                 live.update(render(self.snapshot()), refresh=True)
 
 

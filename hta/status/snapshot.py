@@ -113,6 +113,17 @@ class Cap(BaseModel):
     #: the last decision's workers that the cap (or the backend) held back, and by what
     held_back: int = 0
     held_by: str | None = None
+    #: who set the cap while the run went (``hta set``, ``SIGHUP``); None: as the run started
+    set_by: str | None = None
+
+
+class ChangeView(BaseModel):
+    """A setting changed while the run went (:mod:`hta.live`): when, and in words."""
+
+    #: seconds since the run started, when it was put in force
+    t: float
+    setting: str
+    line: str
 
 
 class Accounting(BaseModel):
@@ -194,6 +205,9 @@ class StatusSnapshot(BaseModel):
     #: the time–cost dial's latest plan (None: no ``--deadline`` or ``--budget``; absent from
     #: an older HTA's answer, read as None, so the format stays ``hta-status/1``)
     plan: PlanView | None = None
+    #: the last settings changed while the run went (``hta set``, SIGHUP), oldest first
+    #: (absent from an older HTA's answer: none)
+    changes: list[ChangeView] = Field(default_factory=list)
 
     @property
     def connected(self) -> int:
@@ -242,8 +256,11 @@ def cap_view(controller: Controller) -> Cap:
     if obs is not None:
         at_cap = obs.room_for(obs.worker_shape) == 0 and (obs.waiting_count > 0 or bool(obs.upcoming))
     last = controller.decisions[-1] if controller.decisions else None
+    set_by = next((c.source for _, c in reversed(getattr(controller, "changes", [])) if c.setting == "max-workers"),
+                  None)
     return Cap(max_workers=config.max_workers, cores=config.max_workers * config.worker_shape.cores,
-               at_cap=at_cap, held_back=last.held_back if last else 0, held_by=last.held_by if last else None)
+               at_cap=at_cap, held_back=last.held_back if last else 0, held_by=last.held_by if last else None,
+               set_by=set_by)
 
 
 def thin_series(samples: list[CoreSample], now: float, max_points: int = 600) -> list[tuple[float, float, float, float]]:
@@ -332,4 +349,6 @@ def build_snapshot(controller: Controller, info: RunInfo, *, last: int = 20, now
         step_failures=controller.step_failures,
         cap=cap_view(controller),
         plan=plan_view(controller.plan),
+        changes=[ChangeView(t=round(t, 3), setting=c.setting, line=c.words())
+                 for t, c in getattr(controller, "changes", [])[-last:]] if last else [],
     )

@@ -77,6 +77,9 @@ class MakeflowOptions(BaseModel):
     status_host: str = "127.0.0.1"
     #: a token every reader of the status server must send (None: none asked)
     status_token: str | None = None
+    #: a token that may change the run while it runs (``hta set URL --token``), from anywhere;
+    #: None: only this user on this host may (``hta set WORKFLOW``)
+    control_token: str | None = None
     #: the deadline in seconds from the check that resolved it (:meth:`check_dial`): a clock
     #: time is read once, at the start, not again when the policy is made
     _deadline_s: float | None = PrivateAttr(default=None)
@@ -138,6 +141,12 @@ class MakeflowOptions(BaseModel):
                                  f"another file")
         if self.min_workers > self.max_workers:
             raise UsageError(f"--min-workers ({self.min_workers}) is above --max-workers ({self.max_workers})")
+        if self.control_token is not None and self.control_token == self.status_token:
+            raise UsageError("--control-token is the same as --status-token: the control token changes the run, "
+                             "the status token only reads it (a metrics scraper holds it); give them different "
+                             "values")
+        if self.control_token is not None and not self.control_token.strip():
+            raise UsageError("--control-token is empty: give a token (e.g. openssl rand -hex 24), or leave it out")
         if self.min_interval_s > self.max_interval_s:
             raise UsageError(f"--min-interval ({self.min_interval_s:g}) is above --max-interval "
                              f"({self.max_interval_s:g})")

@@ -34,7 +34,7 @@ from hta.backends import RunContext, make_backend
 from hta.backends.base import WorkerBackend
 from hta.controller import Controller, ControllerConfig, MasterSource, SummarySource
 from hta.errors import UsageError
-from hta.interrupts import SIGNALS, quiet_in_loop, raising, take_received
+from hta.interrupts import SIGNALS, noting, quiet_in_loop, raising, take_hangup, take_received
 from hta.observation import UpcomingSource
 from hta.policies.base import Policy, check_signals
 from hta.policies.dial import budget_spent
@@ -42,6 +42,7 @@ from hta.policies.registry import make_policy
 from hta.scaling_log import EndRecord, RunRecord, WorkerRecord
 from hta.submit.failure_watch import FailureWatch
 from hta.submit.options import STALL_TIMEOUT_S, MakeflowOptions, check_not_empty
+from hta.submit.reload import ConfigReread
 from hta.submit.run_dir import (
     RunLock,
     new_run_log,
@@ -204,17 +205,21 @@ async def submit(
     record: Path | None = None,
     stall_timeout_s: float | None = STALL_TIMEOUT_S,
     view: ViewOptions | None = None,
+    reread: ConfigReread | None = None,
 ) -> SubmitResult:
     """Run the workflow of makeflow's command line ``args`` to its end; ``record`` writes every
     answer the controller reads to that file, for :func:`hta.replay.replay`.
     ``stall_timeout_s``: a worker that does not answer the master for this long is dropped
-    (Work Queue's keepalive) and replaced.
+    (Work Queue's keepalive) and replaced. A SIGHUP reads the config file again through
+    ``reread`` (:mod:`hta.submit.reload`; None: it says there is none to read) and never
+    ends the run.
 
     Raises :class:`UsageError` (one line) before anything starts: another run holds the
     workflow's folder, the scaling log cannot be written, or the master's port stays in use
     (waited for up to :data:`PORT_WAIT_S`) or cannot be used at all."""
     stop = asyncio.Event()
     signalled: list[int] = []
+    hangups = asyncio.Event()
     loop = asyncio.get_running_loop()
 
     def on_signal(signum: int) -> None:
@@ -222,13 +227,16 @@ async def submit(
         stop.set()
 
     # signals first: whatever comes next, a SIGTERM ends the run the same way
-    previous = {s: signal.getsignal(s) for s in SIGNALS}
-    for s in previous:
+    previous = {s: signal.getsignal(s) for s in (*SIGNALS, signal.SIGHUP)}
+    for s in SIGNALS:
         loop.add_signal_handler(s, on_signal, s)
+    loop.add_signal_handler(signal.SIGHUP, hangups.set)  # (the controller reads it once it runs: kept till then)
     # one that came before, where Python swallowed what the CLI's handler raised, stops it all the same
-    came = take_received() if any(raising(h) for h in previous.values()) else None
+    came = take_received() if any(raising(previous[s]) for s in SIGNALS) else None
     if came is not None:
         on_signal(came)
+    if noting(previous[signal.SIGHUP]) and take_hangup():  # (one sent while HTA started)
+        hangups.set()
     try:
         workflow = args.workflow_path
         assert workflow is not None
@@ -259,7 +267,8 @@ async def submit(
                                  policy=policy, backend=backend, config=config, lookahead=lookahead, port=port,
                                  epoch=epoch or time.time(), record=record, stall_timeout_s=stall_timeout_s,
                                  stop=stop, signalled=signalled,
-                                 view=view or ViewOptions(status=False, verbosity="quiet"))
+                                 view=view or ViewOptions(status=False, verbosity="quiet"),
+                                 hangups=hangups, reread=reread)
             except BaseException:
                 put_earlier_back()
                 raise
@@ -311,8 +320,12 @@ class Submission:
     def __init__(self, args: MakeflowArgs, run_dir: Path, log_path: Path, *, policy: Policy,
                  backend: WorkerBackend, config: ControllerConfig, lookahead: bool, port: int, epoch: float,
                  record: Path | None, stall_timeout_s: float | None, stop: asyncio.Event, signalled: list[int],
-                 view: ViewOptions):
+                 view: ViewOptions, hangups: asyncio.Event | None = None, reread: ConfigReread | None = None):
         self.log_path = log_path
+        self.run_dir = run_dir
+        #: set by SIGHUP; :meth:`_reread_on_hangups` reads the config file again
+        self.hangups = hangups or asyncio.Event()
+        self.reread = reread
         self.policy, self.backend, self.config = policy, backend, config
         self.lookahead, self.port, self.epoch, self.record = lookahead, port, epoch, record
         self.stop, self.signalled, self.view = stop, signalled, view
@@ -414,10 +427,11 @@ class Submission:
             finished = asyncio.Event()
             ctl = asyncio.create_task(controller.run(finished))
             viewing = asyncio.create_task(show(controller, self.view, self.policy, self.backend, self.workflow,
-                                               self.epoch, finished))
+                                               self.epoch, finished, run_dir=self.run_dir))
             waiter = asyncio.create_task(self.mf.wait())
             stopper = asyncio.create_task(self.stop.wait())
             watcher = asyncio.create_task(self.watch.run())
+            rereader = asyncio.create_task(self._reread_on_hangups(controller))
             await asyncio.wait({waiter, stopper, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not waiter.done():
                 if self.stop.is_set():
@@ -426,7 +440,7 @@ class Submission:
                     self.error = watcher.result()
                 finished.set()  # no more steps: the master is going away
                 await self.mf.stop()
-            for t in (stopper, watcher):
+            for t in (stopper, watcher, rereader):
                 t.cancel()
             self.exit_code = await waiter
             finished.set()
@@ -440,6 +454,20 @@ class Submission:
             said = (f"see its output: {self.mf.output_path}" if self.mf.proc is not None
                     and self.mf.proc.returncode is not None and self.mf.proc.returncode < 0 else self.mf.last_error())
             self.error = f"makeflow failed ({self.mf.ended}): {said}"
+
+    async def _reread_on_hangups(self, controller: Controller) -> None:
+        """Each SIGHUP (those that came while the run started included, several at once as
+        one): read the config file again and hand the controller what changed."""
+        while True:
+            await self.hangups.wait()
+            self.hangups.clear()  # (before reading: one that comes while it reads is read again)
+            if self.reread is None:
+                log.warning("SIGHUP: this run has no configuration to read again: nothing changed")
+                continue
+            try:
+                self.reread.apply(controller)
+            except Exception as exc:  # noqa: BLE001 — a SIGHUP must not end the run
+                log.warning("SIGHUP: reading the configuration again failed (%s): nothing changed", exc)
 
     async def _stop_everything(self) -> None:
         self.stopped = await self.backend.stop_all(time.time() - self.epoch)
@@ -489,8 +517,10 @@ class Submission:
                             self.did_nothing, self.note, never_started)
 
 
-def run_makeflow(options: MakeflowOptions, verbosity: str = "normal", mode: str | None = None) -> SubmitResult:
+def run_makeflow(options: MakeflowOptions, verbosity: str = "normal", mode: str | None = None,
+                 reread: ConfigReread | None = None) -> SubmitResult:
     """``hta makeflow`` as a function: check, build the policy and backend, run, return the result.
+    ``reread``: what a SIGHUP reads again (:mod:`hta.submit.reload`).
 
     Raises :class:`UsageError` (one line) for anything the user must fix before a run starts."""
     args = options.check()
@@ -518,9 +548,11 @@ def run_makeflow(options: MakeflowOptions, verbosity: str = "normal", mode: str 
         raise UsageError(str(exc)) from None
     port = backend.default_port if options.port is None else options.port
     view = ViewOptions(status=options.status, status_port=options.status_port, status_host=options.status_host,
-                       status_token=options.status_token, verbosity=verbosity, mode=mode)
+                       status_token=options.status_token, control_token=options.control_token,
+                       verbosity=verbosity, mode=mode)
     with asyncio.Runner() as runner:
         quiet_in_loop(runner.get_loop())
         return runner.run(submit(args, policy=policy, backend=backend, config=options.controller_config(),
                                  view=view, scaling_log_path=options.log, lookahead=options.lookahead, port=port,
-                                 epoch=epoch, record=options.record, stall_timeout_s=options.stall_timeout_s))
+                                 epoch=epoch, record=options.record, stall_timeout_s=options.stall_timeout_s,
+                                 reread=reread))
