@@ -2,14 +2,16 @@
 # Builds what the local test cluster needs, once, into a cache outside git:
 #   etcd (Debian's etcd-server), kube-apiserver / kube-scheduler /
 #   kube-controller-manager and kubelet v1.33.13 (a wrapper go.mod over k8s.io/kubernetes
-#   with every staging module replaced by v0.33.13), kwok v0.8.0 and Karpenter v1.6.4's
-#   kwok cloud provider (sigs.k8s.io/karpenter/kwok).
-# A warm run takes well under a second; a cold one about 8 minutes on 2 cores
+#   with every staging module replaced by v0.33.13), kwok v0.8.0, Karpenter v1.6.4's
+#   kwok cloud provider (sigs.k8s.io/karpenter/kwok) and KEDA v2.16.1's operator.
+# A warm run takes well under a second; a cold one about 8 minutes on 2 cores for the
+# control plane, plus about 2 for Karpenter and 6 for KEDA
 # (and ~5 GB of Go caches under $HTA_K8S_CACHE).
 set -euo pipefail
 K8S=1.33.13
 KWOK=0.8.0
 KARPENTER=1.6.4  # (testcluster/karpenter.py names the same)
+KEDA=2.16.1  # (testcluster/keda.py names the same)
 CACHE="${HTA_K8S_CACHE:-/var/cache/hta-k8s}"
 BIN="$CACHE/bin"
 say() { echo "[build] $*" >&2; }
@@ -42,10 +44,32 @@ build_karpenter() {
   echo "$kwant" > "$kstamp"
 }
 
+# KEDA's operator (cluster up --keda): its module pins client-go and others with replace
+# directives, which a module that requires it must repeat (go build ignores a dependency's
+# replaces); they are copied from its go.mod. About 6 minutes over the control plane's cache.
+build_keda() {
+  local kstamp="$BIN/.keda" kwant="keda=$KEDA"
+  if [ -f "$kstamp" ] && [ "$(cat "$kstamp")" = "$kwant" ] && [ -x "$BIN/keda-operator" ]; then
+    return 0
+  fi
+  mkdir -p "$BIN" "$CACHE/build-keda"
+  cd "$CACHE/build-keda"
+  say "building KEDA v$KEDA (operator)"
+  local gomod
+  gomod=$(go mod download -json "github.com/kedacore/keda/v2@v$KEDA" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
+  { printf 'module htakeda\n\ngo 1.23.4\n\nrequire github.com/kedacore/keda/v2 v%s\n\n' "$KEDA"
+    awk '/^replace \(/{p=1} p{print} /^\)/{p=0}' "$gomod"; } > go.mod
+  printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/kedacore/keda/v2/cmd/operator"\n' > tools.go
+  go mod tidy >/dev/null 2>&1
+  go build -ldflags "-s -w" -o "$BIN/keda-operator" github.com/kedacore/keda/v2/cmd/operator
+  echo "$kwant" > "$kstamp"
+}
+
 stamp="$BIN/.versions"
 want="k8s=$K8S kwok=$KWOK kubelet"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   build_karpenter
+  build_keda
   exit 0
 fi
 mkdir -p "$BIN" "$CACHE/build"
@@ -79,4 +103,5 @@ if [ ! -x "$BIN/kwok" ]; then
 fi
 echo "$want" > "$stamp"
 build_karpenter
+build_keda
 say "ready in $BIN"

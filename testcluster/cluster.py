@@ -42,7 +42,7 @@ STATE = Path(os.environ.get("HTA_TESTCLUSTER_DIR", "/tmp/hta-testcluster"))
 TOKEN = "hta-admin-token"
 KWOK_STAGES = CACHE / "gomodcache" / "sigs.k8s.io" / "kwok@v0.8.0" / "kustomize" / "stage"
 ORDER = ["etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "containerd", "kubelet", "kwok",
-         "pod-runner", "node-provisioner", "karpenter"]
+         "pod-runner", "node-provisioner", "karpenter", "keda-operator"]
 
 
 def free_port() -> int:
@@ -196,6 +196,11 @@ def up(args: argparse.Namespace) -> None:
                           max_nodes=args.max_nodes, node_cores=args.node_cores, node_memory_mib=args.node_memory,
                           registration_delay_s=args.provision_delay, consolidate_after_s=args.empty_node_ttl,
                           ports=(free_port(), free_port()))
+    if args.keda:
+        from testcluster import keda
+
+        keda.install(Path(kc), STATE, lambda name, cmd, e: start(name, cmd, pids, e),
+                     ports=(free_port(), free_port(), free_port()))
     real = {}
     if args.real_node:
         from testcluster import real_node
@@ -212,6 +217,7 @@ def up(args: argparse.Namespace) -> None:
              f"consolidating nodes empty {round(args.empty_node_ttl)}s)")
     print(f"cluster up in {time.time() - t0:.1f}s: kube-apiserver https://127.0.0.1:{api}, "
           f"kwok nodes {args.node_cores} cores each, at most {args.max_nodes}, {nodes}"
+          + (", KEDA's operator" if args.keda else "")
           + (", plus the real node" if args.real_node else ""), file=sys.stderr)
     print(f"export KUBECONFIG={kc}")
 
@@ -248,7 +254,7 @@ def down(_: argparse.Namespace) -> None:
         if alive(pid):
             os.killpg(pid, signal.SIGKILL)
 
-    for name in ("karpenter", "node-provisioner", "pod-runner", "kwok"):
+    for name in ("keda-operator", "karpenter", "node-provisioner", "pod-runner", "kwok"):
         stop_one(name)
     from testcluster import real_node
 
@@ -317,6 +323,8 @@ def main(argv: list[str] | None = None) -> None:
                         "provider; nodes register --provision-delay after their NodeClaim)")
     u.add_argument("--pod-start-delay", type=float, default=2.0, help="scheduled → Ready (pull + start), s")
     u.add_argument("--pod-start-jitter", type=float, default=0.0)
+    u.add_argument("--keda", action="store_true",
+                   help="start KEDA's operator (its CRDs too), which scales a ScaledJob's Jobs (testcluster/keda.py)")
     u.add_argument("--no-pod-runner", action="store_true",
                    help="do not run pods' processes (benchmarks of the control path only)")
     u.add_argument("--real-node", action="store_true",

@@ -82,7 +82,7 @@ def install(kubeconfig: Path, state: Path, start: Callable[[str, list[str], dict
                 ext.create_custom_resource_definition(doc)
     for path in CRDS:  # established before objects of them are made
         name = yaml.safe_load(path.read_text())["metadata"]["name"]
-        _wait_established(ext, name)
+        wait_established(ext, name)
     custom = client.CustomObjectsApi(api)
     custom.create_cluster_custom_object("karpenter.kwok.sh", "v1alpha1", "kwoknodeclasses",
                                         node_class(registration_delay_s))
@@ -99,7 +99,7 @@ def install(kubeconfig: Path, state: Path, start: Callable[[str, list[str], dict
         "BATCH_IDLE_DURATION": "1s", "BATCH_MAX_DURATION": "10s"})
 
 
-def _wait_established(ext, name: str, timeout_s: float = 30.0) -> None:
+def wait_established(ext, name: str, timeout_s: float = 30.0) -> None:
     import time
 
     deadline = time.time() + timeout_s

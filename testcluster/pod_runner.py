@@ -1,7 +1,8 @@
 """The pod process runner — a test fake of the kubelet. Test cluster only.
 
 kwok marks pods Running without running anything. For HTA's worker pods
-(label ``hta.io/run``) this fake does what a kubelet would: once kwok reports
+(label ``hta.io/run``), and a rival's deployed beside it (``hta.io/rival``: KEDA's
+ScaledJob, :mod:`testcluster.keda`), this fake does what a kubelet would: once kwok reports
 the pod Running it starts the container's command and args as a local
 process with the pod's environment, in its own UTS and mount namespaces
 whose hostname is the pod's name and whose /etc/hosts resolves it (as a
@@ -31,7 +32,8 @@ from k8s.watch import list_and_watch
 from workqueue_bridge.processes import die_with_parent
 
 log = logging.getLogger("pod-runner-fake-kubelet")
-SELECTOR = "hta.io/run"
+#: the pods it runs: HTA's workers, and a rival's (each label its own watch)
+SELECTORS = ("hta.io/run", "hta.io/rival")
 LOGS = Path(os.environ.get("HTA_TESTCLUSTER_DIR", "/tmp/hta-testcluster")) / "logs" / "pods"
 
 
@@ -160,13 +162,14 @@ class PodRunner:
                     log.warning("could not mark %s %s: %s", r.name, phase, exc.reason)
             log.info("pod %s/%s exited %d", r.namespace, r.name, r.proc.returncode)
 
-    def watch_loop(self) -> None:
-        list_and_watch(self.api.list_pod_for_all_namespaces, selector=SELECTOR,
+    def watch_loop(self, selector: str) -> None:
+        list_and_watch(self.api.list_pod_for_all_namespaces, selector=selector,
                        on_sync=lambda pods: [self.on_pod("ADDED", p) for p in pods], on_event=self.on_pod,
                        stop=self.stop)
 
     def run(self) -> None:
-        threading.Thread(target=self.watch_loop, daemon=True).start()
+        for selector in SELECTORS:
+            threading.Thread(target=self.watch_loop, args=(selector,), daemon=True).start()
         while not self.stop.is_set():
             self.reap()
             self.stop.wait(0.5)

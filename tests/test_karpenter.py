@@ -1,5 +1,6 @@
 """Real Karpenter (its kwok cloud provider, built from sigs.k8s.io/karpenter) as the test
-cluster's node autoscaler: ``testcluster/cluster up --node-autoscaler karpenter``."""
+cluster's node autoscaler, and real KEDA's operator scaling a ScaledJob of Work Queue
+workers: ``testcluster/cluster up --node-autoscaler karpenter --keda``."""
 
 from __future__ import annotations
 
@@ -23,12 +24,12 @@ CONSOLIDATE_S = 5  # the NodePool's consolidateAfter
 def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("karpenter-cluster")
     env = {**os.environ, "HTA_TESTCLUSTER_DIR": str(state)}
-    up = subprocess.run([CLUSTER, "up", "--node-autoscaler", "karpenter", "--node-cores", "3", "--node-memory",
+    up = subprocess.run([CLUSTER, "up", "--node-autoscaler", "karpenter", "--keda", "--node-cores", "3", "--node-memory",
                          "8192", "--max-nodes", "3", "--provision-delay", str(REGISTRATION_S), "--pod-start-delay",
                          "1", "--empty-node-ttl", str(CONSOLIDATE_S)], env=env, capture_output=True, text=True,
                         timeout=1800)
     assert up.returncode == 0, up.stderr[-3000:]
-    assert "Karpenter v" in up.stderr
+    assert "Karpenter v" in up.stderr and "KEDA's operator" in up.stderr
     kubeconfig = up.stdout.strip().splitlines()[-1].split("=", 1)[1]
     try:
         yield kubeconfig
@@ -43,7 +44,7 @@ def apis(cluster):
     cfg = client.Configuration()
     config.load_kube_config(config_file=cluster, client_configuration=cfg)
     api = client.ApiClient(cfg)
-    return client.CoreV1Api(api), client.CustomObjectsApi(api)
+    return client.CoreV1Api(api), client.CustomObjectsApi(api), client.BatchV1Api(api)
 
 
 def karpenter_nodes(core) -> list:
@@ -55,7 +56,7 @@ def node_claims(custom) -> list:
 
 
 def test_karpenter_adds_a_node_for_a_pod_that_fits_nowhere_and_removes_it_once_empty(apis):
-    core, custom = apis
+    core, custom, _ = apis
     assert karpenter_nodes(core) == []
     pod = client.V1Pod(metadata=client.V1ObjectMeta(name="needs-a-node"), spec=client.V1PodSpec(
         restart_policy="Never", termination_grace_period_seconds=0, containers=[client.V1Container(
@@ -76,7 +77,7 @@ def test_karpenter_adds_a_node_for_a_pod_that_fits_nowhere_and_removes_it_once_e
 
 
 def test_hta_runs_on_nodes_karpenter_makes_and_leaves_nothing(cluster, apis, tmp_path: Path):
-    core, custom = apis
+    core, custom, _ = apis
     wf = tmp_path / "io"
     shutil.copytree(ROOT / "workflows" / "io", wf)
     r = run_hta("makeflow", "--backend", "k8s", "--kubeconfig", cluster, "--host-network", "--worker-cores", "1",
@@ -91,3 +92,38 @@ def test_hta_runs_on_nodes_karpenter_makes_and_leaves_nothing(cluster, apis, tmp
     gone = wait(lambda: not karpenter_nodes(core) and not node_claims(custom), CONSOLIDATE_S + 60, every=0.5)
     assert gone, "the workflow's nodes outlived it"
     assert not cctools_processes(str(wf))
+
+
+def test_a_keda_scaledjob_runs_a_job_per_waiting_task_and_scales_to_zero_after(apis, tmp_path: Path):
+    """The rival as a user deploys it: KEDA's metrics-api scaler reads the master's own
+    /queue_status; each Job's pod runs ``hta worker --tasks 1``; Karpenter makes the nodes."""
+    from test_node import Master
+
+    from hta.node.worker import worker_command
+    from testcluster.keda import scaled_job
+
+    core, custom, batch = apis
+    m = Master()
+    try:
+        for _ in range(4):
+            m.submit("sleep 2")
+        master = f"127.0.0.1:{m.q.port}"
+        job = scaled_job("keda-rival", master, tasks_per_job=1, cores=1, memory_mb=512, image="localhost/none:1",
+                         command=worker_command(master, disk_mb=1024, idle_timeout_s=60, css=False), polling_s=2)
+        custom.create_namespaced_custom_object("keda.sh", "v1alpha1", "default", "scaledjobs", job)
+        assert wait(lambda: len(m.done) == 4, 120, every=0.5), f"{len(m.done)} of 4 tasks done"
+        assert all(d[1] == 0 for d in m.done)
+        jobs = batch.list_namespaced_job("default", label_selector="scaledjob.keda.sh/name=keda-rival").items
+        assert len(jobs) >= 4 or sum(j.status.succeeded or 0 for j in jobs) >= 2, "a Job per waiting task"
+
+        def idle() -> bool:
+            active = [j for j in batch.list_namespaced_job("default").items if j.status.active]
+            pods = core.list_namespaced_pod("default", label_selector="hta.io/rival").items
+            return not active and all(p.status.phase in ("Succeeded", "Failed") for p in pods)
+        assert wait(idle, 60, every=0.5), "KEDA kept Jobs running with nothing waiting"
+        assert wait(lambda: not karpenter_nodes(core), CONSOLIDATE_S + 60, every=0.5), "their nodes outlived them"
+    finally:
+        m.stop.set()
+        # (its Jobs go with it: they are owned by the ScaledJob)
+        custom.delete_namespaced_custom_object("keda.sh", "v1alpha1", "default", "scaledjobs", "keda-rival")
+        assert wait(lambda: not batch.list_namespaced_job("default").items, 60, every=0.5), "its Jobs stayed"
