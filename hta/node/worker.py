@@ -215,7 +215,13 @@ def run(o: WorkerOptions) -> int:
     while proc.poll() is None:
         if closer is not None and passed_at is None and closer.step() is not None:
             left = True  # its job's end, or its tasks done: it leaves on its own, as if drained
-            proc.send_signal(signal.SIGTERM)
+            if closer.only_held():
+                # nothing to lose: the master gives the held tasks back the moment the worker is
+                # gone, where a SIGTERM has work_queue_worker wait until each is 3 s old to kill it
+                # (3 s a job of a ScaledJob spent, its next task waiting, on every task it ran)
+                leave_now(proc.pid)
+            else:
+                proc.send_signal(signal.SIGTERM)
             passed_at = time.monotonic()
         elif signals and passed_at is None and (len(signals) > 1 or not has_tasks(proc.pid, o.workdir)
                                                 or (closer is not None and closer.only_held())):
@@ -337,6 +343,22 @@ def kill_tree(pid: int, quiet: bool = False) -> None:
         return
     log.warning("worker %d did not stop within %.0f s of SIGTERM: killed it and %d task processes",
                 pid, STOP_GRACE_S, len(victims) - 1)
+
+
+def leave_now(pid: int) -> None:
+    """SIGKILL a worker that holds only tasks it stopped itself (:mod:`hta.node.last_call`),
+    and those tasks: every result it had is with the master, which runs the held tasks
+    elsewhere."""
+    try:
+        root = psutil.Process(pid)
+        victims = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in victims:  # (the worker first: it must not see its task die and report it failed)
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def remove_workspace(workdir: Path, pid: int) -> None:
