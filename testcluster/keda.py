@@ -71,11 +71,13 @@ def install(kubeconfig: Path, state: Path, start: Callable[[str, list[str], dict
 
 def scaled_job(name: str, master: str, *, tasks_per_job: int, cores: float, memory_mb: int, image: str,
                command: list[str], polling_s: int = 5, max_replicas: int = 20, target_waiting: int = 1,
-               namespace: str = "default") -> dict:
+               strategy: str = "accurate", namespace: str = "default") -> dict:
     """The ScaledJob: one Job per ``target_waiting`` waiting tasks, each a pod of ``hta
     worker`` (``command``: :func:`hta.node.worker.worker_command`'s, ``--tasks`` appended) of ``cores`` and
     ``memory_mb``, requests = limits as HTA's. Finished Jobs are kept a few (KEDA's
-    ``successfulJobsHistoryLimit``) and their pods are gone with them."""
+    ``successfulJobsHistoryLimit``) and their pods are gone with them. ``accurate``: the
+    trigger counts waiting tasks only, not those running, for which KEDA's docs ("Scaling
+    Jobs", scalingStrategy) recommend it over ``default``."""
     qty = {"cpu": f"{round(cores * 1000)}m", "memory": f"{memory_mb}Mi"}
     pod = {"metadata": {"labels": {RIVAL_LABEL: name, "app.kubernetes.io/name": "hta-worker"}},
            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5, "hostNetwork": True,
@@ -90,6 +92,7 @@ def scaled_job(name: str, master: str, *, tasks_per_job: int, cores: float, memo
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"jobTargetRef": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": pod},
                      "pollingInterval": polling_s, "maxReplicaCount": max_replicas,
+                     "scalingStrategy": {"strategy": strategy},
                      "successfulJobsHistoryLimit": 2, "failedJobsHistoryLimit": 2,
                      "triggers": [{"type": "metrics-api", "metadata": {
                          "url": f"http://{master}/queue_status", "valueLocation": "0.tasks_waiting",

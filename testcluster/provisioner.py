@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from kubernetes import client, config
 
+from testcluster.node_ledger import LAUNCHED_AT
+
 log = logging.getLogger("node-provisioner-stand-in")
 LABEL = "hta.io/provisioned-by"
 VALUE = "node-provisioner-stand-in"
@@ -70,17 +72,20 @@ class Provisioner:
         self.stop = threading.Event()
         self.told: set[str] = set()
 
-    def node_body(self, name: str) -> client.V1Node:
+    def node_body(self, name: str, launched: float | None = None) -> client.V1Node:
+        """A kwok node; ``launched``: when it was decided, as a cloud starts billing
+        (:data:`testcluster.node_ledger.LAUNCHED_AT`)."""
         cap = {"cpu": str(self.cfg.node_cores), "memory": f"{self.cfg.node_memory}Mi", "pods": "110"}
+        said = {LAUNCHED_AT: f"{launched:.3f}"} if launched is not None else {}
         return client.V1Node(
             metadata=client.V1ObjectMeta(name=name, labels={"type": "kwok", LABEL: VALUE,
                                                             "kubernetes.io/hostname": name},
-                                         annotations={"kwok.x-k8s.io/node": "fake"}),
+                                         annotations={"kwok.x-k8s.io/node": "fake", **said}),
             spec=client.V1NodeSpec(),
             status=client.V1NodeStatus(allocatable=cap, capacity=cap),
         )
 
-    def add_node(self) -> None:
+    def add_node(self, launched: float | None = None) -> None:
         with self.adding:  # one at a time: nodes due at the same moment must not both see room
             if len(self.our_nodes()) >= self.cfg.max_nodes:  # never more than max_nodes, whatever raced
                 log.info("no node added: %d already", self.cfg.max_nodes)
@@ -88,14 +93,14 @@ class Provisioner:
             with self.lock:
                 self.seq += 1
                 name = f"kwok-node-{int(time.time())}-{self.seq}"
-            self.api.create_node(self.node_body(name))
+            self.api.create_node(self.node_body(name, launched))
         log.info("added node %s", name)
 
-    def _provision_later(self, delay: float) -> None:
+    def _provision_later(self, delay: float, launched: float) -> None:
         def run() -> None:
             if not self.stop.wait(delay):
                 try:
-                    self.add_node()
+                    self.add_node(launched)
                 except Exception as exc:  # noqa: BLE001 — keep going: the next loop retries
                     log.warning("could not add a node: %s", exc)
             with self.lock:
@@ -179,7 +184,7 @@ class Provisioner:
                     d = max(0.0, self.cfg.delay + self.rng.uniform(-self.cfg.jitter, self.cfg.jitter))
                     wait = max(0.0, asked + d - time.time())
                     log.info("%d unschedulable pods: a node in %.1fs", len(rest), wait)
-                    self._provision_later(wait)
+                    self._provision_later(wait, asked)
         now = time.time()
         for n in nodes:
             name = n.metadata.name
