@@ -315,6 +315,7 @@ def hta_set(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Comple
                           env={**clean, **(env or {})})
 
 
+@pytest.mark.slow  # (5 s of subprocesses: the fast tier keeps the server's and the controller's own tests)
 def test_hta_set_end_to_end(tmp_path: Path):
     (tmp_path / "Makeflow").write_text("a:\n\ttouch a\n")
     run_dir = tmp_path / "Makeflow.hta"
