@@ -730,7 +730,7 @@ def option_layers(args: argparse.Namespace, warn: bool = True):
     the config file anew; ``warn``: say misspelled HTA_* variables)."""
     import os
 
-    from hta import config
+    from hta.submit import config
 
     layers: list[tuple[str, Mapping[str, Any]]] = []
     cfg, given_by = getattr(args, "config", None), "--config"
@@ -758,7 +758,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     """The configuration ``hta makeflow`` would run with, as YAML (a valid --config file)."""
     import yaml
 
-    from hta.config import as_keys
+    from hta.submit.config import as_keys
 
     options = effective_options(args)
     options.check_settings()  # the settings hta makeflow would refuse (the workflow may come later)
@@ -769,7 +769,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 def hta_options_help() -> str:
     """HTA's options as ``makeflow -T hta`` takes them: each with its environment variable and
     config-file key, and its help (``makeflow -T hta --help`` prints this after makeflow's)."""
-    from hta import config
+    from hta.submit import config
 
     p = argparse.ArgumentParser(prog="hta makeflow", add_help=False)
     _makeflow_options(p)
@@ -811,8 +811,8 @@ def cmd_makeflow(args: argparse.Namespace) -> int:
         layers = option_layers(args)
         options = layers.build()
         reread = ConfigReread(read=lambda: option_layers(args, warn=False), last=layers, options=options)
-        from hta import config
         from hta.status.panel import verbosity_from_flags
+        from hta.submit import config
 
         verbose = args.verbose or config.truthy(os.environ.get("HTA_VERBOSE"))
         quiet = args.quiet or config.truthy(os.environ.get("HTA_QUIET"))

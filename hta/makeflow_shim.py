@@ -5,7 +5,7 @@ one on PATH once the venv's ``bin`` is). With ``-T hta`` / ``--batch-type=hta``
 (or ``MAKEFLOW_BATCH_QUEUE_TYPE=hta``) it runs ``hta makeflow`` on the same
 command line: the workflow and every makeflow option pass through, HTA's own
 options come from ``$HTA_CONFIG`` and ``HTA_*`` variables (see
-:mod:`hta.config`). Any other invocation is handed, unchanged, to the real
+:mod:`hta.submit.config`). Any other invocation is handed, unchanged, to the real
 makeflow — found on PATH past this one, never this one again.
 """
 
@@ -39,7 +39,7 @@ def hta_argv(args: MakeflowArgs) -> list[str]:
 def _hta_option_of(argv: list[str]) -> str | None:
     """The first HTA option on a ``makeflow -T hta`` command line (``--max-workers``, in any
     spelling), which makeflow's own reader refuses."""
-    from hta.config import KEYS
+    from hta.submit.config import KEYS
 
     for a in argv:
         name = a[2:].split("=", 1)[0] if a.startswith("--") else None
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         if _names_hta(argv):  # the real makeflow would only say it does not know -T hta
             hta_option = _hta_option_of(argv)
             if hta_option is not None:
-                from hta.config import variable_of
+                from hta.submit.config import variable_of
 
                 print(f"makeflow: error: --{hta_option} is an HTA option, which makeflow -T hta takes from the "
                       f"environment: {variable_of(hta_option)}=... makeflow -T hta ... (or {hta_option}: in a config "

@@ -228,6 +228,14 @@ class LogError(ValueError):
     """A scaling log that cannot be read, with the file and line at fault."""
 
 
+def paths_for(workflow: Path) -> tuple[Path, Path]:
+    """(run directory, latest scaling log) next to the makeflow logs of ``workflow``; the
+    latest log is a link to the newest of the run directory's ``runs/run-NNN.scaling.jsonl``
+    (``hta makeflow`` writes them, ``hta simulate`` reads a run's figures from them)."""
+    wf = workflow.resolve()
+    return wf.parent / f"{wf.name}.hta", wf.parent / f"{wf.name}.scaling.jsonl"
+
+
 def _kind(data: object) -> str:
     kind = data.get("kind") if isinstance(data, dict) else None
     return f"'{kind}' " if isinstance(kind, str) else ""

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from conftest import HTA, run_hta
 
-from hta import config
 from hta.errors import UsageError
 from hta.makeflow_shim import hta_argv, wants_hta
+from hta.submit import config
 from workqueue_bridge.makeflow_args import MakeflowArgs, real_makeflow
 
 

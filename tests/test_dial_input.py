@@ -13,9 +13,9 @@ import pytest
 import yaml
 from conftest import run_hta
 
-from hta import config
+from hta.dial_input import parse_budget, parse_deadline
 from hta.errors import UsageError
-from hta.submit.dial_input import parse_budget, parse_deadline
+from hta.submit import config
 
 UTC = dt.UTC
 #: 20:00 UTC on 6 December 2026

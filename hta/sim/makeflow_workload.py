@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hta.scaling_log import CategoriesRecord, EndRecord, LogError, RunRecord, WorkerRecord, read_records
+from hta.controller import ControllerConfig
+from hta.scaling_log import CategoriesRecord, EndRecord, LogError, RunRecord, WorkerRecord, paths_for, read_records
 from hta.sim.workload import DEFAULT_MEMORY_MB, SimTask, Workload, WorkloadError
-from hta.submit.options import MakeflowOptions
-from hta.submit.run_dir import paths_for
 from resource_monitor.model import CategoryModel
 from workqueue_bridge.dag import Dag, Rule, load_dag, sizes_in
 from workqueue_bridge.monitor_summaries import TaskSummary, parse_summary
@@ -305,6 +304,6 @@ def _world_from(run: MeasuredRun, workflow: Path, summaries: dict[int, TaskSumma
     else:
         out.assumptions.append("the master adds nothing to a task's runtime (the run left no transactions log or "
                                "monitor summaries to measure it from)")
-    interval = MakeflowOptions.model_fields["min_interval_s"].default
+    interval = ControllerConfig.__dataclass_fields__["min_interval_s"].default  # (hta makeflow's too)
     out.cluster["min_interval_s"] = interval
     out.assumptions.append(f"decisions at most every {interval:g} s (hta makeflow's default --min-interval)")

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
+from hta.dial_input import parse_budget, parse_deadline
 from hta.live import LiveSettings, SettingChange, budget_words, deadline_words
-from hta.submit.dial_input import parse_budget, parse_deadline
 
 if TYPE_CHECKING:
     from hta.controller import Controller

@@ -13,10 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from hta.backends import BackendOptions, backend_names
 from hta.controller import ControllerConfig
+from hta.dial_input import parse_budget, parse_deadline
 from hta.errors import UsageError
 from hta.model import Resources
 from hta.policies.registry import make_policy
-from hta.submit.dial_input import parse_budget, parse_deadline
 from workqueue_bridge.dag import viz_json
 from workqueue_bridge.makeflow import MakeflowError, check_extra_args
 from workqueue_bridge.makeflow_args import ArgsError, MakeflowArgs
@@ -46,7 +46,7 @@ class MakeflowOptions(BaseModel):
     backend: str = "local"
     backend_options: BackendOptions = Field(default_factory=BackendOptions)
     policy: str = "hta"
-    #: the time–cost dial, as given (:mod:`hta.submit.dial_input`): finish by this time
+    #: the time–cost dial, as given (:mod:`hta.dial_input`): finish by this time
     #: (a duration from the start, or a clock time), paying the fewest node·s the forecast allows
     deadline: str | None = None
     #: ... or finish as early as this many node-hours (or core-hours) allow

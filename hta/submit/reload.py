@@ -1,7 +1,7 @@
 """SIGHUP: read the config file again and put in force what changed that may change live.
 
 The daemon convention (nginx, sshd, Prometheus): ``kill -HUP PID`` re-reads the
-configuration. HTA reads its layers again (:class:`hta.config.Layers`: the config file
+configuration. HTA reads its layers again (:class:`hta.submit.config.Layers`: the config file
 anew; the environment and the flags as they were, since nothing outside can change them)
 and compares what they build with what the last read built:
 
@@ -29,10 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hta.config import FROM_ENVIRONMENT, FROM_FLAGS, Layers, as_keys, variable_of
+from hta.dial_input import parse_budget, parse_deadline
 from hta.errors import UsageError
 from hta.live import LIVE_KEYS, LiveSettings, Refused
-from hta.submit.dial_input import parse_budget, parse_deadline
+from hta.submit.config import FROM_ENVIRONMENT, FROM_FLAGS, Layers, as_keys, variable_of
 
 if TYPE_CHECKING:
     from hta.controller import Controller

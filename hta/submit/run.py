@@ -39,7 +39,7 @@ from hta.observation import UpcomingSource
 from hta.policies.base import Policy, check_signals
 from hta.policies.dial import budget_spent
 from hta.policies.registry import make_policy
-from hta.scaling_log import EndRecord, RunRecord, WorkerRecord
+from hta.scaling_log import EndRecord, RunRecord, WorkerRecord, paths_for
 from hta.submit.failure_watch import FailureWatch
 from hta.submit.options import STALL_TIMEOUT_S, MakeflowOptions, check_not_empty
 from hta.submit.reload import ConfigReread
@@ -48,7 +48,6 @@ from hta.submit.run_dir import (
     new_run_log,
     open_scaling_log,
     other_makeflows,
-    paths_for,
     point_latest_at,
     set_aside,
 )

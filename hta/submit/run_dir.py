@@ -76,13 +76,6 @@ def set_aside(log: Path) -> Path | None:
     return kept
 
 
-def paths_for(workflow: Path) -> tuple[Path, Path]:
-    """(run directory, latest scaling log) next to the makeflow logs of ``workflow``; the
-    latest log is a link to the newest of the run directory's ``runs/run-NNN.scaling.jsonl``."""
-    wf = workflow.resolve()
-    return wf.parent / f"{wf.name}.hta", wf.parent / f"{wf.name}.scaling.jsonl"
-
-
 def point_latest_at(latest: Path, log: Path) -> None:
     """Make ``latest`` a link to ``log`` (atomically: a reader sees one run or the other)."""
     try:
