@@ -653,6 +653,25 @@ SIM_FLAGS = {"max_nodes": "max_nodes", "start_nodes": "start_nodes", "node_cores
              "node_memory": "node_memory_mb", "latency_mean": "latency_mean_s", "latency_sd": "latency_sd_s"}
 
 
+#: how ``hta simulate`` names each world setting in a line (its value goes in ``{}``)
+SIM_WORDS = {"max_nodes": "at most {:g} nodes", "start_nodes": "starting with {:g} node(s)",
+             "node_cores": "{:g} cores a node", "node_memory_mb": "{:,.0f} MB a node",
+             "latency_mean_s": "a node latency of {:g} s", "latency_sd_s": "sd {:g} s"}
+
+
+def say_world(world: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """On stderr, for a user's own Makeflow: the settings a flag set in place of the run's,
+    and those the simulator's default cluster gives (no run measured them)."""
+    flag_of = {field: "--" + dest.replace("_", "-") for dest, field in SIM_FLAGS.items()}
+    over = [f"{flag_of[f]} {v:g}" for f, v in given.items() if f in world and world[f] != v]
+    if over:
+        print(f"hta: given: {', '.join(over)}, in place of what the run measured", file=sys.stderr)
+    rest = [SIM_WORDS[f].format(v) for f, v in SIM_DEFAULTS.items() if f not in world and f not in given]
+    if rest:
+        print(f"hta: assumed: the simulator's default cluster: {', '.join(rest)} (the thesis's GKE nodes; give "
+              f"--max-nodes, --node-cores, --latency-mean for yours)", file=sys.stderr)
+
+
 def _simulated_workload(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """What ``hta simulate`` runs: a built-in's name, a WfFormat file's path, or a Makeflow
     read (with its last run's world figures, and what was measured and assumed said on stderr)."""
@@ -699,6 +718,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     workload, world = _simulated_workload(args)
     given = {field: v for flag, field in SIM_FLAGS.items() if (v := getattr(args, flag)) is not None}
     settings = {**SIM_DEFAULTS, **world, **given}
+    if not isinstance(workload, str):  # (a Makeflow read: say where the rest of its world comes from)
+        say_world(world, given)
     if settings["start_nodes"] > settings["max_nodes"]:
         raise UsageError(f"--start-nodes ({settings['start_nodes']}) is above --max-nodes ({settings['max_nodes']})")
     cluster = ClusterModel(pull_s=args.pull, **{**COSTS[args.costs].cluster_update(), **settings})

@@ -210,6 +210,25 @@ def test_summary_directory_retries_a_partial_file(tmp_path):
     assert d.poll() == []
 
 
+def test_a_summary_rewritten_by_a_later_run_is_read_again(tmp_path):
+    """A re-run of the workflow rewrites ``resource-rule-N.summary``: read once by name, the
+    re-run learned only what the run before had measured (a user's trial found it)."""
+    import os
+
+    full = json.loads((DATA / "monitor" / "resource-rule-0.summary").read_text())
+    path = tmp_path / "resource-rule-0.summary"
+    path.write_text(json.dumps(full))
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    d = SummaryDirectory(tmp_path)
+    (first,) = d.poll()
+    assert d.poll() == []
+    full["wall_time"] = [first.wall_time_s + 4.0, "s"]
+    path.write_text(json.dumps(full))
+    (again,) = d.poll()
+    assert again.wall_time_s == pytest.approx(first.wall_time_s + 4.0)
+    assert d.poll() == []
+
+
 def test_workers_the_backend_retired_are_left_out():
     snap = captured_snapshot()
     builder = ObservationBuilder(epoch=1795315968.0, worker_shape=Resources(cores=2), min_workers=0, max_workers=3)

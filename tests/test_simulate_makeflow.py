@@ -142,6 +142,17 @@ def test_cli_prints_what_it_measured_and_a_flag_beats_the_run(tmp_path: Path) ->
                 "--max-nodes", "1")
     one = json.loads(r.stdout)["runs"][0]["runtime_s"]
     assert one > two + 8  # one worker runs the two 10 s rules one after the other
+    assert "hta: given: --max-nodes 1, in place of what the run measured" in r.stderr
+    assert "default cluster" not in r.stderr  # (the run measured every setting)
+
+
+def test_without_a_run_the_default_cluster_is_said_as_assumed(tmp_path: Path) -> None:
+    mf = workflow(tmp_path)
+    r = run_hta("simulate", "--workflow", str(mf), "--policies", "hta", "--seeds", "1", "--node-cores", "2")
+    assert r.returncode == 0, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if "default cluster" in x]
+    assert "at most 20 nodes" in line and "a node latency of 157.4 s" in line
+    assert "cores a node" not in line  # (--node-cores was given)
 
 
 def test_cli_refuses_what_it_cannot_simulate(tmp_path: Path) -> None:

@@ -79,14 +79,18 @@ def parse_summary(text: str) -> TaskSummary:
 class SummaryDirectory:
     """Yields each new summary in a monitor directory once, as it appears.
 
-    A file that does not parse yet (still being written) is tried again on the
-    next poll, up to ``max_tries`` polls; then it is reported in ``broken``.
+    A summary is a file per rule (``resource-rule-N.summary``) that makeflow writes again
+    when a later run of the workflow runs the rule again: a file is new when its name, or
+    its modification time and size, are (a rewritten one is read again, or a re-run would
+    learn only what the run before measured). A file that does not parse yet (still being
+    written) is tried again on the next poll, up to ``max_tries`` polls; then it is
+    reported in ``broken``.
     """
 
     def __init__(self, path: Path | str, max_tries: int = 5):
         self.path = Path(path)
         self.max_tries = max_tries
-        self._done: set[str] = set()
+        self._done: dict[str, tuple[int, int]] = {}
         self._tries: dict[str, int] = {}
         self.broken: list[str] = []
 
@@ -95,14 +99,20 @@ class SummaryDirectory:
             return []
         new = []
         for f in sorted(self.path.glob("*.summary")):
-            if f.name in self._done:
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            version = (st.st_mtime_ns, st.st_size)
+            if self._done.get(f.name) == version:
                 continue
             try:
                 new.append(parse_summary(f.read_text(errors="replace")))
-                self._done.add(f.name)
+                self._done[f.name] = version
+                self._tries.pop(f.name, None)
             except (ValueError, OSError):
                 n = self._tries[f.name] = self._tries.get(f.name, 0) + 1
                 if n >= self.max_tries:
-                    self._done.add(f.name)
+                    self._done[f.name] = version
                     self.broken.append(f.name)
         return new

@@ -282,7 +282,8 @@ def _world_from(run: MeasuredRun, workflow: Path, summaries: dict[int, TaskSumma
     master's own time per task."""
     out.cluster.update(max_nodes=run.max_workers, start_nodes=0, node_cores=run.worker_cores,
                        node_memory_mb=run.worker_memory_mb)
-    out.measured.append(f"workers of {run.worker_cores:g} cores, {run.worker_memory_mb:,.0f} MB, at most "
+    cores = f"{run.worker_cores:g} core{'' if run.worker_cores == 1 else 's'}"
+    out.measured.append(f"workers of {cores}, {run.worker_memory_mb:,.0f} MB, at most "
                         f"{run.max_workers} ({run.backend} backend, {run.log})")
     if (lat := run.latency()) is not None:
         out.cluster.update(latency_mean_s=lat[0], latency_sd_s=lat[1])
