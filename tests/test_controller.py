@@ -36,8 +36,9 @@ class Asks:
         return self.decision
 
 
-def controller_on_world(policy, **config) -> tuple[Controller, World]:
-    tasks = [SimTask(f"t{i}", "a", runtime_s=1000) for i in range(50)]
+def controller_on_world(policy, tasks_n: int = 50, runtime_s: float = 1000, **config) -> tuple[Controller, World]:
+    """The production controller over a simulated world of ``tasks_n`` tasks of ``runtime_s``."""
+    tasks = [SimTask(f"t{i}", "a", runtime_s=runtime_s) for i in range(tasks_n)]
     world = World(Workload("w", tasks), ClusterModel(max_nodes=100, start_nodes=0, latency_mean_s=30,
                                                     latency_sd_s=0), seed=0)
     cfg = dict(worker_shape=world.model.node_shape, max_workers=5, min_interval_s=10, max_interval_s=60)

@@ -18,26 +18,21 @@ from pathlib import Path
 import aiohttp
 import pytest
 from conftest import HTA
+from test_controller import controller_on_world
 
 from hta import interrupts
 from hta.cli import option_layers, parse
-from hta.controller import Controller, ControllerConfig
+from hta.controller import Controller
 from hta.live import LiveSettings, Refused
 from hta.model import ScaleDecision
 from hta.policies.registry import make_policy
-from hta.scaling_log import ScalingLogWriter
-from hta.sim.backend import SimBackend
-from hta.sim.cluster import ClusterModel
-from hta.sim.master import SimMaster, SimMonitor
 from hta.sim.run import run_now
-from hta.sim.workload import SimTask, Workload
 from hta.sim.world import World
 from hta.status.control import CONTROL_FILE, ControlRequest, apply_request, write_control_file
 from hta.status.panel import render
 from hta.status.server import StatusServer, same_host
 from hta.status.snapshot import RunInfo, build_snapshot
 from hta.submit.reload import ConfigReread
-from resource_monitor.categories import CategoryLearner
 
 INFO = RunInfo(workflow="w/Makeflow", policy="hta", backend="simulated", started_at=0.0)
 
@@ -55,15 +50,7 @@ class Asks:
 
 
 def on_world(policy, tasks: int = 50, runtime_s: float = 1000, **config) -> tuple[Controller, World]:
-    world = World(Workload("w", [SimTask(f"t{i}", "a", runtime_s=runtime_s) for i in range(tasks)]),
-                  ClusterModel(max_nodes=100, start_nodes=0, latency_mean_s=30, latency_sd_s=0), seed=0)
-    cfg = dict(worker_shape=world.model.node_shape, max_workers=4, min_interval_s=10, max_interval_s=60)
-    cfg.update(config)
-    c = Controller(master=SimMaster(world), backend=SimBackend(world), policy=policy, learner=CategoryLearner(),
-                   summaries=SimMonitor(world), scaling_log=ScalingLogWriter(), config=ControllerConfig(**cfg),
-                   epoch=0.0, clock=lambda: world.env.now)
-    world.start()
-    return c, world
+    return controller_on_world(policy, tasks_n=tasks, runtime_s=runtime_s, **{"max_workers": 4, **config})
 
 
 def step_at(c: Controller, world: World, t: float) -> None:
