@@ -27,49 +27,41 @@ if ! command -v go >/dev/null; then
 fi
 export GOMODCACHE="$CACHE/gomodcache" GOCACHE="$CACHE/gocache" GOBIN="$BIN" GOFLAGS=-buildvcs=false
 
-# Karpenter's kwok cloud provider (cluster up --node-autoscaler karpenter): its own stamp, so
-# adding it to a warm cache does not rebuild the control plane (about 2 minutes over that cache)
-build_karpenter() {
-  local kstamp="$BIN/.karpenter" kwant="karpenter=$KARPENTER"
-  if [ -f "$kstamp" ] && [ "$(cat "$kstamp")" = "$kwant" ] && [ -x "$BIN/karpenter-kwok" ]; then
+# build_tool NAME VERSION MODULE PACKAGE BINARY [copy-replaces]: a Go program from its module
+# at VERSION into $BIN/BINARY, under a stamp of its own, so adding it to a warm cache rebuilds
+# nothing else. copy-replaces repeats the module's own replace directives in the wrapper module
+# (go build ignores a dependency's). Karpenter's kwok cloud provider (cluster up
+# --node-autoscaler karpenter): about 2 minutes over the control plane's cache; KEDA's
+# operator (cluster up --keda), whose module pins client-go and others by replaces: about 6.
+build_tool() {
+  local name=$1 version=$2 module=$3 pkg=$4 binary=$5 stamp="$BIN/.$1" want="$1=$2"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$BIN/$binary" ]; then
     return 0
   fi
-  mkdir -p "$BIN" "$CACHE/build-karpenter"
-  cd "$CACHE/build-karpenter"
-  printf 'module htakarpenter\n\ngo 1.26\n\nrequire sigs.k8s.io/karpenter v%s\n' "$KARPENTER" > go.mod
-  printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/karpenter/kwok"\n' > tools.go
-  say "building Karpenter v$KARPENTER (kwok provider)"
-  go mod tidy >/dev/null 2>&1
-  go build -ldflags "-s -w" -o "$BIN/karpenter-kwok" sigs.k8s.io/karpenter/kwok
-  echo "$kwant" > "$kstamp"
+  mkdir -p "$BIN" "$CACHE/build-$name"
+  cd "$CACHE/build-$name"
+  say "building $name v$version ($pkg)"
+  { printf 'module hta%s\n\ngo 1.23.4\n\nrequire %s v%s\n\n' "$name" "$module" "$version"
+    if [ "${6:-}" = copy-replaces ]; then
+      awk '/^replace \(/{p=1} p{print} /^\)/{p=0}' \
+        "$(go mod download -json "$module@v$version" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')"
+    fi; } > go.mod
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" > tools.go
+  go mod tidy >/dev/null 2>&1  # (it raises the go line to what the module needs)
+  go build -ldflags "-s -w" -o "$BIN/$binary" "$pkg"
+  echo "$want" > "$stamp"
 }
 
-# KEDA's operator (cluster up --keda): its module pins client-go and others with replace
-# directives, which a module that requires it must repeat (go build ignores a dependency's
-# replaces); they are copied from its go.mod. About 6 minutes over the control plane's cache.
-build_keda() {
-  local kstamp="$BIN/.keda" kwant="keda=$KEDA"
-  if [ -f "$kstamp" ] && [ "$(cat "$kstamp")" = "$kwant" ] && [ -x "$BIN/keda-operator" ]; then
-    return 0
-  fi
-  mkdir -p "$BIN" "$CACHE/build-keda"
-  cd "$CACHE/build-keda"
-  say "building KEDA v$KEDA (operator)"
-  local gomod
-  gomod=$(go mod download -json "github.com/kedacore/keda/v2@v$KEDA" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
-  { printf 'module htakeda\n\ngo 1.23.4\n\nrequire github.com/kedacore/keda/v2 v%s\n\n' "$KEDA"
-    awk '/^replace \(/{p=1} p{print} /^\)/{p=0}' "$gomod"; } > go.mod
-  printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/kedacore/keda/v2/cmd/operator"\n' > tools.go
-  go mod tidy >/dev/null 2>&1
-  go build -ldflags "-s -w" -o "$BIN/keda-operator" github.com/kedacore/keda/v2/cmd/operator
-  echo "$kwant" > "$kstamp"
+build_autoscalers() {
+  build_tool karpenter "$KARPENTER" sigs.k8s.io/karpenter sigs.k8s.io/karpenter/kwok karpenter-kwok
+  build_tool keda "$KEDA" github.com/kedacore/keda/v2 github.com/kedacore/keda/v2/cmd/operator keda-operator \
+    copy-replaces
 }
 
 stamp="$BIN/.versions"
 want="k8s=$K8S kwok=$KWOK kubelet"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  build_karpenter
-  build_keda
+  build_autoscalers
   exit 0
 fi
 mkdir -p "$BIN" "$CACHE/build"
@@ -102,6 +94,5 @@ if [ ! -x "$BIN/kwok" ]; then
   go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK"
 fi
 echo "$want" > "$stamp"
-build_karpenter
-build_keda
+build_autoscalers
 say "ready in $BIN"
