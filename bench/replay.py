@@ -86,6 +86,13 @@ class Measured:
     #: what the real master adds to each task's runtime (dispatch, transfers, the monitor):
     #: the mean over each category's tasks
     task_overhead_s: dict[str, float] = field(default_factory=dict)
+    #: a rival's Job: its worker gone → the Job complete, while KEDA still counts it
+    job_end_s: float = 0.0
+    #: KEDA's API calls, one at a time in its scale loop: a Job created, a Job deleted
+    create_call_s: float = 0.0
+    delete_call_s: float = 0.0
+    #: the ScaledJob's successfulJobsHistoryLimit (KEDA's default)
+    history_limit: int = 100
 
 
 @dataclass
@@ -155,17 +162,20 @@ def keda_pods_per_node(tasks_per_job: int) -> int:
     return max(1, NODE_CORES // max(1, tasks_per_job))
 
 
-def sim_policy(policy: str, k: float, nodes: int) -> str:
+def sim_policy(policy: str, k: float, nodes: int, m: Measured | None = None) -> str:
     """The policy the simulator runs for a real run's (thesis time): the real ScaledJob's twin
-    is the emulation, with the real one's whole-second timings, pod shape and most Jobs
-    (``nodes`` nodes' pods)."""
+    is the emulation, with the real one's whole-second timings, pod shape, most Jobs (``nodes``
+    nodes' pods) and history limit, and what its Jobs measured (``m``): how long they outlived
+    their workers and what KEDA's API calls took."""
     n = keda_tasks(policy)
     if n is None:
         return policy
     polling, idle = keda_timing(k)
     pods = keda_pods_per_node(n)
+    m = m or Measured()
     return (f"keda-job-{n}:strategy=accurate,polling_interval_s={polling * k:g},idle_timeout_s={idle * k:g},"
-            f"max_replicas={nodes * pods}[pods={pods}]")
+            f"job_end_s={m.job_end_s:.1f},create_call_s={m.create_call_s:.2f},delete_call_s={m.delete_call_s:.2f},"
+            f"history_limit={m.history_limit},max_replicas={nodes * pods}[pods={pods}]")
 
 
 class Cluster:
@@ -218,14 +228,21 @@ class Cluster:
         core = client.CoreV1Api(self.api())
         return wait_for(lambda: not core.list_node().items, timeout_s)
 
+    def keep_logs(self, to: Path) -> None:
+        """The control plane's and the autoscalers' logs, kept beside the run's."""
+        to.mkdir(parents=True, exist_ok=True)
+        for log in (self.state / "logs").glob("*.log"):
+            shutil.copy(log, to / log.name)
+
     def __exit__(self, *exc: object) -> None:
         subprocess.run([str(ROOT / "testcluster" / "cluster"), "down"], env=self.env, capture_output=True,
                        timeout=300)
         shutil.rmtree(self.state, ignore_errors=True)
 
 
-def deploy_keda(cluster: Cluster, run: Run, k: float, nodes: int, port: int) -> None:
-    """The real ScaledJob on the master HTA's makeflow will open at ``port``."""
+def deploy_keda(cluster: Cluster, run: Run, k: float, nodes: int, port: int, wdir: Path) -> None:
+    """The real ScaledJob on the master HTA's makeflow will open at ``port`` (kept as
+    ``scaledjob.json`` beside the run)."""
     from kubernetes import client
 
     from hta.node.worker import worker_command
@@ -239,6 +256,7 @@ def deploy_keda(cluster: Cluster, run: Run, k: float, nodes: int, port: int) -> 
                      memory_mb=WORKER_MEMORY_MB // pods, image="localhost/hta-worker:latest",
                      command=worker_command(master, disk_mb=WORKER_DISK_MB, idle_timeout_s=idle),
                      polling_s=polling, max_replicas=nodes * pods, strategy="accurate")
+    (wdir / "scaledjob.json").write_text(json.dumps(job, indent=1))
     client.CustomObjectsApi(cluster.api()).create_namespaced_custom_object("keda.sh", "v1alpha1", "default",
                                                                           "scaledjobs", job)
 
@@ -264,6 +282,7 @@ def free_port() -> int:
 def run_real(run: Run, k: float, nodes: int, seed: int, out: Path, timeout_s: float,
              node_autoscaler: str = "provisioner") -> None:
     from testcluster.node_ledger import NodeLedger
+    from testcluster.timeline import Timeline
 
     workload = load_workload(run.workload, seed)
     wdir = out / f"{run.workload}-{run.policy}"
@@ -274,9 +293,11 @@ def run_real(run: Run, k: float, nodes: int, seed: int, out: Path, timeout_s: fl
     t0 = time.time()
     with Cluster(nodes, nodes if static else 1, k, node_autoscaler, keda) as cluster:
         ledger = NodeLedger(cluster.kubeconfig).start()
+        timeline = Timeline(cluster.kubeconfig, wdir / "timeline.jsonl",
+                            "hta.io/rival" if keda_tasks(run.policy) is not None else "hta.io/run").start()
         port = free_port() if keda else 0
         if keda:  # (KEDA polls the master from now; it finds none until makeflow opens it)
-            deploy_keda(cluster, run, k, nodes, port)
+            deploy_keda(cluster, run, k, nodes, port, wdir)
         policy = "observe" if keda else run.policy
         cmd = [str(ROOT / ".venv" / "bin" / "hta"), "makeflow", "--backend", "k8s", "--kubeconfig",
                cluster.kubeconfig, "--host-network", "--port", str(port), "--policy", f"{policy}@{k:g}",
@@ -299,6 +320,8 @@ def run_real(run: Run, k: float, nodes: int, seed: int, out: Path, timeout_s: fl
         # (a starting node of the stand-in's stays: it is paid to the run's end)
         gone = cluster.nodes_gone(EMPTY_NODE_TTL_S / k + 120) if node_autoscaler == "karpenter" else True
         ledger.stop()
+        timeline.stop()
+        cluster.keep_logs(wdir / "cluster-logs")
         run.ledger = ledger.paid(time.time())
         (wdir / "nodes.json").write_text(json.dumps(run.ledger))  # (for --reuse)
         if not gone:
@@ -324,6 +347,10 @@ def load_real(run: Run, workload, wdir: Path, k: float) -> None:
         connected = [r for r in records if r.kind == "worker" and r.event == "connected" and r.latency_s is not None]
         run.latency_s = [r.latency_s * k for r in connected]
         run.measured = measure(connected, workload, wdir, k)
+        if keda_tasks(run.policy) is not None and (wdir / "timeline.jsonl").exists():
+            hold = measure_jobs(run.measured, wdir, k)
+            if run.node_autoscaler == "karpenter" and hold is not None:
+                run.node_hold_s = hold
         if run.ledger and run.node_autoscaler == "karpenter":
             # node·s as the cluster billed them, from the run's start to the last node's end
             start = next(r.started_at for r in records if r.kind == "run")
@@ -374,6 +401,23 @@ def measure(connected: list, workload, wdir: Path, k: float) -> Measured:
     return m
 
 
+def measure_jobs(m: Measured, wdir: Path, k: float) -> float | None:
+    """A KEDA run's own costs, from its Jobs and pods (:func:`testcluster.timeline.job_costs`;
+    its workers are not HTA's, so HTA's records name no phases of theirs), in thesis time;
+    returns how long the node autoscaler kept a node after its last pod (real s)."""
+    from testcluster.timeline import job_costs
+
+    c = job_costs(wdir / "timeline.jsonl", wdir / "Makeflow.wqlog.tr")
+    m.node_s = [x * k for x in c.node_wait_s]
+    m.pod_start_s = [c.pod_start_s * k] if c.pod_start_s is not None else []
+    m.job_end_s = (c.job_end_s or 0.0) * k
+    m.create_call_s, m.delete_call_s = (c.create_call_s or 0.0) * k, (c.delete_call_s or 0.0) * k
+    spec = wdir / "scaledjob.json"
+    if spec.exists():
+        m.history_limit = json.loads(spec.read_text())["spec"].get("successfulJobsHistoryLimit", m.history_limit)
+    return c.node_hold_s
+
+
 def provisioned(latencies: list[float]) -> list[float]:
     """The latencies of pods that waited for a new node: a pod that found room on a node
     already there (the starting one) arrived in seconds and is not the cluster's L."""
@@ -403,7 +447,7 @@ def run_sim(run: Run, nodes: int, seed: int, out: Path, k: float, hold_s: float 
                            empty_node_ttl_s=hold, task_overhead_by_category_s=m.task_overhead_s,
                            min_interval_s=MIN_INTERVAL_S * k, teardown_s=0.0)
     path = out / f"{run.workload}-{run.policy}.sim.jsonl"
-    run.sim = Simulation(workload, make_policy(sim_policy(run.policy, k, nodes)), cluster, seed=seed,
+    run.sim = Simulation(workload, make_policy(sim_policy(run.policy, k, nodes, m)), cluster, seed=seed,
                          log=ScalingLogWriter(path)).run()
     # under the stand-in the real run's node·s end with each node's last pod (HTA's records:
     # the stand-in's 10-minute hold is not the experiment's), and the simulated run is read
@@ -454,6 +498,14 @@ def print_table(runs: list[Run], k: float, max_error: float) -> list[str]:
                   + (f"; the real run took {r.wall_s:.0f} s" if r.wall_s else ""))
             print(f"{'':23s}real waste after makeflow finished (HTA deleting the pods): "
                   f"{r.teardown_waste_core_s * k:,.0f} core·s, not in the table")
+        elif m.node_s or m.pod_start_s:  # a rival's Jobs, read from the cluster's objects
+            wait = statistics.median(m.node_s) if m.node_s else 0.0
+            start = statistics.median(m.pod_start_s) if m.pod_start_s else 0.0
+            print(f"{'':23s}measured (× k) from the Jobs: node wait {wait:.1f} s over {len(m.node_s)} pods on new "
+                  f"nodes, pod start {start:.1f} s, a Job outlives its last task {m.job_end_s:.1f} s, KEDA creates a "
+                  f"Job in {m.create_call_s:.1f} s and deletes one in {m.delete_call_s:.1f} s (history "
+                  f"{m.history_limit}), master's overhead per task "
+                  + ", ".join(f"{c} {v:.1f} s" for c, v in sorted(m.task_overhead_s.items())))
         for p in r.problems:
             misses.append(f"{r.workload} {r.policy}: {p}")
             print(f"{'':23s}FAILED: {p}")
@@ -525,8 +577,8 @@ def main(argv: list[str] | None = None) -> int:
                 run_real(run, a.k, a.nodes, a.seed, out, timeout_s=max(300.0, bound + 600 / a.k),
                          node_autoscaler=a.node_autoscaler)
             runs.append(run)
-    # Karpenter's hold and a pod's start as this invocation measured them (HTA's runs name
-    # their pods' nodes and phases; a KEDA run's pods are not HTA's): the world's, for every run
+    # Karpenter's hold as this invocation measured it, the world's for every run; a pod's start
+    # (HTA's runs read it from their records, KEDA's from their Jobs) where a run measured none
     holds = [r.node_hold_s for r in runs if r.node_hold_s is not None]
     starts = [x for r in runs for x in r.measured.pod_start_s]
     for run in runs:

@@ -74,8 +74,10 @@ def scaled_job(name: str, master: str, *, tasks_per_job: int, cores: float, memo
                strategy: str = "accurate", namespace: str = "default") -> dict:
     """The ScaledJob: one Job per ``target_waiting`` waiting tasks, each a pod of ``hta
     worker`` (``command``: :func:`hta.node.worker.worker_command`'s, ``--tasks`` appended) of ``cores`` and
-    ``memory_mb``, requests = limits as HTA's. Finished Jobs are kept a few (KEDA's
-    ``successfulJobsHistoryLimit``) and their pods are gone with them. ``accurate``: the
+    ``memory_mb``, requests = limits as HTA's. Finished Jobs are kept as KEDA keeps them by
+    default (``successfulJobsHistoryLimit`` 100): each one beyond is deleted inside KEDA's
+    scale loop, one API call each, which holds the loop (a smaller limit costs KEDA more
+    polls; their finished pods hold no node). ``accurate``: the
     trigger counts waiting tasks only, not those running, for which KEDA's docs ("Scaling
     Jobs", scalingStrategy) recommend it over ``default``."""
     qty = {"cpu": f"{round(cores * 1000)}m", "memory": f"{memory_mb}Mi"}
@@ -93,7 +95,6 @@ def scaled_job(name: str, master: str, *, tasks_per_job: int, cores: float, memo
             "spec": {"jobTargetRef": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": pod},
                      "pollingInterval": polling_s, "maxReplicaCount": max_replicas,
                      "scalingStrategy": {"strategy": strategy},
-                     "successfulJobsHistoryLimit": 2, "failedJobsHistoryLimit": 2,
                      "triggers": [{"type": "metrics-api", "metadata": {
                          "url": f"http://{master}/queue_status", "valueLocation": "0.tasks_waiting",
                          "format": "json", "targetValue": str(target_waiting),

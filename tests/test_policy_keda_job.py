@@ -82,7 +82,8 @@ def test_spec_settings_and_worker_lifetime():
 
 
 class Watch:
-    """Wraps ``SimCluster.retire``: records, for each worker taken away, what it ran at that moment."""
+    """Wraps ``SimCluster.retire``: records, for each worker taken away, what it ran at that
+    moment (a task it held, sent after its last, is handed back: it ran nothing)."""
 
     def __init__(self, world):
         self.world = world
@@ -92,7 +93,7 @@ class Watch:
 
         def retire(node_id, busy_ok):
             node = world.cluster.nodes.get(node_id)
-            was_busy = node is not None and not node.gone and bool(node.running)
+            was_busy = node is not None and not node.gone and bool(set(node.running) - node.held)
             out = original(node_id, busy_ok)
             if out is not None:
                 self.gone.append(node_id)
@@ -120,6 +121,42 @@ def test_simulated_jobs_run_to_completion_and_none_is_deleted_busy():
     assert summary.lost_work_core_s == 0 and summary.workers_removed == 0
     assert watch.busy_when_gone == []  # no worker ever left (or was taken) while running a task
     assert watch.gone, "the jobs' workers left by themselves during the run"
-    assert max(started.values()) <= 3  # a job's worker takes at most tasks_per_job tasks
+    assert max(started.values()) <= 3  # a job's worker runs at most tasks_per_job tasks
+    # the task the master sends after them is held, and handed back when the worker leaves
+    assert sim.world.queue.held_back > 0
     # every worker that left by itself is in the scaling log as drained, once
     assert summary.workers_drained == len(watch.gone)
+
+
+def test_a_job_counts_until_the_job_controller_completes_it():
+    # a worker that left between two polls counts as a running Job for job_end_s from the
+    # midpoint of the polls: KEDA counts Job objects, not workers
+    p = KEDAJobPolicy(tasks_per_job=1, max_replicas=10, strategy="accurate", job_end_s=20)
+    assert p.decide(obs(t=0, workers=10, waiting=50)).add == 0
+    d = p.decide(obs(t=10, workers=7, waiting=50))  # 3 left at ~5 s: counted until ~25 s
+    assert d.add == 0 and "10 running jobs" in d.reason
+    assert p.decide(obs(t=24, workers=7, waiting=50)).add == 0
+    assert p.decide(obs(t=26, workers=7, waiting=50)).add == 3
+    # without the lag (a Job controller that answers at once) the slots are free at once
+    q = KEDAJobPolicy(tasks_per_job=1, max_replicas=10, strategy="accurate")
+    q.decide(obs(t=0, workers=10, waiting=50))
+    assert q.decide(obs(t=10, workers=7, waiting=50)).add == 3
+
+
+def test_deleting_finished_jobs_beyond_the_history_limit_holds_the_next_poll():
+    # KEDA's loop creates, then deletes the finished Jobs beyond successfulJobsHistoryLimit,
+    # one API call each; the next poll waits for the calls when they outlast pollingInterval
+    p = KEDAJobPolicy(tasks_per_job=1, max_replicas=30, strategy="accurate", polling_interval_s=3,
+                      history_limit=2, create_call_s=0.1, delete_call_s=0.5)
+    assert p.decide(obs(t=0, workers=30, waiting=100)).next_decision_s == 3
+    d = p.decide(obs(t=3, workers=10, waiting=100))  # 20 finished: 18 deleted, 20 created
+    assert d.add == 20 and "delete 18 finished" in d.reason
+    assert d.next_decision_s == pytest.approx(20 * 0.1 + 18 * 0.5)
+    # deleted once: the next poll, with no Job finished since, deletes none
+    d = p.decide(obs(t=14, workers=30, waiting=100))
+    assert "delete" not in d.reason and d.next_decision_s == 3
+    # KEDA's default keeps 100: nothing to delete, the poll keeps its interval
+    q = KEDAJobPolicy(tasks_per_job=1, max_replicas=30, strategy="accurate", polling_interval_s=3,
+                      create_call_s=0.1, delete_call_s=0.5)
+    q.decide(obs(t=0, workers=30, waiting=100))
+    assert q.decide(obs(t=3, workers=10, waiting=100)).next_decision_s == 3

@@ -27,13 +27,28 @@ https://keda.sh/docs/latest/concepts/scaling-jobs/) and to its job executor
   runningJobCount − pendingJobCount, maxScale)``: every free slot up to the maximum, at
   once (``eagerScalingStrategy``; KEDA's running count includes the pending jobs, so
   they are subtracted twice, as there).
+- **A Job outlives its worker.** KEDA counts Job objects, and a Job is finished only once
+  its pod has exited and the Job controller has marked it complete: seconds after the
+  worker's last task ended (``job_end_s``; 7–12 s on the test cluster at 60 Jobs, measured
+  by ``bench/replay.py`` from the Jobs themselves). Until then it holds a replica: a worker
+  gone less than ``job_end_s`` ago counts as a running Job (when it left is read between
+  two polls, as the midpoint).
+- **One poll at a time.** KEDA's scale loop waits ``pollingInterval`` from the start of a
+  poll, but a poll ends only once it has created its Jobs and deleted, one API call each,
+  the finished Jobs beyond ``successfulJobsHistoryLimit`` (``history_limit``, KEDA's default
+  100; ``pkg/scaling/scale_handler.go`` ``startScaleLoop``, ``executor/scale_jobs.go``
+  ``cleanUp``). So the next poll comes ``max(pollingInterval, the calls' time)`` later
+  (``create_call_s``, ``delete_call_s``): on an API server that deletes a Job in 0.4 s
+  (the test cluster's, loaded, measured by ``bench/replay.py``), deleting 20 finished Jobs
+  holds the loop 8 s.
 - ``maxReplicaCount`` (``max_replicas``, KEDA's default 100; the cluster's cap
   applies too), ``minReplicaCount`` (``min_replicas``, default 0: while fewer
   jobs run, ``min − running`` are created); jobs are created only while the
   scaler is active (queue length > 0).
 
 Settings: ``keda-job:tasks_per_job=3,polling_interval_s=30,max_replicas=20``
-(also ``idle_timeout_s``, ``min_replicas``, ``strategy``); ``keda-job-3`` is
+(also ``idle_timeout_s``, ``min_replicas``, ``strategy``, ``job_end_s``, ``history_limit``,
+``create_call_s``, ``delete_call_s``); ``keda-job-3`` is
 ``tasks_per_job=3``.
 """
 
@@ -48,6 +63,7 @@ from hta.policies.base import Policy, WorkerLifetime
 #: KEDA's defaults
 POLLING_INTERVAL_S = 30.0
 MAX_REPLICA_COUNT = 100
+SUCCESSFUL_JOBS_HISTORY_LIMIT = 100
 #: scalingStrategy.strategy values emulated ("custom" is not)
 STRATEGIES = ("default", "accurate", "eager")
 
@@ -85,22 +101,52 @@ class KEDAJobPolicy(Policy):
     idle_timeout_s: float = 60.0
     #: scalingStrategy.strategy: "default", "accurate" or "eager"
     strategy: str = "default"
+    #: seconds a Job still counts after its worker left (its pod's exit, the Job controller)
+    job_end_s: float = 0.0
+    #: successfulJobsHistoryLimit: finished Jobs kept; each one beyond is deleted in the poll
+    history_limit: int = SUCCESSFUL_JOBS_HISTORY_LIMIT
+    #: one Job created, and one deleted, through the API server, as KEDA makes them: one at a time
+    create_call_s: float = 0.0
+    delete_call_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.name = self.name or (f"keda-job-{self.tasks_per_job}" if self.tasks_per_job != 1 else "keda-job")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"keda-job: strategy must be default, accurate or eager, not {self.strategy!r}")
+        #: the workers and Jobs seen at the last poll, and when each Job whose worker left is done
+        self._seen: set[str] = set()
+        self._last_poll: float | None = None
+        self._ending: dict[str, float] = {}
+        #: finished Jobs still there (KEDA deletes those beyond ``history_limit``)
+        self._finished = 0
 
     @property
     def worker_lifetime(self) -> WorkerLifetime:
         return WorkerLifetime(max_tasks=max(1, int(self.tasks_per_job)), idle_timeout_s=self.idle_timeout_s)
 
+    def _finishing(self, obs: Observation) -> int:
+        """Jobs whose worker has left but which KEDA still counts (``job_end_s``)."""
+        here = {w.id for w in obs.workers} | {p.id for p in obs.pending}
+        if self._last_poll is not None:
+            left_at = (self._last_poll + obs.time) / 2
+            for gone in self._seen - here:
+                self._ending[gone] = left_at + self.job_end_s
+        done = {w for w, end in self._ending.items() if end <= obs.time}
+        self._finished += len(done)
+        self._ending = {w: end for w, end in self._ending.items() if w not in done}
+        self._seen, self._last_poll = here, obs.time
+        return len(self._ending)
+
     def decide(self, obs: Observation) -> ScaleDecision:
-        running_jobs = len(obs.workers) + len(obs.pending)
+        running_jobs = len(obs.workers) + len(obs.pending) + self._finishing(obs)
         queue = obs.waiting_count + (len(obs.running) if self.strategy == "default" else 0)
         new = jobs_to_create(queue, self.tasks_per_job, running_jobs, len(obs.pending), self.max_replicas,
                              self.min_replicas, self.strategy)
-        return ScaleDecision(add=new, shape=obs.worker_shape, next_decision_s=self.polling_interval_s,
+        deleted = max(0, self._finished - self.history_limit)
+        self._finished -= deleted
+        poll_s = max(self.polling_interval_s, self.create_call_s * new + self.delete_call_s * deleted)
+        return ScaleDecision(add=new, shape=obs.worker_shape, next_decision_s=poll_s,
                              target_workers=running_jobs + new,
                              reason=f"queue {queue} / {self.tasks_per_job} per job, max {self.max_replicas}, "
-                                    f"{running_jobs} running jobs: create {new}")
+                                    f"{running_jobs} running jobs: create {new}"
+                                    + (f", delete {deleted} finished" if deleted else ""))

@@ -154,6 +154,10 @@ class SimNode:
     host: int | None = None
     #: tasks it may still accept (None: no limit; a worker that runs to completion)
     tasks_left: int | None = None
+    #: tasks it holds without running them: sent once its ``tasks_left`` reached 0, handed
+    #: back when it leaves (``hta worker --tasks N``: the master sends the next task as soon
+    #: as a slot frees, and the worker holds it until its other tasks end)
+    held: set[str] = field(default_factory=set)
     #: when it left by itself (a worker that ran to completion)
     gone_at: float | None = None
     #: bumped whenever the worker starts a task: an idle-exit timer armed before is void
@@ -401,14 +405,15 @@ class SimCluster:
         self.env.timeout(timeout).callbacks.append(expire)
 
     def _exit(self, node: SimNode) -> None:
-        """The worker's job completed: it leaves by itself (idle: nothing is lost)."""
-        if self.retire(node.id, busy_ok=False) is not None:
+        """The worker's job completed: it leaves by itself (nothing is lost: it runs no task;
+        the tasks it held go back to the queue)."""
+        if self.retire(node.id, busy_ok=not set(node.running) - node.held) is not None:
             node.gone_at = self.env.now
             self.exited.append(node)
 
     def task_ended_on(self, node: SimNode) -> None:
         """A task ended on ``node``: a worker that runs to completion may leave now."""
-        if self.lifetime is None or node.gone or node.running:
+        if self.lifetime is None or node.gone or set(node.running) - node.held:
             return
         if node.tasks_left == 0:
             self._exit(node)

@@ -155,6 +155,9 @@ class SimRun:
     #: when the master began sending its inputs (what it reports as the task's start)
     dispatched_at: float = 0.0
     monitored_to: float | None = None
+    #: sent to a worker that has run its tasks (``SimNode.held``): it holds its slot, runs
+    #: nothing, and goes back to the queue when the worker leaves
+    held: bool = False
 
 
 def _nothing() -> None:
@@ -188,6 +191,8 @@ class SimWorkQueue:
         self.summaries: list[TaskSummary] = []
         self.retries = 0
         self.lost_work = 0.0
+        #: tasks sent to a worker that had run all its tasks, held and handed back (:meth:`_hold`)
+        self.held_back = 0
         self.on_done: Callable[[str], None] = lambda tid: None
         self.on_change: Callable[[], None] = _nothing
         self._token = 0
@@ -251,7 +256,7 @@ class SimWorkQueue:
                     break
                 node = None
                 for n in live:
-                    if n.tasks_left == 0 or (retry and not self.cluster.node_sized(n)):
+                    if retry and not self.cluster.node_sized(n):
                         continue
                     if fit_count(request, _Room(n.free_c, n.free_m, n.capacity.disk_mb), n.capacity, 1):
                         node = n
@@ -262,7 +267,10 @@ class SimWorkQueue:
                 started += 1
                 self.waiting_ids.remove(self.task_id[tid])
                 self.waiting_by_category[run[0][0]] -= 1
-                self._start(self.tasks[tid], node, allocated(request, node.capacity))
+                if node.tasks_left == 0:
+                    self._hold(self.tasks[tid], node, allocated(request, node.capacity))
+                else:
+                    self._start(self.tasks[tid], node, allocated(request, node.capacity))
             else:
                 continue
             if all(n.free_c <= 1e-9 for n in live):
@@ -304,6 +312,18 @@ class SimWorkQueue:
         node.cache.update(f for f, _ in t.inputs)
         ev = self.env.timeout(duration)
         ev.callbacks.append(functools.partial(self._finished, t.id, run.token, killed))
+        self.on_change()
+
+    def _hold(self, t: SimTask, node: SimNode, alloc: Resources) -> None:
+        """A task sent to a worker that has run all its tasks: held in its slot until the
+        worker leaves (:meth:`evict` hands it back)."""
+        self._token += 1
+        node.free_c -= alloc.cores
+        node.free_m -= alloc.memory_mb
+        node.running[t.id] = None
+        node.held.add(t.id)
+        self.held_back += 1
+        self.runs[t.id] = SimRun(t, node, self.env.now, alloc, self._token, held=True)
         self.on_change()
 
     def _send(self, mb: float) -> float:
@@ -374,10 +394,12 @@ class SimWorkQueue:
         lost = 0
         for tid in reversed(list(node.running)):
             r = self.runs.pop(tid)
-            self.lost_work += (now - r.start) * r.alloc.cores
-            lost += 1
+            if not r.held:  # (a held task did no work)
+                self.lost_work += (now - r.start) * r.alloc.cores
+                lost += 1
             self._wait(tid)
         node.running.clear()
+        node.held.clear()
         return lost
 
     # -- ground truth a backend may measure ----------------------------------------------------
