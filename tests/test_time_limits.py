@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import wait
 
 from hta.backends.pool import WorkerPool
 from hta.backends.provider import JobState, JobStatus
@@ -333,7 +334,8 @@ def test_a_closing_worker_stops_a_late_task_and_leaves_once_the_others_are_done(
             time.sleep(0.05)
         late = task(2)
         assert closer.step() is None
-        assert psutil.Process(late.pid).status() == psutil.STATUS_STOPPED  # held: its slot stays taken
+        # held: its slot stays taken (a SIGSTOP lands a moment after it is sent)
+        assert wait(lambda: psutil.Process(late.pid).status() == psutil.STATUS_STOPPED, timeout=5, every=0.01)
         assert psutil.Process(early.pid).status() != psutil.STATUS_STOPPED
         early.kill()
         early.wait()

@@ -211,10 +211,12 @@ class Closer:
             and sandboxes(self.workdir, self.pid) <= held
 
     def look_every_s(self, now: float) -> float:
-        """Often once a task must be held within a look (its last call has passed or its
-        tasks are done; the master sends the next as soon as a slot frees)."""
+        """Often once a task must be held within a look: its last call has passed, or the
+        task that may come next is one too many (the master sends it as soon as a slot
+        frees, so only while a task runs: before the first, none can be late)."""
         near = min(self.rule.closes_at(), self.rule.ends_at - self.rule.stop_before_s) - 1.0
-        last = self.rule.max_tasks is not None and self.rule.started >= self.rule.max_tasks - 1
+        last = (self.rule.max_tasks is not None and self.rule.started >= self.rule.max_tasks - 1
+                and any(not t.held for t in self.rule.tasks.values()))
         return LOOK_CLOSED_S if now >= near or last else 0.2
 
     def step(self, now: float | None = None) -> str | None:
