@@ -38,6 +38,10 @@ class WorkerCSS(BaseModel):
     pinned_intervals: int
     trials: int
     trials_kept: int
+    #: trials decided by the tasks' durations (kinds with enough ends), not the CPU they received
+    trials_by_ends: int = 0
+    #: of the kept, those the tasks' durations decided
+    kept_by_ends: int = 0
 
 
 def css_logs_beside(scaling_log: Path) -> list[Path]:
@@ -82,15 +86,18 @@ def summarize_css(paths: list[Path], start: float, end: float) -> list[WorkerCSS
                                  and set(r.get("cpus") or ()) < every),
             trials=len(trials),
             trials_kept=sum(1 for r in trials if r.get("trial") == "plan kept"),
+            trials_by_ends=sum(1 for r in trials if r.get("evidence") == "completions"),
+            kept_by_ends=sum(1 for r in trials if r.get("evidence") == "completions" and r.get("trial") == "plan kept"),
         ))
     return out
 
 
-CSS_HEADER = ["worker", "backend", "pins by", "samples", "I/O", "pinned", "trials kept"]
+CSS_HEADER = ["worker", "backend", "pins by", "samples", "I/O", "pinned", "trials kept", "by task ends"]
 #: what the columns mean, printed under the table
 CSS_CAPTION = ("samples: a task seen in one management interval; I/O: of them, classed futex-heavy; "
                "pinned: of them, run on fewer cores by CSS's plan; trials kept: trials the plan won "
-               "against the kernel's scheduling")
+               "against the kernel's scheduling; by task ends: trials the tasks' durations decided (the "
+               "rest: the CPU time the tasks received), and of them kept")
 
 
 def css_rows(workers: list[WorkerCSS]) -> list[list[str]]:
@@ -99,4 +106,4 @@ def css_rows(workers: list[WorkerCSS]) -> list[list[str]]:
 
     return [[w.worker, w.backend or "—", w.pinned_by or "—", str(w.task_intervals),
              pct(w.io_intervals, w.task_intervals), pct(w.pinned_intervals, w.task_intervals),
-             f"{w.trials_kept} of {w.trials}"] for w in workers]
+             f"{w.trials_kept} of {w.trials}", f"{w.trials_by_ends} ({w.kept_by_ends} kept)"] for w in workers]

@@ -89,3 +89,100 @@ def test_mixes_that_come_and_go_do_not_restart_trials_of_a_losing_plan():
     for i in range(60):
         w.run(4, mix=(1, 1) if i % 2 else (0, 2))
     assert sum(w.modes) < 0.15 * len(w.modes)
+
+
+class Stream:
+    """Lanes of short tasks run one after another, as a workflow's arrive: a task of kind
+    "f" has 8 s of work, "c" 6 s (a step each second knows their ends to a second); under
+    the plan each kind goes at ``plan_speed[kind]`` of its kernel speed, and the CPU time it
+    receives stays the same (what the CPU rate sees)."""
+
+    def __init__(self, plan_speed: dict[str, float], lanes=("f", "f", "c", "c"), epoch_s: float = 3.0):
+        self.t = 0.0
+        self.speed = {True: plan_speed, False: {"f": 1.0, "c": 1.0}}
+        self.work = {"f": 8.0, "c": 6.0}
+        self.lanes = list(lanes)
+        self.seq = 0
+        self.tasks: dict[str, list] = {}  # id → [kind, work left, started]
+        for kind in self.lanes:
+            self._start(kind)
+        self.guard = PlanGuard(epoch_s, cpu_of=lambda pids: self.t, clock=lambda: self.t)
+        self.modes: list[bool] = []
+
+    def _start(self, kind: str) -> None:
+        self.seq += 1
+        self.tasks[f"task-{self.seq}"] = [kind, self.work[kind], self.t]
+
+    def run(self, seconds: float) -> list:
+        verdicts = []
+        for _ in range(int(seconds * 10)):
+            if abs(self.t - round(self.t)) < 1e-9:  # a management step each second
+                containers = {c: {c} for c in self.tasks}
+                kinds = {c: v[0] for c, v in self.tasks.items()}
+                ages = {c: self.t - v[2] for c, v in self.tasks.items()}
+                applied, verdict = self.guard.step(containers, (2, 2), kinds, ages)
+                self.modes.append(applied)
+                if verdict is not None:
+                    verdicts.append(verdict)
+            for c, task in list(self.tasks.items()):
+                task[1] -= 0.1 * self.speed[bool(self.modes[-1])][task[0]]
+                if task[1] <= 1e-9:
+                    del self.tasks[c]
+                    self._start(task[0])
+            self.t = round(self.t + 0.1, 6)
+        return verdicts
+
+
+def test_a_plan_that_speeds_short_tasks_is_kept_on_their_durations():
+    # the CPU-rate rule sees no task through a trial here; the tasks' ends show the plan's 25 %
+    s = Stream({"f": 1.25, "c": 1.0})
+    verdicts = [v for v in s.run(300) if v.evidence != "none"]  # (the first trial's epochs see no end)
+    assert verdicts and verdicts[0].evidence == "completions"
+    assert verdicts[0].keep and verdicts[0].ratios["f"] == pytest.approx(1.25, rel=0.1)
+    assert sum(s.modes) > 0.6 * len(s.modes)  # the plan runs most of the time
+
+
+def test_a_plan_that_slows_one_kind_of_short_task_is_dropped():
+    s = Stream({"f": 1.25, "c": 0.8})
+    verdicts = [v for v in s.run(300) if v.evidence != "none"]
+    assert verdicts and all(v.evidence == "completions" and not v.keep for v in verdicts)
+    assert sum(s.modes) < 0.3 * len(s.modes)
+
+
+def test_epochs_grow_to_fit_the_tasks_and_a_trial_with_nothing_to_judge_runs_again_longer():
+    s = Stream({"f": 1.0, "c": 1.0})
+    s.run(30)
+    # tasks of 6–8 s end: an epoch lasts three medians, not the 3 s it was given
+    assert 3 * 6.0 <= s.guard.epoch_length() / s.guard.stretch <= 3 * 8.2
+    # one long task, no end, no CPU reading that moves: nothing to judge, not a loss
+    g = PlanGuard(2.0, cpu_of=lambda pids: 0.0, clock=lambda: t)
+    t = 0.0
+    verdicts = []
+    for t in range(0, 8):
+        _, v = g.step({"task-1": {1}}, (1, 1), {"task-1": "x"}, {"task-1": float(t)})
+        verdicts += [v] if v else []
+    assert verdicts[0].evidence == "none" and g.stretch == 2 and g.backoff == 2  # (the kernel meanwhile)
+
+
+def test_a_task_of_a_kind_seen_io_intensive_is_io_intensive_from_its_start():
+    # a stream's new task has counted no futex calls yet: classed by its kind, the mix (and
+    # the plan) does not change each time one starts
+    from types import SimpleNamespace
+
+    from hta.node.css.daemon import CSSDaemon
+
+    d = SimpleNamespace(_io_kinds=set())
+    classes = {"task-1": "io", "task-2": "cpu"}
+    CSSDaemon._remember_io(d, classes, {"task-1": "stress-ng --futex #", "task-2": "stress-ng --cpu #"})
+    assert classes == {"task-1": "io", "task-2": "cpu"}
+    classes = {"task-3": "cpu", "task-4": "cpu", "cg": "cpu"}  # task-1's successor, just started
+    CSSDaemon._remember_io(d, classes, {"task-3": "stress-ng --futex #", "task-4": "stress-ng --cpu #"})
+    assert classes == {"task-3": "io", "task-4": "cpu", "cg": "cpu"}
+
+
+def test_task_kind_reads_the_command_a_worker_runs():
+    from hta.node.css.guard import task_kind
+
+    assert task_kind(["stress-ng", "--futex", "1", "--futex-ops", "75000"]) == "stress-ng --futex #"
+    assert task_kind(["/bin/sh", "-c", "./hold.sh 13.05 dd_7.out"]) == "hold.sh # dd_#.out"
+    assert task_kind(["python3", "/w/blast/align.py", "db.fa", "q.fa"]) == "align.py db.fa q.fa"

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import psutil
 
-from hta.node.css.guard import PlanGuard
+from hta.node.css.guard import PlanGuard, task_kind
 from hta.node.css.monitor import LAMBDA, FutexMonitor, choose
-from hta.node.css.plan import PlanStyle, classify, ctbra
+from hta.node.css.plan import Kind, PlanStyle, classify, ctbra
 
 log = logging.getLogger("hta.css")
 
@@ -174,6 +174,17 @@ def discover(t: Targets) -> tuple[dict[str, set[int]], dict[str, Path]]:
     return out, cg
 
 
+#: how a trial's log line names what decided it
+EVIDENCE = {"completions": "the tasks' durations", "cpu": "the CPU time the tasks received",
+            "none": "nothing (no task ran throughout or ended: tried again, longer)"}
+
+
+def _root_pid(container: str) -> int | None:
+    """The first process of a task or process-tree container (``task-PID``, ``pid-PID``)."""
+    prefix, _, pid = container.partition("-")
+    return int(pid) if prefix in ("task", "pid") and pid.isdigit() else None
+
+
 def pin_tree(pids: set[int], cpus: list[int]) -> int:
     """sched_setaffinity on every thread of the tree; returns threads pinned."""
     n = 0
@@ -256,6 +267,9 @@ class CSSDaemon:
         self.cpu_seconds = 0.0
         epoch = config.epoch_s or 3 * config.interval_s
         self.guard = PlanGuard(epoch) if config.guard else None
+        self._kinds: dict[str, str] = {}
+        #: task kinds seen IO-intensive (:meth:`_remember_io`)
+        self._io_kinds: set[str] = set()
         log.info("CSS: backend %s, λ=%g, μ=%d, plan %s, cores %s, interval %gs, cleaning %gs, %s%s",
                  self.monitor.name, self.lam, config.mu, config.plan, self.cores, config.interval_s, config.cleaning_s,
                  f"plan kept only while it helps (trial epochs of {epoch:g}s)" if self.guard else "plan always applied",
@@ -268,6 +282,8 @@ class CSSDaemon:
         counts = self.monitor.counts()
         futex = {c: counts.get(c, 0) for c in containers}
         kinds = classify(futex, self.lam)
+        task_kinds, ages = self._identify(containers, time.time())
+        self._remember_io(kinds, task_kinds)
         plan = ctbra(kinds, self.cores, self.config.mu, self.config.plan)
         now = time.time()
         out = []
@@ -277,14 +293,16 @@ class CSSDaemon:
             self.guard.pause()
         elif self.guard is not None:
             mix = (sum(1 for k in kinds.values() if k == "io"), sum(1 for k in kinds.values() if k == "cpu"))
-            applied, verdict = self.guard.step(containers, mix)
+            applied, verdict = self.guard.step(containers, mix, task_kinds, ages)
             if verdict is not None:
-                choice = "plan kept" if verdict.keep else "kernel scheduling"
-                log.info("CSS trial: %s (progress under the plan %+.1f%%, worst task %-.1f%%, noise %.1f%%, "
-                         "%d tasks)", choice, 100 * verdict.gain, -100 * verdict.worst_loss, 100 * verdict.noise,
-                         verdict.tasks)
-                rec = {"time": round(now, 3), "trial": choice, "gain": verdict.gain, "noise": verdict.noise,
-                       "worst_loss": verdict.worst_loss, "tasks": verdict.tasks, "ratios": verdict.ratios}
+                choice = ("plan kept" if verdict.keep else "kernel scheduling" if verdict.evidence != "none"
+                          else "undecided")
+                log.info("CSS trial: %s on %s (progress under the plan %+.1f%%, worst %-.1f%%, noise %.1f%%, "
+                         "%d tasks)", choice, EVIDENCE[verdict.evidence], 100 * verdict.gain,
+                         -100 * verdict.worst_loss, 100 * verdict.noise, verdict.tasks)
+                rec = {"time": round(now, 3), "trial": choice, "evidence": verdict.evidence, "gain": verdict.gain,
+                       "noise": verdict.noise, "worst_loss": verdict.worst_loss, "tasks": verdict.tasks,
+                       "ratios": verdict.ratios}
                 out.append(rec)
                 if self._log:
                     self._log.write(json.dumps(rec) + "\n")
@@ -311,6 +329,38 @@ class CSSDaemon:
         self.decisions.extend(out)
         self.cpu_seconds += time.thread_time() - t0
         return out
+
+    def _identify(self, containers: dict[str, set[int]], now: float) -> tuple[dict[str, str], dict[str, float]]:
+        """Each task's kind (its command, read once) and how long it has run, for the guard
+        to judge plans by the tasks' durations. A cgroup container names no command."""
+        ages: dict[str, float] = {}
+        for c in containers:
+            root = _root_pid(c)
+            if root is None:
+                continue
+            try:
+                proc = psutil.Process(root)
+                if c not in self._kinds:
+                    self._kinds[c] = task_kind(proc.cmdline())
+                ages[c] = now - proc.create_time()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        for gone in set(self._kinds) - set(containers):
+            del self._kinds[gone]
+        return {c: self._kinds[c] for c in containers if c in self._kinds}, ages
+
+    def _remember_io(self, classes: dict[str, Kind], task_kinds: dict[str, str]) -> None:
+        """A task of a kind already seen IO-intensive is IO-intensive from its start: a new
+        task's futex count starts at 0, and a stream of short tasks would otherwise change
+        the mix of classes (and the plan) every time one starts, and no trial would end."""
+        for c, cls in classes.items():
+            kind = task_kinds.get(c)
+            if not kind:
+                continue
+            if cls == "io":
+                self._io_kinds.add(kind)
+            elif kind in self._io_kinds:
+                classes[c] = "io"
 
     def run(self) -> None:
         while not self.stop_event.is_set():

@@ -18,20 +18,32 @@ new mix of classes starts a trial at once, and a mix seen before resumes where i
 (tasks come and go and futex counts are cleaned every 30 s, so mixes recur); a trial a
 new mix cuts short counts as lost.
 
-What the reading cannot see: a gain in work done per CPU second. The paper's futex
+What the CPU reading cannot see: a gain in work done per CPU second. The paper's futex
 tasks (``stress-ng --futex`` on 2 cores beside 2 CPU-bound ones) are such a case:
 confined to one core they finish sooner (with ``taskset``: 27.1 s, the kernel 31.7 s),
-yet no reading the guard has shows it. Under CTBRA's partition the worst task received
-20–24 % less CPU time in trials; under ``confine`` the futex tasks made 20–27 % fewer
-futex calls a second (waker and waiter on one core need fewer calls for the same
-work), so futex calls are no measure of their progress either. Without a measure of
-work (no hardware counters in most VMs; completions come too late) the guard errs
-toward the kernel.
+yet they receive 20–24 % less CPU time under the plan and make 20–27 % fewer futex calls
+a second (waker and waiter on one core need fewer calls for the same work).
+
+So where tasks end, their ends decide: **a task's duration is its work over its speed**.
+The guard follows every task from its start to its end (a worker sees both) with how
+long it ran under the plan and under the kernel. A task that ran at least
+:data:`ONE_MODE` of its life under one is a sample of that one; tasks are grouped by
+kind (their command, digits aside: ``stress-ng --futex #``), and a kind with at least
+:data:`MIN_ENDS` samples under each, ended within the trial, is judged by the ratio of
+its mean durations. The noise is their standard error; no kind may lose beyond it. Where
+no kind has enough ends, the CPU rate decides, as before; each verdict says which
+(``evidence``). So that tasks can end within an epoch, an epoch lasts at least
+:data:`EPOCH_TASKS` × the median duration of the tasks seen to end (at most
+:data:`MAX_EPOCH_S`); where the ends of a kernel epoch and a plan epoch suffice, the
+trial is judged after those two (K P), without the second kernel epoch, which is there
+for the CPU rate's drift. A trial in which nothing could be judged (no task ran
+throughout, none ended) runs again with epochs twice as long, after the kernel's backoff of a lost one.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +56,16 @@ MIN_GAIN = 0.02
 MAX_BACKOFF = 64
 #: epochs a kept plan runs before it is tried again
 RECHECK_EPOCHS = 10
+#: a task that ran this much of its life under one scheduling is a sample of it
+ONE_MODE = 0.8
+#: ends of a kind under each scheduling for its durations to decide
+MIN_ENDS = 2
+#: an epoch lasts at least this many times the median duration of the tasks seen to end ...
+EPOCH_TASKS = 3.0
+#: ... and at most this long
+MAX_EPOCH_S = 600.0
+#: the durations an epoch's length is learned from: the latest ends
+LEARN_ENDS = 20
 
 
 def tree_cpu_s(pids: set[int]) -> float | None:
@@ -63,12 +85,34 @@ def geomean(xs: list[float]) -> float:
 
 
 @dataclass
+class TaskLife:
+    """One task from its start to its end, and how long it ran under each scheduling."""
+
+    kind: str
+    started: float
+    plan_s: float = 0.0
+    kernel_s: float = 0.0
+    ended: float | None = None
+
+    @property
+    def duration(self) -> float:
+        return (self.ended or self.started) - self.started
+
+    @property
+    def plan_share(self) -> float:
+        total = self.plan_s + self.kernel_s
+        return self.plan_s / total if total > 0 else 0.0
+
+
+@dataclass
 class Epoch:
     mode: str  # "kernel" or "plan"
     started: float
     cpu0: dict[str, tuple[frozenset[int], float]]
     #: CPU seconds a second per task, once the epoch ended (tasks there throughout only)
     rates: dict[str, float] = field(default_factory=dict)
+    #: how long it lasts (:meth:`PlanGuard.epoch_length` when it began)
+    length: float = 0.0
 
 
 @dataclass
@@ -81,8 +125,11 @@ class Verdict:
     tasks: int
     #: the largest fall of one task's rate under the plan (a fraction; 0: none fell)
     worst_loss: float = 0.0
-    #: each task's progress under the plan over the kernel's (1.1: 10 % faster)
+    #: each task's (or kind's) progress under the plan over the kernel's (1.1: 10 % faster)
     ratios: dict[str, float] = field(default_factory=dict)
+    #: what decided: "completions" (tasks' durations by kind), "cpu" (CPU time received
+    #: a second), or "none" (nothing to judge: the trial runs again, with longer epochs)
+    evidence: str = "cpu"
 
 
 class PlanGuard:
@@ -105,6 +152,14 @@ class PlanGuard:
         #: seen again (tasks come and go, counts are cleaned) resumes where it was
         self.by_mix: dict[tuple[int, int], tuple[str, int, int]] = {}
         self.verdicts: list[Verdict] = []
+        #: every task seen, by container id, and those that ended (latest last)
+        self.lives: dict[str, TaskLife] = {}
+        self.ends: list[TaskLife] = []
+        self._last_step: float | None = None
+        self._step_s = 0.0  # (the last step's spacing: what a duration is known to)
+        self._last_mode: str | None = None
+        #: epochs of trials that found nothing to judge are lengthened by this factor
+        self.stretch = 1.0
 
     def _snapshot(self, containers: dict[str, set[int]]) -> dict[str, tuple[frozenset[int], float]]:
         out = {}
@@ -121,8 +176,84 @@ class PlanGuard:
             if before is not None and before[0] == pids:  # (the same processes throughout)
                 epoch.rates[c] = max(cpu1 - before[1], 0.0) / span
 
+    def epoch_length(self) -> float:
+        """The next epoch's length: long enough for tasks to end within it."""
+        recent = [life.duration for life in self.ends[-LEARN_ENDS:]]
+        by_tasks = EPOCH_TASKS * statistics.median(recent) if recent else 0.0
+        return min(MAX_EPOCH_S, max(self.epoch_s, by_tasks) * self.stretch)
+
+    def _follow(self, containers: dict[str, set[int]], kinds: dict[str, str], ages: dict[str, float],
+                now: float) -> None:
+        """Count the time since the last step against the scheduling in effect; note new
+        tasks (from their real start, ``ages``) and ended ones."""
+        dt = now - self._last_step if self._last_step is not None else 0.0
+        if dt > 0:
+            self._step_s = dt
+        for life in self.lives.values():
+            if self._last_mode == "plan":
+                life.plan_s += dt
+            else:
+                life.kernel_s += dt
+        for c in list(self.lives):
+            if c not in containers:
+                life = self.lives.pop(c)
+                life.ended = now
+                if life.kind:
+                    self.ends.append(life)
+        del self.ends[:-1000]
+        for c in containers:
+            if c not in self.lives:
+                age = max(0.0, ages.get(c, 0.0))
+                life = TaskLife(kinds.get(c, ""), now - age)
+                if self._last_mode == "plan":  # (its time before this step: under what ran then)
+                    life.plan_s = age
+                else:
+                    life.kernel_s = age
+                self.lives[c] = life
+        self._last_step = now
+
+    def _judge_completions(self, since: float, every_kind: bool = False) -> Verdict | None:
+        """The trial judged by the durations of the tasks that ended in it, kind by kind;
+        None where no kind has :data:`MIN_ENDS` ends under each scheduling (``every_kind``:
+        where one kind that ended has not). A duration is known to a step (a task's end is
+        seen at the step after it), which the noise counts beside the spread."""
+        by_kind: dict[str, tuple[list[float], list[float]]] = {}
+        for life in self.ends:
+            if life.ended is None or life.ended <= since or life.duration <= 0:
+                continue
+            plan, kernel = by_kind.setdefault(life.kind, ([], []))
+            if life.plan_share >= ONE_MODE:
+                plan.append(life.duration)
+            elif life.plan_share <= 1 - ONE_MODE:
+                kernel.append(life.duration)
+        ratios, noises = {}, []
+        for kind, (plan, kernel) in by_kind.items():
+            if len(plan) >= MIN_ENDS and len(kernel) >= MIN_ENDS:
+                ratios[kind] = statistics.fmean(kernel) / statistics.fmean(plan)
+                noises.append(math.hypot(_rel_se(plan), _rel_se(kernel), self._resolution(plan),
+                                         self._resolution(kernel)))
+        if not ratios or (every_kind and len(ratios) < len(by_kind)):
+            return None
+        gain = geomean(list(ratios.values())) - 1
+        # the geometric mean's noise: the kinds' own, as independent errors averaged
+        noise = math.sqrt(sum(n * n for n in noises)) / len(noises)
+        worst_loss = max(0.0, 1 - min(ratios.values()))
+        bar = max(noise, MIN_GAIN)
+        return Verdict(keep=gain > bar and worst_loss <= bar, gain=round(gain, 4), noise=round(noise, 4),
+                       tasks=sum(len(p) + len(k) for p, k in by_kind.values()), worst_loss=round(worst_loss, 4),
+                       ratios={k: round(r, 4) for k, r in ratios.items()}, evidence="completions")
+
+    def _resolution(self, durations: list[float]) -> float:
+        """How well a mean of ``durations`` is known for the step's granularity, as a
+        fraction of it: a step over the mean, over the square root of their number."""
+        mean = statistics.fmean(durations)
+        return self._step_s / mean / math.sqrt(len(durations)) if mean > 0 else 0.0
+
     def _judge(self) -> Verdict:
         k1, p, k2 = self.trial
+        by_ends = self._judge_completions(k1.started)
+        if by_ends is not None:
+            return by_ends
         common = [c for c in p.rates if c in k1.rates and c in k2.rates
                   and k1.rates[c] + k2.rates[c] > 0 and p.rates[c] > 0]
         by_task = {c: p.rates[c] / ((k1.rates[c] + k2.rates[c]) / 2) for c in common}
@@ -133,7 +264,8 @@ class PlanGuard:
         bar = max(noise, MIN_GAIN)
         keep = bool(common) and gain > bar and worst_loss <= bar
         return Verdict(keep=keep, gain=round(gain, 4), noise=round(noise, 4), tasks=len(common),
-                       worst_loss=round(worst_loss, 4), ratios={c: round(r, 4) for c, r in by_task.items()})
+                       worst_loss=round(worst_loss, 4), ratios={c: round(r, 4) for c, r in by_task.items()},
+                       evidence="cpu" if common else "none")
 
     def _leave_mix(self) -> None:
         """Remember where the mix under trial was; a trial cut short counts as lost (the
@@ -149,26 +281,37 @@ class PlanGuard:
         self._leave_mix()
         self.mix, self.trial, self.current = None, [], None
 
-    def step(self, containers: dict[str, set[int]], mix: tuple[int, int]) -> tuple[bool, Verdict | None]:
+    def step(self, containers: dict[str, set[int]], mix: tuple[int, int], kinds: dict[str, str] | None = None,
+             ages: dict[str, float] | None = None) -> tuple[bool, Verdict | None]:
         """(apply the plan now?, the verdict of a trial that just ended). ``mix`` is how many
-        tasks of each class there are: a new mix is a new plan, tried at once."""
+        tasks of each class there are: a new mix is a new plan, tried at once. ``kinds``: each
+        task's kind (its command, :func:`task_kind`; a task without one is never a sample of
+        its kind's durations); ``ages``: how long each task has run (seconds)."""
         now = self.clock()
+        self._follow(containers, kinds or {}, ages or {}, now)
         verdict = None
         if mix != self.mix:
             self._leave_mix()
             self.resting, self.rest_epochs, self.backoff = self.by_mix.get(mix, ("kernel", 0, 1))
             self.mix, self.trial, self.current = mix, [], None
-        if self.current is not None and now - self.current.started >= self.epoch_s:
+        if self.current is not None and now - self.current.started >= self.current.length:
             self._end(self.current, containers, now)
             if self.rest_epochs > 0:
                 self.rest_epochs -= 1
             else:
                 self.trial.append(self.current)
             self.current = None
-            if len(self.trial) == 3:
-                verdict = self._judge()
+            # tasks' ends under the kernel and then the plan are enough: no second kernel
+            # epoch is needed (it is there to show the CPU rate's drift)
+            early = self._judge_completions(self.trial[0].started, every_kind=True) if len(self.trial) == 2 else None
+            if len(self.trial) == 3 or early is not None:
+                verdict = early or self._judge()
                 self.verdicts.append(verdict)
                 self.trial = []
+                # nothing ran throughout and nothing ended: the next trial's epochs are longer;
+                # meanwhile the kernel's scheduling, as after a lost trial (no evidence, no plan)
+                self.stretch = (min(self.stretch * 2, MAX_EPOCH_S / max(self.epoch_s, 1e-9))
+                                if verdict.evidence == "none" else 1.0)
                 if verdict.keep:
                     self.resting, self.rest_epochs, self.backoff = "plan", RECHECK_EPOCHS, 1
                 else:
@@ -176,5 +319,32 @@ class PlanGuard:
                     self.backoff = min(self.backoff * 2, MAX_BACKOFF)
         if self.current is None:
             mode = self.resting if self.rest_epochs > 0 else ("plan" if len(self.trial) == 1 else "kernel")
-            self.current = Epoch(mode, now, self._snapshot(containers))
+            self.current = Epoch(mode, now, self._snapshot(containers), length=self.epoch_length())
+        self._last_mode = self.current.mode
         return self.current.mode == "plan", verdict
+
+
+def _rel_se(xs: list[float]) -> float:
+    """The standard error of the mean of ``xs``, as a fraction of the mean."""
+    if len(xs) < 2:
+        return 0.0
+    return statistics.stdev(xs) / statistics.fmean(xs) / math.sqrt(len(xs))
+
+
+def task_kind(cmdline: list[str]) -> str:
+    """What kind of task a command is, for grouping durations: its program and first two
+    arguments (a shell's ``-c`` command read as the command; paths cut to their names;
+    numbers as ``#``): ``stress-ng --futex 1 --futex-ops 9000`` → ``stress-ng --futex #``."""
+    import os
+    import re
+    import shlex
+
+    words = list(cmdline)
+    if len(words) >= 3 and os.path.basename(words[0]) in ("sh", "bash", "dash") and words[1] == "-c":
+        try:
+            words = shlex.split(words[2])
+        except ValueError:
+            words = words[2].split()
+    if len(words) > 1 and os.path.basename(words[0]).startswith("python"):
+        words = words[1:]
+    return " ".join(re.sub(r"\d+(\.\d+)?", "#", os.path.basename(w) if "/" in w else w) for w in words[:3])
