@@ -172,6 +172,10 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--provision-jitter", type=_seconds("--provision-jitter"), default=0.0, metavar="S")
     p.add_argument("--idle-timeout", type=_positive_int("--idle-timeout", 5), default=900, metavar="S",
                    help="a worker leaves on its own after this long without work")
+    p.add_argument("--css", choices=("on", "off", "dry-run"), default="on",
+                   help="the CSS classifier on every worker: on, off (hta worker --no-css), or dry-run (it "
+                        "classifies and logs, never pins: what watching the tasks costs)")
+    p.add_argument("--no-css", dest="css", action="store_const", const="off", help="the same as --css off")
     p.add_argument("--poll-interval", type=_seconds("--poll-interval", 0.1), default=1.0, metavar="S")
     p.add_argument("--min-interval", type=_seconds("--min-interval", 0.1), default=2.0, metavar="S",
                    help="decide at most this often, whatever the latency")

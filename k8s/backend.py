@@ -123,8 +123,10 @@ class KubernetesProvider(Provider):
         stuck_after_s: float | None = None,
         force_delete_after_s: float = FORCE_DELETE_AFTER_S,
         api_budget_s: float = STEP_BUDGET_S,
+        css: bool | str = True,
     ):
         self.run_id = run_id
+        self.css = css
         self.namespace = namespace
         self.image = image
         self.kubeconfig = kubeconfig
@@ -303,7 +305,7 @@ class KubernetesProvider(Provider):
         for _ in range(n):
             self._seq += 1
             names.append(f"hta-{self.run_id}-{self._seq}")
-        cmd = worker_command(self.master, disk_mb=int(shape.disk_mb), idle_timeout_s=self.idle_timeout_s)
+        cmd = worker_command(self.master, disk_mb=int(shape.disk_mb), idle_timeout_s=self.idle_timeout_s, css=self.css)
         gate = asyncio.Semaphore(self.create_concurrency)
         deadline = time.monotonic() + self.api_budget_s
 
@@ -452,7 +454,7 @@ def from_options(options, run):
             kubeconfig=options.kubeconfig,
             master_host=options.master_host or routable_address(options.kubeconfig, options.host_network),
             host_network=options.host_network, idle_timeout_s=options.idle_timeout_s,
-            start_timeout_s=options.start_timeout_s)
+            start_timeout_s=options.start_timeout_s, css=options.css)
         provider.connect()
     except K8sError as exc:
         raise ValueError(str(exc)) from None

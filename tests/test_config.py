@@ -230,3 +230,27 @@ def test_an_argument_a_command_does_not_take_points_to_that_commands_help():
     r = run_hta("css", "--pid", "1", "2", timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip() == "hta: error: unrecognized arguments: 2 (see: hta css --help)", r.stderr
+
+
+def test_css_is_set_for_every_worker_of_a_run_and_reaches_their_command_line():
+    from hta.node.worker import worker_command
+
+    assert effective()["css"] == "on"
+    assert effective("--no-css")["css"] == "off"
+    assert effective("--css", "dry-run", env={"HTA_CSS": "off"})["css"] == "dry-run"  # a flag wins
+    r = run_hta("config", env={"HTA_CSS": "sometimes"}, timeout=60)
+    assert r.returncode == 2 and "HTA_CSS" in r.stderr and "'dry-run'" in r.stderr
+    cmd = worker_command("h:1", disk_mb=10, idle_timeout_s=60, css="off", css_log=Path("x.jsonl"))
+    assert "--no-css" in cmd and not any(a.startswith("--css") for a in cmd)
+    cmd = worker_command("h:1", disk_mb=10, idle_timeout_s=60, css="dry-run", css_log=Path("x.jsonl"))
+    assert "--css-dry-run" in cmd and "--css-log=x.jsonl" in cmd and "--no-css" not in cmd
+
+
+def test_the_local_backend_starts_its_workers_with_the_runs_css(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from hta.backends import BackendOptions
+    from hta.backends.local import from_options
+
+    pool = from_options(BackendOptions(css="dry-run"), SimpleNamespace(run_dir=tmp_path, epoch=0))
+    assert pool.provider.css == "dry-run"

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -33,6 +34,8 @@ class BackendOptions(BaseModel):
 
     #: a worker leaves on its own after this long without work
     idle_timeout_s: int = Field(900, ge=5)
+    #: the CSS classifier on every worker: on, off, or dry-run (classify and log, never pin)
+    css: Literal["on", "off", "dry-run"] = "on"
     # -- local processes
     #: emulated time from asking for a worker to starting it
     provision_delay_s: float = Field(0.0, ge=0)

@@ -93,7 +93,7 @@ class LocalProvider(Provider):
     launched = "launched"
 
     def __init__(self, run_dir: Path, provision_delay_s: float = 0.0, provision_jitter_s: float = 0.0,
-                 idle_timeout_s: int = 900, seed: int | None = None, css: bool = True):
+                 idle_timeout_s: int = 900, seed: int | None = None, css: bool | str = True):
         self.run_dir = Path(run_dir)
         self.provision_delay_s, self.provision_jitter_s = provision_delay_s, provision_jitter_s
         self.idle_timeout_s = idle_timeout_s
@@ -322,4 +322,4 @@ def from_options(options, run):
 
     return WorkerPool(LocalProvider(run.run_dir, provision_delay_s=options.provision_delay_s,
                                     provision_jitter_s=options.provision_jitter_s,
-                                    idle_timeout_s=options.idle_timeout_s), epoch=run.epoch)
+                                    idle_timeout_s=options.idle_timeout_s, css=options.css), epoch=run.epoch)

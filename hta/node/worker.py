@@ -48,12 +48,13 @@ CONNECT_TIMEOUT_S = 900
 
 def worker_command(master: str, *, disk_mb: int, idle_timeout_s: int, cores: int | None = None,
                    memory_mb: int | None = None, workdir: Path | None = None, parent_death: bool = False,
-                   css: bool = True, css_log: Path | None = None, executable: list[str] | None = None,
+                   css: bool | str = True, css_log: Path | None = None, executable: list[str] | None = None,
                    last_call_s: float = 0.0) -> list[str]:
     """The one ``hta worker`` command line, for a local process and for a pod alike.
 
     ``cores`` / ``memory_mb`` are given only where no cgroup limits the worker (a local
-    process); in a pod the worker reads them from its cgroup (the pod's limits)."""
+    process); in a pod the worker reads them from its cgroup (the pod's limits). ``css``:
+    on (True, "on"), off (False, "off"), or "dry-run" (it classifies and logs, never pins)."""
     cmd = [*(executable or ["hta"]), "worker", f"--master={master}"]
     if cores is not None:
         cmd.append(f"--cores={cores}")
@@ -66,9 +67,12 @@ def worker_command(master: str, *, disk_mb: int, idle_timeout_s: int, cores: int
         cmd.append(f"--workdir={workdir}")
     if last_call_s:
         cmd.append(f"--last-call={last_call_s:.0f}")
-    if not css:
+    if css in (False, "off"):
         cmd.append("--no-css")
-    elif css_log is not None:
+        return cmd
+    if css == "dry-run":
+        cmd.append("--css-dry-run")
+    if css_log is not None:
         cmd.append(f"--css-log={css_log}")
     return cmd
 

@@ -52,6 +52,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "status": ("", "status"),
     "makeflow-args": ("", "makeflow_args"),
     "idle-timeout": ("backend", "idle_timeout_s"),
+    "css": ("backend", "css"),
     "provision-delay": ("backend", "provision_delay_s"),
     "provision-jitter": ("backend", "provision_jitter_s"),
     "kubeconfig": ("backend", "kubeconfig"),

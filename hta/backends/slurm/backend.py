@@ -140,7 +140,7 @@ class SlurmProvider(Provider):
                  account: str | None = None, qos: str | None = None, time_limit: str | None = None,
                  sbatch_args: list[str] | None = None, master_host: str | None = None, idle_timeout_s: int = 900,
                  start_timeout_s: float | None = None, squeue_every_s: float = SQUEUE_EVERY_S,
-                 cancel_timeout_s: float = CANCEL_TIMEOUT_S, css: bool = True):
+                 cancel_timeout_s: float = CANCEL_TIMEOUT_S, css: bool | str = True):
         self.run_id = run_id
         self.run_dir = Path(run_dir)
         self.partition, self.account, self.qos, self.time_limit = partition, account, qos, time_limit
@@ -522,7 +522,7 @@ def from_options(options, run):
         run_id=run_id_for(run.workflow), run_dir=run.run_dir, partition=options.partition,
         account=options.account, qos=options.qos, time_limit=options.time_limit, sbatch_args=options.sbatch_args,
         master_host=options.master_host or this_host(), idle_timeout_s=options.idle_timeout_s,
-        start_timeout_s=options.start_timeout_s)
+        start_timeout_s=options.start_timeout_s, css=options.css)
     try:
         provider.check()
     except SlurmError as exc:
