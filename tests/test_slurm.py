@@ -224,7 +224,8 @@ def test_sigterm_ends_the_run_and_cancels_every_job(slurm, tmp_path):
 
 
 def test_a_preempted_worker_is_lost_and_its_tasks_run_again(slurm, tmp_path):
-    wf = sleepy(tmp_path, 2, 8)
+    # (tasks long enough that the preemption lands while one runs, on a loaded machine too)
+    wf = sleepy(tmp_path, 2, 20)
     env = {**os.environ, **slurm}
     p = subprocess.Popen([*HTA, *slurm_args("--max-workers", "1", "--worker-cores", "2", "--policy",
                                             "hta:worker_shape=node"), str(wf / "Makeflow")],
