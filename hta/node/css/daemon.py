@@ -282,10 +282,10 @@ class CSSDaemon:
         counts = self.monitor.counts()
         futex = {c: counts.get(c, 0) for c in containers}
         kinds = classify(futex, self.lam)
-        task_kinds, ages = self._identify(containers, time.time())
+        now = time.time()
+        task_kinds, ages = self._identify(containers, now)
         self._remember_io(kinds, task_kinds)
         plan = ctbra(kinds, self.cores, self.config.mu, self.config.plan)
-        now = time.time()
         out = []
         # (a plan that leaves every task on every core is the kernel's: nothing to apply or try)
         applied = any(sorted(plan.get(c, self.cores)) != sorted(self.cores) for c in containers)
