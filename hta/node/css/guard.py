@@ -25,19 +25,21 @@ yet they receive 20–24 % less CPU time under the plan and make 20–27 % fewer
 a second (waker and waiter on one core need fewer calls for the same work).
 
 So where tasks end, their ends decide: **a task's duration is its work over its speed**.
-The guard follows every task from its start to its end (a worker sees both) with how
-long it ran under the plan and under the kernel. A task that ran at least
-:data:`ONE_MODE` of its life under one is a sample of that one; tasks are grouped by
-kind (their command, digits aside: ``stress-ng --futex #``), and a kind with at least
-:data:`MIN_ENDS` samples under each, ended within the trial, is judged by the ratio of
-its mean durations. The noise is their standard error; no kind may lose beyond it. Where
-no kind has enough ends, the CPU rate decides, as before; each verdict says which
-(``evidence``). So that tasks can end within an epoch, an epoch lasts at least
-:data:`EPOCH_TASKS` × the median duration of the tasks seen to end (at most
-:data:`MAX_EPOCH_S`); where the ends of a kernel epoch and a plan epoch suffice, the
-trial is judged after those two (K P), without the second kernel epoch, which is there
-for the CPU rate's drift. A trial in which nothing could be judged (no task ran
-throughout, none ended) runs again with epochs twice as long, after the kernel's backoff of a lost one.
+The guard follows every task from its start to its end (a worker sees both) with the
+share of its life it ran under the plan, s. If a task of a kind has work W and goes at
+speed v_K under the kernel and v_P under the plan, it ends when W = d (v_K + s (v_P −
+v_K)): 1/d is a straight line in s, whose slope over its intercept is the plan's gain.
+So every task that ends is a sample, whatever its share, and tasks are grouped by kind
+(their command, digits aside: ``stress-ng --futex #``). A kind is judged once
+:data:`MIN_FIT_ENDS` of its tasks ended within the trial with shares spread enough to
+fit a slope (:data:`MIN_SPREAD`); the noise is the fit's standard error, and no kind may
+lose beyond it. A trial alternates K and P epochs of about one task's duration (the
+median of the latest ends; their lengths vary by :data:`EPOCH_PATTERN` so that tasks'
+shares spread rather than lock to the epochs' phase) until every kind that ended is
+judged, for at most :data:`MAX_TRIAL_EPOCHS` epochs. Where no task ends within K P K, the
+CPU rate decides, as before; each verdict says which (``evidence``). A trial in which
+nothing could be judged (no task ran throughout, none ended) runs again with epochs twice
+as long, after the kernel's backoff of a lost one.
 """
 
 from __future__ import annotations
@@ -56,12 +58,20 @@ MIN_GAIN = 0.02
 MAX_BACKOFF = 64
 #: epochs a kept plan runs before it is tried again
 RECHECK_EPOCHS = 10
-#: a task that ran this much of its life under one scheduling is a sample of it
-ONE_MODE = 0.8
-#: ends of a kind under each scheduling for its durations to decide
-MIN_ENDS = 2
+#: ends of a kind within a trial for its durations to decide ...
+MIN_FIT_ENDS = 4
+#: ... spread over the plan's share of their lives by at least this: the sum of the shares'
+#: squared deviations (two tasks at a share of 0.25 and two at 0.75 spread 0.25)
+MIN_SPREAD = 0.2
+#: a trial whose tasks end goes on, epoch after epoch, for its kinds' ends, at most this long
+MAX_TRIAL_EPOCHS = 8
+#: a trial's epochs last these multiples of their base length in turn
+EPOCH_PATTERN = (1.0, 0.6, 1.4, 0.8, 1.2, 0.7, 1.3, 0.9)
 #: an epoch lasts at least this many times the median duration of the tasks seen to end ...
-EPOCH_TASKS = 3.0
+EPOCH_TASKS = 1.0
+#: an epoch between trials lasts this many trial epochs (trials take the time they took
+#: when a trial's epochs were this long)
+REST_EPOCHS = 3.0
 #: ... and at most this long
 MAX_EPOCH_S = 600.0
 #: the durations an epoch's length is learned from: the latest ends
@@ -213,25 +223,19 @@ class PlanGuard:
         self._last_step = now
 
     def _judge_completions(self, since: float, every_kind: bool = False) -> Verdict | None:
-        """The trial judged by the durations of the tasks that ended in it, kind by kind;
-        None where no kind has :data:`MIN_ENDS` ends under each scheduling (``every_kind``:
-        where one kind that ended has not). A duration is known to a step (a task's end is
-        seen at the step after it), which the noise counts beside the spread."""
-        by_kind: dict[str, tuple[list[float], list[float]]] = {}
+        """The trial judged by the durations of the tasks that ended in it, kind by kind
+        (:func:`fit_gain`); None where no kind can be judged yet (``every_kind``: where one
+        kind that ended cannot)."""
+        by_kind: dict[str, list[TaskLife]] = {}
         for life in self.ends:
-            if life.ended is None or life.ended <= since or life.duration <= 0:
-                continue
-            plan, kernel = by_kind.setdefault(life.kind, ([], []))
-            if life.plan_share >= ONE_MODE:
-                plan.append(life.duration)
-            elif life.plan_share <= 1 - ONE_MODE:
-                kernel.append(life.duration)
+            if life.ended is not None and life.ended > since and life.duration > 0:
+                by_kind.setdefault(life.kind, []).append(life)
         ratios, noises = {}, []
-        for kind, (plan, kernel) in by_kind.items():
-            if len(plan) >= MIN_ENDS and len(kernel) >= MIN_ENDS:
-                ratios[kind] = statistics.fmean(kernel) / statistics.fmean(plan)
-                noises.append(math.hypot(_rel_se(plan), _rel_se(kernel), self._resolution(plan),
-                                         self._resolution(kernel)))
+        for kind, lives in by_kind.items():
+            fit = fit_gain([(life.plan_share, life.duration) for life in lives], self._step_s)
+            if fit is not None:
+                ratios[kind], noise = fit
+                noises.append(noise)
         if not ratios or (every_kind and len(ratios) < len(by_kind)):
             return None
         gain = geomean(list(ratios.values())) - 1
@@ -240,20 +244,30 @@ class PlanGuard:
         worst_loss = max(0.0, 1 - min(ratios.values()))
         bar = max(noise, MIN_GAIN)
         return Verdict(keep=gain > bar and worst_loss <= bar, gain=round(gain, 4), noise=round(noise, 4),
-                       tasks=sum(len(p) + len(k) for p, k in by_kind.values()), worst_loss=round(worst_loss, 4),
+                       tasks=sum(len(lives) for lives in by_kind.values()), worst_loss=round(worst_loss, 4),
                        ratios={k: round(r, 4) for k, r in ratios.items()}, evidence="completions")
 
-    def _resolution(self, durations: list[float]) -> float:
-        """How well a mean of ``durations`` is known for the step's granularity, as a
-        fraction of it: a step over the mean, over the square root of their number."""
-        mean = statistics.fmean(durations)
-        return self._step_s / mean / math.sqrt(len(durations)) if mean > 0 else 0.0
-
-    def _judge(self) -> Verdict:
-        k1, p, k2 = self.trial
-        by_ends = self._judge_completions(k1.started)
+    def _close_trial(self) -> Verdict | None:
+        """The trial's verdict once it can be given, else None (it goes on): on the tasks'
+        durations as soon as every kind that ended can be judged; on the CPU rate after K P K
+        if no task ended within them; on whatever there is after :data:`MAX_TRIAL_EPOCHS`."""
+        if len(self.trial) < 2:
+            return None
+        since = self.trial[0].started
+        by_ends = self._judge_completions(since, every_kind=True)
         if by_ends is not None:
             return by_ends
+        if len(self.trial) < 3:
+            return None
+        ended = any(life.ended is not None and life.ended > since for life in self.ends)
+        if ended and len(self.trial) < MAX_TRIAL_EPOCHS:
+            return None
+        return self._judge_completions(since) or self._judge_cpu()
+
+    def _judge_cpu(self) -> Verdict:
+        """The trial judged by the CPU time each task received a second in K P K (tasks
+        there throughout)."""
+        k1, p, k2 = self.trial[:3]
         common = [c for c in p.rates if c in k1.rates and c in k2.rates
                   and k1.rates[c] + k2.rates[c] > 0 and p.rates[c] > 0]
         by_task = {c: p.rates[c] / ((k1.rates[c] + k2.rates[c]) / 2) for c in common}
@@ -301,11 +315,8 @@ class PlanGuard:
             else:
                 self.trial.append(self.current)
             self.current = None
-            # tasks' ends under the kernel and then the plan are enough: no second kernel
-            # epoch is needed (it is there to show the CPU rate's drift)
-            early = self._judge_completions(self.trial[0].started, every_kind=True) if len(self.trial) == 2 else None
-            if len(self.trial) == 3 or early is not None:
-                verdict = early or self._judge()
+            verdict = self._close_trial()
+            if verdict is not None:
                 self.verdicts.append(verdict)
                 self.trial = []
                 # nothing ran throughout and nothing ended: the next trial's epochs are longer;
@@ -318,17 +329,46 @@ class PlanGuard:
                     self.resting, self.rest_epochs = "kernel", self.backoff
                     self.backoff = min(self.backoff * 2, MAX_BACKOFF)
         if self.current is None:
-            mode = self.resting if self.rest_epochs > 0 else ("plan" if len(self.trial) == 1 else "kernel")
-            self.current = Epoch(mode, now, self._snapshot(containers), length=self.epoch_length())
+            in_trial = self.rest_epochs == 0
+            mode = self.resting if not in_trial else ("plan" if len(self.trial) % 2 == 1 else "kernel")
+            # where tasks end, trial epochs last about a task (their lengths varied by the
+            # pattern, so that tasks' shares of the plan spread) and rest epochs a few; where
+            # none ended yet, epochs are read by the CPU rate and stay even
+            factor = (1.0 if not self.ends else REST_EPOCHS if not in_trial
+                      else EPOCH_PATTERN[len(self.trial) % len(EPOCH_PATTERN)])
+            length = self.epoch_length() * factor
+            self.current = Epoch(mode, now, self._snapshot(containers), length=length)
         self._last_mode = self.current.mode
         return self.current.mode == "plan", verdict
 
 
-def _rel_se(xs: list[float]) -> float:
-    """The standard error of the mean of ``xs``, as a fraction of the mean."""
-    if len(xs) < 2:
-        return 0.0
-    return statistics.stdev(xs) / statistics.fmean(xs) / math.sqrt(len(xs))
+def fit_gain(samples: list[tuple[float, float]], step_s: float = 0.0) -> tuple[float, float] | None:
+    """A kind's speed under the plan over its speed under the kernel, and that ratio's
+    standard error, from its tasks' (plan share, duration): the straight line 1/d = a + b s
+    fitted by least squares gives (a + b) / a. None where there are fewer than
+    :data:`MIN_FIT_ENDS` samples or their shares spread less than :data:`MIN_SPREAD`.
+    A duration is known to a step (a task's end is seen at the step after it): the noise
+    is never less than that granularity's."""
+    n = len(samples)
+    if n < MIN_FIT_ENDS:
+        return None
+    xs = [s for s, _ in samples]
+    ys = [1.0 / d for _, d in samples]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx < MIN_SPREAD:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    a = my - b * mx
+    if a <= 0 or a + b <= 0:
+        return None
+    var = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys)) / (n - 2)
+    # (a duration known to a step: an error uniform over it, as a fraction of 1/d)
+    var = max(var, statistics.fmean((y * step_s / d) ** 2 for (_, d), y in zip(samples, ys)) / 12)
+    var_b, var_a, cov = var / sxx, var * (1 / n + mx * mx / sxx), -mx * var / sxx
+    ratio = 1 + b / a
+    se = math.sqrt(max(0.0, var_b / a**2 + b * b * var_a / a**4 - 2 * b * cov / a**3))
+    return ratio, se
 
 
 def task_kind(cmdline: list[str]) -> str:
