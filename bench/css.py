@@ -25,6 +25,8 @@
    - the paper's mix: 2 × ``stress-ng --futex`` beside 2 × ``stress-ng --cpu``;
    - the project's own workflow tasks packed into one worker: 2 BLAST aligns
      (``workflows/blast/align.py``) beside 2 of the I/O workflow's ``dd`` tasks;
+   - a CANU-like mix: CANU's overlap store as fio's POSIX asynchronous I/O (completion
+     threads on futexes) beside its overlap computation as BLAST aligns;
    - an NPB-like OpenMP kernel (``gcc -fopenmp``: a loop with a barrier each
      iteration) run as 3 tasks of 2 threads, which oversubscribe the cores;
    - one class only: 4 × ``stress-ng --cpu``.
@@ -32,8 +34,15 @@
    The tasks run as plain processes that ``hta css --pid`` watches, as ``hta worker``
    watches its worker's children.
 
-``--cores N`` (default: this machine's) scales the streams to a node of N cores (lanes per
-2 cores, as above) and CSS shares N cores; on 16 cores it is the paper's setting.
+3. **A real workflow** (``--workflow``): ``workflows/blast`` run by ``hta makeflow`` with
+   local workers, each run in a fresh copy, with ``--css off``, ``--css on`` and ``--css
+   dry-run`` (CSS watches and classifies but never pins), rounds interleaved; runtime is the
+   run's own (its scaling log), and ``hta report``'s CSS table of the last CSS run is printed:
+   which trials kept a plan, and on what evidence. Goals: CSS on and CSS watching each ≤
+   1.01 × the run without CSS.
+
+``--cores N`` (default: this machine's) scales every workload to a node of N cores (lanes
+and long tasks per 2 cores, as above) and CSS shares N cores; on 16 cores it is the paper's setting.
 
 Goals (exit 1 on a miss): with CSS, every workload's median makespan ≤ 1.01 × without, and
 within 1.02 × the better of the kernel and the plan always; on the futex stream CSS keeps
@@ -41,6 +50,7 @@ at least two thirds of what the plan always gains over the kernel; the steady-st
 overhead < 1 % of a core.
 
     .venv/bin/python bench/css.py [--rounds 5] [--skip-overhead] [--cores N] [--only NAME]
+    .venv/bin/python bench/css.py --workflow [--rounds 5]      # section 3 only
 """
 
 from __future__ import annotations
@@ -72,6 +82,9 @@ CAPTURE = 2 / 3
 NEAR_BEST = 1.02
 #: short tasks a lane runs one after another
 LANE_TASKS = 6
+#: the real workflow of section 3, and how each of its runs sets CSS
+WORKFLOW = ROOT / "workflows" / "blast"
+WORKFLOW_MODES = {"without CSS": "off", "CSS": "on", "CSS watching only": "dry-run"}
 
 #: runs each lane (a list of commands) one task after another, the lanes side by side, every
 #: task a child of this process: a worker's tasks, as CSS sees them
@@ -137,6 +150,12 @@ DD = ("for r in 1 2 3 4; do dd if=/dev/zero of=blk{i} bs=1M count=1024 conv=fsyn
       "dd if=blk{i} of=/dev/null bs=1M status=none && md5sum < blk{i} > /dev/null && rm -f blk{i}; done")
 
 
+#: CANU's overlap-store phase, as its I/O: fio with POSIX asynchronous I/O, whose completion
+#: threads wait on futexes (futex-heavy, as DESIGN's facts found), a fixed amount of it
+CANU_IO = ["fio", "--name=ovl", "--ioengine=posixaio", "--rw=randrw", "--bs=4k", "--size=64m", "--io_size=384m",
+           "--iodepth=16", "--direct=0", "--fsync=64", "--output=/dev/null"]
+
+
 def workloads(work: Path, cores: int) -> dict[str, tuple[str, Callable[[], list]]]:
     """Name → ("lanes", each lane's commands) or ("together", the commands of long tasks
     started together), in ``work``; streams scaled to ``cores``."""
@@ -161,10 +180,13 @@ def workloads(work: Path, cores: int) -> dict[str, tuple[str, Callable[[], list]
         "thread pools beside CPU loops (stream)": (
             "lanes", lambda: [[pool] * LANE_TASKS] * (2 * per) + [[loop] * LANE_TASKS] * (2 * per)),
         "one class stream: cpu stress-ng": ("lanes", lambda: [[short_cpu] * LANE_TASKS] * (4 * per)),
-        "paper's mix, long processes: 2 futex + 2 cpu stress-ng": ("together", lambda: [futex, futex, cpu, cpu]),
+        "paper's mix, long processes: 2 futex + 2 cpu stress-ng": (
+            "together", lambda: [futex] * (2 * per) + [cpu] * (2 * per)),
         "workflow tasks: 2 BLAST align + 2 dd": (
-            "together", lambda: [align, align, *(["sh", "-c", DD.format(i=i)] for i in (1, 2))]),
-        "OpenMP barrier loop: 3 tasks x 2 threads": ("together", lambda: [[str(omp), "2000"]] * 3),
+            "together", lambda: [align] * (2 * per) + [["sh", "-c", DD.format(i=i)] for i in range(2 * per)]),
+        "OpenMP barrier loop (NPB-like): 3 tasks x 2 threads": ("together", lambda: [[str(omp), "2000"]] * (3 * per)),
+        "CANU-like: asynchronous I/O beside overlap compute": (
+            "together", lambda: [[*CANU_IO, f"--filename=canu{i}"] for i in range(per)] + [align] * (2 * per)),
     }
 
 
@@ -224,6 +246,8 @@ def main() -> int:
     ap.add_argument("--cores", type=int, default=None, help="the node's cores the workloads are sized for "
                     "and CSS shares (default: this machine's)")
     ap.add_argument("--only", default=None, help="run only the workloads whose name contains this")
+    ap.add_argument("--workflow", action="store_true",
+                    help="run only section 3: workflows/blast with --css off, on and dry-run")
     args = ap.parse_args()
     online = sorted(os.sched_getaffinity(0))
     cores = args.cores or len(online)
@@ -235,6 +259,8 @@ def main() -> int:
     if missing:
         print(f"bench/css.py: needs {', '.join(missing)}: run ./scripts/setup.sh", file=sys.stderr)
         return 2
+    if args.workflow:
+        return workflow_section(args.rounds)
     backends = available()
     missed: list[str] = []
     print(f"machine: {os.cpu_count()} cores; futex backends available here: {', '.join(backends)}")
@@ -279,9 +305,9 @@ def main() -> int:
             for mode, times in res.items():
                 med = statistics.median(times)
                 print(f"      {mode:17s} {med:7.2f} s ({min(times):.2f}–{max(times):.2f})  {med / base:.3f} ×"
-                      + (f"   plan kept in {kept} of {trials} trials (decided by "
-                         + ", ".join(f"{EVIDENCE_WORDS[e]} {n}" for e, n in sorted(evidence.items())) + ")"
-                         if mode == "CSS" else ""))
+                      + ((f"   plan kept in {kept} of {trials} trials (decided by "
+                          + ", ".join(f"{EVIDENCE_WORDS[e]} {n}" for e, n in sorted(evidence.items())) + ")"
+                          if trials else "   no trial ended") if mode == "CSS" else ""))
             ratio = statistics.median(res["CSS"]) / base
             always = statistics.median(res["CSS, plan always"]) / base
             ok = ratio <= NO_HARM
@@ -300,6 +326,62 @@ def main() -> int:
                       f"({share:.0%}: {1 - ratio:+.1%} of {1 - always:+.1%})")
                 if not ok:
                     missed.append(f"{name}: CSS keeps {share:.0%} of the plan's gain")
+    if missed:
+        print("\nmissed: " + "; ".join(missed))
+        return 1
+    print("\nevery goal met")
+    return 0
+
+
+def workflow_run(css: str, work: Path) -> tuple[float, Path]:
+    """One run of workflows/blast in a fresh copy of its tracked files, with ``--css css``:
+    (its runtime, from its scaling log; the log)."""
+    wf = work / f"blast-{css}"
+    shutil.rmtree(wf, ignore_errors=True)
+    wf.mkdir(parents=True)
+    for f in WORKFLOW.iterdir():
+        if f.suffix == ".py" or f.name == "Makeflow":
+            shutil.copy(f, wf / f.name)
+    r = subprocess.run([HTA, "makeflow", "--css", css, "Makeflow"], cwd=wf, capture_output=True, text=True,
+                       timeout=3600)
+    if r.returncode != 0:
+        raise SystemExit(f"bench/css.py: workflows/blast with --css {css} failed ({r.returncode}): "
+                         f"{r.stderr.strip().splitlines()[-1:] or ''}")
+    log = wf / "Makeflow.scaling.jsonl"
+    end = json.loads(log.read_text().strip().splitlines()[-1])
+    return float(end["runtime_s"]), log
+
+
+def workflow_section(rounds: int) -> int:
+    """Section 3: the real workflow with CSS off, on and watching only, rounds interleaved."""
+    print(f"3. workflows/blast, local workers, {rounds} rounds interleaved (median runtime, min–max):")
+    res: dict[str, list[float]] = {m: [] for m in WORKFLOW_MODES}
+    last_css: Path | None = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(rounds):
+            for mode, css in WORKFLOW_MODES.items():
+                runtime, log = workflow_run(css, Path(tmp) / mode.replace(" ", "-"))
+                res[mode].append(runtime)
+                if css == "on":
+                    last_css = Path(tmp) / "report.txt"
+                    rep = subprocess.run([HTA, "report", str(log)], capture_output=True, text=True, timeout=300,
+                                         env={**os.environ, "COLUMNS": "140"})
+                    last_css.write_text(rep.stdout)
+        base = statistics.median(res["without CSS"])
+        missed = []
+        for mode, times in res.items():
+            med = statistics.median(times)
+            print(f"      {mode:17s} {med:7.2f} s ({min(times):.2f}–{max(times):.2f})  {med / base:.3f} ×")
+            if mode != "without CSS":
+                ok = med / base <= NO_HARM
+                print(f"      goal {'met ' if ok else 'MISS'}: {mode} ≤ {NO_HARM:g} × without ({med / base:.3f} ×)")
+                if not ok:
+                    missed.append(f"workflows/blast: {mode} {med / base:.3f} × without")
+        if last_css is not None:
+            lines = last_css.read_text().splitlines()
+            at = next((i for i, line in enumerate(lines) if "CSS on each worker" in line), None)
+            print("\n   hta report, the last run with CSS:")
+            print("\n".join("   " + line for line in (lines[at:] if at is not None else ["(no CSS table)"])))
     if missed:
         print("\nmissed: " + "; ".join(missed))
         return 1

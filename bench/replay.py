@@ -229,10 +229,14 @@ class Cluster:
         return wait_for(lambda: not core.list_node().items, timeout_s)
 
     def keep_logs(self, to: Path) -> None:
-        """The control plane's and the autoscalers' logs, kept beside the run's."""
+        """The control plane's, the autoscalers' and each pod's logs (``pods/``), kept beside
+        the run's: a worker that hung is read there after the cluster is gone."""
         to.mkdir(parents=True, exist_ok=True)
         for log in (self.state / "logs").glob("*.log"):
             shutil.copy(log, to / log.name)
+        pods = self.state / "logs" / "pods"
+        if pods.is_dir():
+            shutil.copytree(pods, to / "pods", dirs_exist_ok=True)
 
     def __exit__(self, *exc: object) -> None:
         subprocess.run([str(ROOT / "testcluster" / "cluster"), "down"], env=self.env, capture_output=True,

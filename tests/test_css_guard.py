@@ -149,6 +149,27 @@ def test_a_plan_that_slows_one_kind_of_short_task_is_dropped():
     assert sum(s.modes) < 0.3 * len(s.modes)
 
 
+def test_a_plan_that_starves_a_kind_until_its_tasks_stop_ending_is_not_kept():
+    # "c" nearly stops under the plan: its tasks end too rarely to fit, the other kind's
+    # gain cannot speak for it
+    s = Stream({"f": 1.3, "c": 0.05})
+    verdicts = s.run(300)
+    assert verdicts and not any(v.keep for v in verdicts)
+
+
+def test_time_without_a_plan_to_try_counts_under_the_kernel():
+    t = 0.0
+    g = PlanGuard(2.0, cpu_of=lambda pids: t, clock=lambda: t)
+    tasks, kinds = {"task-1": {1}}, {"task-1": "x"}
+    while not g.step(tasks, (1, 1), kinds, {"task-1": t})[0]:  # (until the trial's plan epoch)
+        t += 1.0
+    for _ in range(50):  # one class for a while: nothing to try, every core
+        t += 1.0
+        g.pause(tasks, kinds, {"task-1": t})
+    g.step(tasks, (1, 1), kinds, {"task-1": t})
+    assert g.lives["task-1"].plan_share < 0.1
+
+
 def test_epochs_grow_to_fit_the_tasks_and_a_trial_with_nothing_to_judge_runs_again_longer():
     s = Stream({"f": 1.0, "c": 1.0})
     s.run(30)

@@ -290,7 +290,7 @@ class CSSDaemon:
         # (a plan that leaves every task on every core is the kernel's: nothing to apply or try)
         applied = any(sorted(plan.get(c, self.cores)) != sorted(self.cores) for c in containers)
         if self.guard is not None and not applied:
-            self.guard.pause()
+            self.guard.pause(containers, task_kinds, ages)
         elif self.guard is not None:
             mix = (sum(1 for k in kinds.values() if k == "io"), sum(1 for k in kinds.values() if k == "cpu"))
             applied, verdict = self.guard.step(containers, mix, task_kinds, ages)

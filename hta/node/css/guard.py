@@ -32,14 +32,17 @@ v_K)): 1/d is a straight line in s, whose slope over its intercept is the plan's
 So every task that ends is a sample, whatever its share, and tasks are grouped by kind
 (their command, digits aside: ``stress-ng --futex #``). A kind is judged once
 :data:`MIN_FIT_ENDS` of its tasks ended within the trial with shares spread enough to
-fit a slope (:data:`MIN_SPREAD`); the noise is the fit's standard error, and no kind may
-lose beyond it. A trial alternates K and P epochs of about one task's duration (the
-median of the latest ends; their lengths vary by :data:`EPOCH_PATTERN` so that tasks'
-shares spread rather than lock to the epochs' phase) until every kind that ended is
-judged, for at most :data:`MAX_TRIAL_EPOCHS` epochs. Where no task ends within K P K, the
-CPU rate decides, as before; each verdict says which (``evidence``). A trial in which
-nothing could be judged (no task ran throughout, none ended) runs again with epochs twice
-as long, after the kernel's backoff of a lost one.
+fit a slope (:data:`MIN_SPREAD`); the noise is the fit's standard error. The plan is
+kept only if it gains by :data:`KEEP_SE` standard errors, no kind loses beyond one, and
+every kind seen in the trial is judged: a kind whose tasks stop ending under the plan is
+the one it starves. A trial alternates K and P epochs of about one task's duration (the
+median of the latest ends; each K P pair's length varied by :data:`EPOCH_PATTERN`, so
+that tasks' shares spread rather than lock to the epochs' phase) until every kind seen is
+judged, for at most :data:`MAX_TRIAL_EPOCHS` epochs. Where no task ends within K P K,
+or no kind could be fitted by the last epoch, the CPU rate decides (blind to a gain in
+work per CPU second, so it rarely keeps such a plan); each verdict says which
+(``evidence``). A trial in which nothing could be judged (no task ran throughout, none
+fitted) runs again with epochs twice as long, after the kernel's backoff of a lost one.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ import psutil
 
 #: the smallest gain a plan must show (a fraction of the tasks' progress)
 MIN_GAIN = 0.02
+#: ... and, judged on durations, by this many standard errors of the fit (a fit of a few
+#: ends has few degrees of freedom: at one, a plan with no effect was kept a quarter of the time)
+KEEP_SE = 1.5
 #: epochs between trials after a lost one, at most
 MAX_BACKOFF = 64
 #: epochs a kept plan runs before it is tried again
@@ -65,13 +71,15 @@ MIN_FIT_ENDS = 4
 MIN_SPREAD = 0.2
 #: a trial whose tasks end goes on, epoch after epoch, for its kinds' ends, at most this long
 MAX_TRIAL_EPOCHS = 8
-#: a trial's epochs last these multiples of their base length in turn
-EPOCH_PATTERN = (1.0, 0.6, 1.4, 0.8, 1.2, 0.7, 1.3, 0.9)
-#: an epoch lasts at least this many times the median duration of the tasks seen to end ...
-EPOCH_TASKS = 1.0
+#: a trial's epochs last these multiples of their base length, a K and a P epoch each in
+#: turn (so that tasks' shares spread instead of locking to the epochs' phase)
+EPOCH_PATTERN = (1.0, 1.4, 0.7, 1.2)
 #: an epoch between trials lasts this many trial epochs (trials take the time they took
 #: when a trial's epochs were this long)
 REST_EPOCHS = 3.0
+#: an epoch's base length is at least this many times the median duration of the tasks
+#: seen to end ...
+EPOCH_TASKS = 1.0
 #: ... and at most this long
 MAX_EPOCH_S = 600.0
 #: the durations an epoch's length is learned from: the latest ends
@@ -225,31 +233,35 @@ class PlanGuard:
     def _judge_completions(self, since: float, every_kind: bool = False) -> Verdict | None:
         """The trial judged by the durations of the tasks that ended in it, kind by kind
         (:func:`fit_gain`); None where no kind can be judged yet (``every_kind``: where one
-        kind that ended cannot)."""
+        kind seen in the trial, ended or running, cannot). A plan is kept only if every
+        kind seen in the trial is judged: one whose tasks stop ending under it may be the
+        one it starves."""
         by_kind: dict[str, list[TaskLife]] = {}
         for life in self.ends:
             if life.ended is not None and life.ended > since and life.duration > 0:
                 by_kind.setdefault(life.kind, []).append(life)
+        seen = set(by_kind) | {life.kind for life in self.lives.values() if life.kind}
         ratios, noises = {}, []
         for kind, lives in by_kind.items():
             fit = fit_gain([(life.plan_share, life.duration) for life in lives], self._step_s)
             if fit is not None:
                 ratios[kind], noise = fit
                 noises.append(noise)
-        if not ratios or (every_kind and len(ratios) < len(by_kind)):
+        if not ratios or (every_kind and len(ratios) < len(seen)):
             return None
         gain = geomean(list(ratios.values())) - 1
         # the geometric mean's noise: the kinds' own, as independent errors averaged
         noise = math.sqrt(sum(n * n for n in noises)) / len(noises)
         worst_loss = max(0.0, 1 - min(ratios.values()))
-        bar = max(noise, MIN_GAIN)
-        return Verdict(keep=gain > bar and worst_loss <= bar, gain=round(gain, 4), noise=round(noise, 4),
+        keep = (len(ratios) == len(seen) and gain > max(KEEP_SE * noise, MIN_GAIN)
+                and worst_loss <= max(noise, MIN_GAIN))
+        return Verdict(keep=keep, gain=round(gain, 4), noise=round(noise, 4),
                        tasks=sum(len(lives) for lives in by_kind.values()), worst_loss=round(worst_loss, 4),
                        ratios={k: round(r, 4) for k, r in ratios.items()}, evidence="completions")
 
     def _close_trial(self) -> Verdict | None:
         """The trial's verdict once it can be given, else None (it goes on): on the tasks'
-        durations as soon as every kind that ended can be judged; on the CPU rate after K P K
+        durations as soon as every kind seen in it can be judged; on the CPU rate after K P K
         if no task ended within them; on whatever there is after :data:`MAX_TRIAL_EPOCHS`."""
         if len(self.trial) < 2:
             return None
@@ -289,9 +301,14 @@ class PlanGuard:
             self.by_mix[self.mix] = (("kernel", self.backoff, min(self.backoff * 2, MAX_BACKOFF)) if in_trial
                                      else (self.resting, self.rest_epochs, self.backoff))
 
-    def pause(self) -> None:
+    def pause(self, containers: dict[str, set[int]] | None = None, kinds: dict[str, str] | None = None,
+              ages: dict[str, float] | None = None) -> None:
         """There is no plan to try now (its plan is the kernel's every core): the epoch under
-        way is dropped, and the next mix starts or resumes its trials as usual."""
+        way is dropped, and the next mix starts or resumes its trials as usual. The tasks
+        (as :meth:`step` takes them) run under the kernel's scheduling meanwhile."""
+        if containers is not None:
+            self._follow(containers, kinds or {}, ages or {}, self.clock())
+        self._last_mode = "kernel"
         self._leave_mix()
         self.mix, self.trial, self.current = None, [], None
 
@@ -335,8 +352,8 @@ class PlanGuard:
             # pattern, so that tasks' shares of the plan spread) and rest epochs a few; where
             # none ended yet, epochs are read by the CPU rate and stay even
             factor = (1.0 if not self.ends else REST_EPOCHS if not in_trial
-                      else EPOCH_PATTERN[len(self.trial) % len(EPOCH_PATTERN)])
-            length = self.epoch_length() * factor
+                      else EPOCH_PATTERN[len(self.trial) // 2 % len(EPOCH_PATTERN)])
+            length = min(MAX_EPOCH_S, self.epoch_length() * factor)
             self.current = Epoch(mode, now, self._snapshot(containers), length=length)
         self._last_mode = self.current.mode
         return self.current.mode == "plan", verdict
@@ -360,13 +377,13 @@ def fit_gain(samples: list[tuple[float, float]], step_s: float = 0.0) -> tuple[f
         return None
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
     a = my - b * mx
-    if a <= 0 or a + b <= 0:
+    if a <= 0:
         return None
     var = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys)) / (n - 2)
     # (a duration known to a step: an error uniform over it, as a fraction of 1/d)
     var = max(var, statistics.fmean((y * step_s / d) ** 2 for (_, d), y in zip(samples, ys)) / 12)
     var_b, var_a, cov = var / sxx, var * (1 / n + mx * mx / sxx), -mx * var / sxx
-    ratio = 1 + b / a
+    ratio = max(1 + b / a, 1e-3)  # (a + b ≤ 0: the plan stopped the kind)
     se = math.sqrt(max(0.0, var_b / a**2 + b * b * var_a / a**4 - 2 * b * cov / a**3))
     return ratio, se
 
