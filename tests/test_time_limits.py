@@ -347,7 +347,9 @@ def test_a_closing_worker_stops_a_late_task_and_leaves_once_the_others_are_done(
             p.kill()
             p.wait()
     said = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
-    assert [(x["why"], x["held"], x["cut"]) for x in said] == [("last call", 1, 0)]
+    assert [(x["why"], x["held"], x["cut"]) for x in said if x["hta_worker"] == "left"] == [("last call", 1, 0)]
+    # each task once, as it was first seen: what a hung worker's log is read for
+    assert [(x["sandbox"], x["late"]) for x in said if x["hta_worker"] == "task"] == [("t.1", False), ("t.2", True)]
 
 
 def test_a_partitions_qos_applies_on_top_of_the_jobs_own():

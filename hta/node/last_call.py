@@ -224,7 +224,11 @@ class Closer:
         if self.why is not None:
             return None
         now = time.time() if now is None else now
+        before = set(self.rule.tasks)
         self.rule.seen(now, task_processes(self.pid))
+        for pid in set(self.rule.tasks) - before:  # (the pod's log tells a hung worker's story)
+            t = self.rule.tasks[pid]
+            say("task", sandbox=Path(t.sandbox).name, late=t.late, started=self.rule.started)
         for pid in self.rule.to_hold():
             hold(pid)
             self.rule.tasks[pid].held = True
