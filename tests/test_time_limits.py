@@ -4,6 +4,7 @@ task it cannot finish (its last call), tasks that can never fit, and lost work b
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from conftest import wait
@@ -327,7 +328,10 @@ def test_a_closing_worker_stops_a_late_task_and_leaves_once_the_others_are_done(
     try:
         early = task(1)
         closes = time.time() + 0.3
-        closer = lc.Closer(os.getpid(), tmp_path, ends_at=closes + lc.STOP_BEFORE_S + 100.0, last_call_s=100.0)
+        # (a relative --workdir, as a user may give it: the sandboxes it lists are the tasks' own)
+        monkeypatch.chdir(tmp_path.parent)
+        closer = lc.Closer(os.getpid(), Path(tmp_path.name), ends_at=closes + lc.STOP_BEFORE_S + 100.0,
+                           last_call_s=100.0)
         closer.rule.started_at = closes - 10.0
         assert closer.step() is None  # seen before the last call
         while time.time() < closes:

@@ -151,8 +151,10 @@ def task_processes(worker_pid: int) -> dict[int, str]:
 
 def sandboxes(workdir: Path, worker_pid: int) -> set[str]:
     """The task sandboxes the worker keeps (``t.<id>``): a task running, or one whose
-    result the master has not fetched yet."""
-    return {str(p) for p in Path(workdir).glob(f"worker-*-{worker_pid}/t.*")}
+    result the master has not fetched yet. Each as its real path, the form a task's own
+    working directory takes (a relative or symlinked ``--workdir`` would otherwise never
+    match a held task's, and the worker would stay with it stopped)."""
+    return {os.path.realpath(p) for p in Path(workdir).glob(f"worker-*-{worker_pid}/t.*")}
 
 
 def hold(pid: int) -> None:
