@@ -241,7 +241,7 @@ def run(how: str, cmds: list, mode: list[str] | None, backend: str, work: Path,
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=_rounds, default=5, help="rounds, interleaved (default 5)")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--cores", type=int, default=None, help="the node's cores the workloads are sized for "
                     "and CSS shares (default: this machine's)")
@@ -331,6 +331,19 @@ def main() -> int:
         return 1
     print("\nevery goal met")
     return 0
+
+
+def _rounds(text: str) -> int:
+    """--rounds: a whole number ≥ 1 (a median of no rounds is no figure)."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of rounds, 1 or more")
+    return n
 
 
 def workflow_run(css: str, work: Path) -> tuple[float, Path]:
