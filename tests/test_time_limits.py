@@ -407,20 +407,40 @@ def test_a_worker_of_n_tasks_holds_the_next_and_leaves_once_their_results_are_fe
 def test_hta_worker_tasks_runs_n_tasks_and_hands_the_next_back(tmp_path):
     """Against a real master: a worker of one task runs one, gives the next back at once and
     leaves with exit 0; a second worker runs what it gave back."""
+    import contextlib
     import json
+    import os
     import subprocess
 
+    import psutil
     from conftest import HTA, wait
     from test_node import Master
 
     m = Master()
     for _ in range(3):
         m.submit("sleep 1")
+    # a folder shared with workers killed before (pods on one host share /tmp): each left
+    # its workspace, named by a pid the kernel hands out again; none is this worker's
+    last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    stale = range(last + 1, last + 3000)
+    for pid in stale:
+        (tmp_path / f"worker-{os.getuid()}-{pid}" / "t.7").mkdir(parents=True)
     cmd = [*HTA, "worker", f"--master=127.0.0.1:{m.q.port}", "--cores=1", "--no-css", "--idle-timeout=60"]
     one = subprocess.Popen([*cmd, "--tasks=1", f"--workdir={tmp_path}"], stderr=subprocess.PIPE, text=True)
     other = None
     try:
+        def wq() -> int | None:
+            for c in psutil.Process(one.pid).children():
+                with contextlib.suppress(psutil.Error):
+                    if c.name() == "work_queue_worker":
+                        return c.pid
+            return None
+
+        assert wait(lambda: wq() is not None, 30)
+        assert wq() in stale, (wq(), last)  # (else this test would not try what it means to)
         assert one.wait(60) == 0
+        assert all((tmp_path / f"worker-{os.getuid()}-{pid}" / "t.7").is_dir() for pid in stale)  # others' left be
+        assert not list(tmp_path.glob("hta-worker-*"))  # its own folder, gone with it
         said = [json.loads(x) for x in one.stderr.read().splitlines() if x.startswith('{"hta_worker": "left"')]
         assert [(x["why"], x["cut"]) for x in said] == [("tasks done", 0)], said
         assert len(m.done) == 1 and m.done[0][1] == 0  # one task, run to its end

@@ -19,12 +19,15 @@ cores CSS pins a task to are applied through its CPU affinity, which
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,9 +192,18 @@ def run(o: WorkerOptions) -> int:
     # handlers first: a signal that arrives while we start must not kill us and orphan the worker
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, on_signal)
-    # and if we die anyway (SIGKILL), the worker follows
-    proc = subprocess.Popen(command(o, cap), env=env, preexec_fn=die_with_parent(signal.SIGTERM),
-                            stderr=subprocess.PIPE)
+    # its own folder under --workdir: a workspace is named by the worker's pid
+    # (``worker-<uid>-<pid>``), and one a killed worker left (pods on one host share /tmp)
+    # may carry the pid the kernel hands out again; its old sandboxes would look like tasks
+    # this worker holds, and it would never leave nor drain
+    space = Path(tempfile.mkdtemp(prefix="hta-worker-", dir=o.workdir))
+    o = dataclasses.replace(o, workdir=space)
+    try:  # and if we die anyway (SIGKILL), the worker follows
+        proc = subprocess.Popen(command(o, cap), env=env, preexec_fn=die_with_parent(signal.SIGTERM),
+                                stderr=subprocess.PIPE)
+    except BaseException:
+        shutil.rmtree(space, ignore_errors=True)
+        raise
     said = _Relay(proc)
     monitor = say_css_capabilities(o)  # (after the fork: the monitor may run a thread)
     daemon = None
@@ -240,7 +252,7 @@ def run(o: WorkerOptions) -> int:
         daemon.stop_event.set()
     reap_leftovers()
     said.join()
-    remove_workspace(o.workdir, proc.pid)
+    shutil.rmtree(space, ignore_errors=True)  # (what a killed work_queue_worker could not delete)
     rc = proc.returncode
     if left:
         return 0
@@ -363,14 +375,6 @@ def leave_now(pid: int) -> None:
             p.kill()
         except psutil.NoSuchProcess:
             pass
-
-
-def remove_workspace(workdir: Path, pid: int) -> None:
-    """The workspace ``worker-<uid>-<pid>`` a killed worker could not delete itself."""
-    import shutil
-
-    for d in Path(workdir).glob(f"worker-*-{pid}"):
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def check_workdir(workdir: Path) -> None:
