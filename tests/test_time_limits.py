@@ -403,6 +403,21 @@ def test_a_worker_of_n_tasks_holds_the_next_and_leaves_once_their_results_are_fe
     assert one.leave(2.0, {"/w/t.1"}) is None and one.leave(2.1, set()) == "tasks done"
 
 
+def test_a_task_that_ran_between_two_looks_counts_toward_the_workers_n_tasks():
+    """A short task can start and end between two looks; its sandbox stays until the master
+    fetches its result, and counts it: the task after the Nth is still held."""
+    rule = LastCall(max_tasks=2, started_at=0.0)
+    assert rule.seen(1.0, {}, {"/w/t.1"}) == ["/w/t.1"] and rule.started == 1
+    rule.seen(2.0, {2: "/w/t.2"}, {"/w/t.1", "/w/t.2"})
+    assert rule.started == 2 and rule.to_hold() == []
+    rule.seen(3.0, {2: "/w/t.2", 3: "/w/t.3"}, {"/w/t.2", "/w/t.3"})
+    assert rule.to_hold() == [3] and rule.started == 2
+    staged = LastCall(max_tasks=1, started_at=0.0)  # a sandbox seen before its process: one task
+    staged.seen(1.0, {}, {"/w/t.1"})
+    staged.seen(1.2, {7: "/w/t.1"}, {"/w/t.1"})
+    assert staged.started == 1 and staged.to_hold() == []
+
+
 @pytest.mark.slow
 def test_hta_worker_tasks_runs_n_tasks_and_hands_the_next_back(tmp_path):
     """Against a real master: a worker of one task runs one, gives the next back at once and

@@ -77,6 +77,8 @@ class LastCall:
     tasks: dict[int, Task] = field(default_factory=dict)
     #: tasks run (not held) so far
     started: int = 0
+    #: the sandboxes of the tasks counted in ``started``
+    counted: set[str] = field(default_factory=set)
 
     @property
     def tasks_done(self) -> bool:
@@ -91,13 +93,16 @@ class LastCall:
         closes = self.ends_at - self.stop_before_s - self.expected_s()
         return closes if closes > self.started_at else float("inf")
 
-    def seen(self, now: float, running: dict[int, str]) -> None:
-        """The worker's task processes at ``now``: pid → sandbox. A task started when it was
-        first seen (the kernel's start time is read through the boot time, which psutil
-        rounds: up to a second off ``time.time()``, more than a look), and whether it came
-        after the last call is decided then, once: a call that moves earlier later (a longer
-        task learned) never stops a task already running. A task gone ended, and its runtime
-        teaches how long the next may run (a held one taught nothing)."""
+    def seen(self, now: float, running: dict[int, str], boxes: set[str] = frozenset()) -> list[str]:
+        """The worker's task processes at ``now`` (pid → sandbox) and its sandboxes. A task
+        started when it was first seen (the kernel's start time is read through the boot time,
+        which psutil rounds: up to a second off ``time.time()``, more than a look), and whether
+        it came after the last call is decided then, once: a call that moves earlier later (a
+        longer task learned) never stops a task already running. A task gone ended, and its
+        runtime teaches how long the next may run (a held one taught nothing). A sandbox with
+        no process seen is a task that ran between two looks (its result waits for the
+        master): it counts toward ``max_tasks`` all the same, or a worker of N tasks would run
+        one more. The sandboxes newly counted so are returned."""
         for pid in list(self.tasks):
             if pid not in running:
                 t = self.tasks.pop(pid)
@@ -105,9 +110,17 @@ class LastCall:
                     self.longest_s = max(self.longest_s, now - t.started)
         for pid, sandbox in running.items():
             if pid not in self.tasks:
-                late = now >= self.closes_at() or self.tasks_done
+                late = sandbox not in self.counted and (now >= self.closes_at() or self.tasks_done)
                 self.tasks[pid] = Task(pid, now, sandbox, late=late)
-                self.started += not late
+                if not late and sandbox not in self.counted:
+                    self.started += 1
+                    self.counted.add(sandbox)
+        ran = []
+        if not (now >= self.closes_at() or self.tasks_done):  # (one that came late waits for its process)
+            ran = sorted(boxes - self.counted - {t.sandbox for t in self.tasks.values()})
+            self.started += len(ran)
+            self.counted.update(ran)
+        return ran
 
     def to_hold(self) -> list[int]:
         """Tasks that came after the last call and are not held yet."""
@@ -227,7 +240,9 @@ class Closer:
             return None
         now = time.time() if now is None else now
         before = set(self.rule.tasks)
-        self.rule.seen(now, task_processes(self.pid))
+        boxes = sandboxes(self.workdir, self.pid)
+        for box in self.rule.seen(now, task_processes(self.pid), boxes):
+            say("task", sandbox=Path(box).name, late=False, started=self.rule.started, by="sandbox")
         for pid in set(self.rule.tasks) - before:  # (the pod's log tells a hung worker's story)
             t = self.rule.tasks[pid]
             say("task", sandbox=Path(t.sandbox).name, late=t.late, started=self.rule.started)
@@ -235,7 +250,6 @@ class Closer:
             hold(pid)
             self.rule.tasks[pid].held = True
             self.held_at[pid] = now
-        boxes = sandboxes(self.workdir, self.pid)
         why = self.rule.leave(now, boxes)
         if why is not None:
             self.why = why
