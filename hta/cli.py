@@ -183,6 +183,10 @@ def _makeflow_options(p: argparse.ArgumentParser) -> None:
                    help="decide at least this often, whatever the latency")
     p.add_argument("--latency-prior", type=_seconds("--latency-prior", 0.1), default=None, metavar="S",
                    help="preparation latency assumed until one is measured (default: provision delay + 2s)")
+    p.add_argument("--runtime-prior", type=Path, default=None, metavar="LOG",
+                   help="an earlier run's scaling log (or a workflow HTA ran: its latest run): its task "
+                        "categories' mean runtimes are the --deadline/--budget forecast until this run measures "
+                        "its own, so the dial sizes the pool from the start")
     p.add_argument("--log", type=Path, default=None, metavar="FILE",
                    help="scaling log (default: WORKFLOW.hta/runs/run-NNN.scaling.jsonl, one per run, "
                         "with WORKFLOW.scaling.jsonl linking the latest that ran the workflow)")

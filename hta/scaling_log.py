@@ -376,3 +376,23 @@ def read_records(path: Path | str) -> tuple[list[BaseModel], list[str]]:
         problems.insert(0, f"{p}:{n}: {why}: left out of the report{more} (a clock set back during the run, "
                            f"or an edited log?)")
     return records, problems
+
+
+def measured_categories(path: Path) -> dict[str, CategoryModel]:
+    """The categories a run measured, as its log last wrote them (``hta makeflow
+    --runtime-prior``). ``path``: the log, or a workflow, for the latest run of it (its
+    ``WORKFLOW.scaling.jsonl``). :class:`LogError` if there is none to read."""
+    try:
+        records, _ = read_records(path)
+    except LogError:
+        latest = paths_for(path)[1]
+        if not (path.is_file() and latest.exists()):
+            raise
+        path = latest  # a workflow: its latest run's
+        records, _ = read_records(path)
+    written = [r for r in records if isinstance(r, CategoriesRecord)]
+    measured = {n: m for n, m in (written[-1].categories if written else {}).items() if m.measured}
+    if not measured:
+        raise LogError(f"{path}: no task category was measured in that run (no task ended): give the log of a run "
+                       f"whose tasks ran")
+    return measured

@@ -59,6 +59,15 @@ class CategoryLearner:
         #: models built since the category last changed (a model is rebuilt only after
         #: its category learned something: the simulator asks for one per dispatch)
         self._cache: dict[str, CategoryModel] = {}
+        #: an earlier run's mean runtime per category (:meth:`take_prior`)
+        self._prior: dict[str, float] = {}
+
+    def take_prior(self, models: dict[str, CategoryModel]) -> None:
+        """An earlier run's categories: each measured one's mean runtime stands in for the
+        forecast until this run measures the category itself (its peak does not: the master
+        allocates as it learns, run by run)."""
+        self._prior = {n: m.runtime_mean_s for n, m in models.items() if m.measured and m.runtime_mean_s}
+        self._cache.clear()
 
     def add(self, summary: TaskSummary) -> None:
         self._cache.pop(summary.category, None)
@@ -94,7 +103,7 @@ class CategoryLearner:
         declared = self._declared.get(category)
         if s is None or not s.runtimes:
             return CategoryModel(name=category, samples=0, declared=declared,
-                                 peak=self._peak(s) if s else Resources())
+                                 peak=self._peak(s) if s else Resources(), prior_runtime_s=self._prior.get(category))
         return runtime_model(category, s.runtimes, self._peak(s), declared)
 
     @staticmethod

@@ -23,6 +23,10 @@ class CategoryModel(BaseModel):
     runtime_min_s: float | None = None
     runtime_max_s: float | None = None
     declared: Resources | None = None
+    #: an earlier run's mean runtime of this category (``hta makeflow --runtime-prior``): the
+    #: forecast's guess while this run has not measured it; allocations never use it, since
+    #: the master gives an unmeasured category a whole worker whatever was learned before
+    prior_runtime_s: float | None = None
 
     @property
     def measured(self) -> bool:

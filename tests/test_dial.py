@@ -115,6 +115,28 @@ def test_nothing_measured_means_no_forecast():
     assert forecast_end(obs(waiting=[TaskGroup(id="g", category="new", count=1)]), 1, 50.0) is None
 
 
+def test_an_earlier_runs_runtime_is_the_guess_until_this_run_measures_the_category():
+    """``--runtime-prior``: the forecast stands before a first task ends, each category at
+    the earlier run's mean; one this run has measured is its own."""
+    prior = CategoryModel(name="new", prior_runtime_s=300.0)
+    o = obs(waiting=[TaskGroup(id="g", category="new", count=5, request=WHOLE),
+                     TaskGroup(id="h", category="none", count=1, request=WHOLE)],
+            categories={"new": prior})
+    assert unmeasured_guess(o) == {"new": 300.0, "none": pytest.approx(300.0)}  # (one never seen: the priors' mean)
+    assert forecast_end(o, 5, 50.0).end_s == pytest.approx(50.0 + 300.0)  # (probe pods: one round)
+    o.categories["new"] = measured("new", 100.0).model_copy(update={"prior_runtime_s": 300.0})
+    assert unmeasured_guess(o) == {"none": pytest.approx(100.0)}
+
+
+def test_a_deadline_with_an_earlier_runs_runtimes_sizes_the_pool_before_a_task_ends():
+    o = obs(waiting=[TaskGroup(id="g", category="work", count=100, request=WHOLE)], max_workers=50,
+            categories={"work": CategoryModel(name="work", prior_runtime_s=100.0)})
+    plan = Dial(deadline_s=2000.0).decide_nodes(o, 50.0, probe_split=1)
+    assert plan.nodes is not None and plan.nodes < 50  # not the cap: a pool the deadline needs
+    without = obs(waiting=[TaskGroup(id="g", category="work", count=100, request=WHOLE)], max_workers=50)
+    assert Dial(deadline_s=2000.0).decide_nodes(without, 50.0, probe_split=1).nodes is None
+
+
 # -- the plan ------------------------------------------------------------------------------------
 
 def test_a_deadline_buys_the_smallest_pool_that_ends_by_it():
@@ -219,6 +241,22 @@ def test_in_the_simulator_a_looser_deadline_ends_by_it_and_pays_less():
     assert loose <= 3 * default_runtime
     assert loose_cost < 0.9 * default_cost
     assert math.isfinite(loose_cost)
+
+
+def test_in_the_simulator_an_earlier_runs_runtimes_let_a_deadline_save_from_the_start():
+    """Without a prior the deadline has the cap until a first task ends: io-bound's one
+    stage is all bought by then. With the last run's categories the pool is sized at once."""
+    wl = load_workload("io-bound", 0)
+    cluster = ClusterModel(max_nodes=20, **COSTS["measured"].cluster_update())
+    first = Simulation(wl, make_policy("hta"), cluster, seed=0)
+    default = first.run("io-bound")
+    deadline = 2 * default.runtime_s
+    blind = Simulation(wl, make_policy(f"hta:deadline_s={deadline:.0f}"), cluster, seed=0).run("io-bound")
+    prior = first.controller.learner.models()
+    told = Simulation(wl, make_policy(f"hta:deadline_s={deadline:.0f}"), cluster, seed=0,
+                      runtime_prior=prior).run("io-bound")
+    assert told.runtime_s <= deadline
+    assert told.node_s < 0.8 * blind.node_s, (told.node_s, blind.node_s)
 
 
 def test_a_spent_budget_with_nothing_left_to_run_what_waits_ends_the_run():

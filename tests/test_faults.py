@@ -171,6 +171,22 @@ def test_an_unwritable_scaling_log_is_one_line_before_anything_starts(tmp_path: 
     assert not (wf / "Makeflow.makeflowlog").exists(), "makeflow was started"
 
 
+def test_a_runtime_prior_that_gives_no_runtimes_is_one_line_before_anything_starts(tmp_path: Path):
+    wf = sleepy(tmp_path, n=1, seconds=1)
+    from hta.scaling_log import RunRecord
+
+    (tmp_path / "nothing.jsonl").write_text(RunRecord(started_at=0.0, policy="hta", backend="local", max_workers=1,
+                                                      worker_shape={"cores": 1}).model_dump_json() + "\n")
+    for given, says in ((tmp_path / "missing.jsonl", "no such file"),
+                        (tmp_path / "nothing.jsonl", "no task category was measured"),
+                        (wf / "Makeflow", "not an HTA scaling log")):
+        r = run_hta("makeflow", "--deadline", "1h", "--runtime-prior", str(given), str(wf / "Makeflow"), timeout=60)
+        assert r.returncode == 2, r.stderr
+        err = error_line(r.stderr)
+        assert r.stderr.strip() == err and err.count("--runtime-prior") == 1 and says in err, r.stderr
+    assert not (wf / "Makeflow.makeflowlog").exists(), "makeflow was started"
+
+
 # -- 4: lost work ------------------------------------------------------------------------
 
 def test_a_worker_killed_mid_task_is_reported_as_lost_and_rerun_work(tmp_path: Path):

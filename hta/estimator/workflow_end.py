@@ -61,22 +61,30 @@ def unmeasured_guess(obs: Observation) -> dict[str, float] | None:
     by orders of magnitude, and the one measured most is no better a guess for another), or
     how long its longest-running task has run, if that is longer (a task's age is a lower
     bound of its own runtime; as long again, the play's guess for one task, made every
-    waiting task of a stage twice its first's age). None when no
-    category is measured: nothing says how long anything takes."""
+    waiting task of a stage twice its first's age). A category an earlier run measured
+    (``--runtime-prior``) is guessed at that run's mean instead, and then the guesses stand
+    even before anything here is measured. None when nothing, here or before, says how long
+    anything takes."""
     means = [m.runtime_mean_s for m in obs.categories.values() if m.measured and m.runtime_mean_s]
+    if not means:
+        means = [m.prior_runtime_s for m in obs.categories.values() if m.prior_runtime_s]
     if not means:
         return None
     prior = math.exp(sum(math.log(max(x, _EPS)) for x in means) / len(means))
+
+    def guess(m: CategoryModel | None) -> float:
+        return m.prior_runtime_s if m is not None and m.prior_runtime_s else prior
+
     out: dict[str, float] = {}
     for t in obs.running:
         m = obs.categories.get(t.category)
         if m is None or not m.measured:
-            out[t.category] = max(out.get(t.category, prior), obs.time - t.started_at)
+            out[t.category] = max(out.get(t.category, guess(m)), obs.time - t.started_at)
     names = [g.category for g in obs.waiting] + [u.category for u in obs.upcoming]
     for name in names:
         m = obs.categories.get(name)
         if (m is None or not m.measured) and name not in out:
-            out[name] = prior
+            out[name] = guess(m)
     return out
 
 

@@ -114,8 +114,9 @@ class Dial:
         base = DialPlan(deadline_s=self.deadline_s or None, budget_node_s=self.budget_node_s or None,
                         spent_node_s=self.spent_node_s)
         if guesses is None:
-            # nothing measured: a deadline has the cap until a first task ends (it cannot tell
-            # a loose one from a tight one); a budget the smallest pool, since what it buys on
+            # nothing measured, here or in an earlier run (--runtime-prior): a deadline has the
+            # cap until a first task ends (it cannot tell a loose one from a tight one); a
+            # budget the smallest pool, since what it buys on
             # nothing was its overrun (io-bound at 20 nodes bought the cap at once and paid
             # 24.5k node·s of a 14.4k budget)
             self.plan = base if self.deadline_s > 0 else base.model_copy(update={"nodes": lo})

@@ -33,6 +33,7 @@ from hta.sim.workload import Workload
 from hta.sim.world import World
 from hta.summary import RunSummary, end_run
 from resource_monitor.incremental import IncrementalCategoryLearner
+from resource_monitor.model import CategoryModel
 
 T = TypeVar("T")
 
@@ -50,7 +51,8 @@ def run_now(coro: Coroutine[Any, Any, T]) -> T:
 
 class Simulation:
     def __init__(self, workload: Workload, policy: Policy, cluster: ClusterModel | None = None, seed: int = 0,
-                 log: ScalingLogWriter | None = None):
+                 log: ScalingLogWriter | None = None, runtime_prior: dict[str, CategoryModel] | None = None):
+        """``runtime_prior``: an earlier run's categories (``hta makeflow --runtime-prior``)."""
         self.workload = workload
         self.policy = policy
         self.cluster = cluster or ClusterModel()
@@ -63,8 +65,10 @@ class Simulation:
         #: the run ended as a real one would, short of the workflow's end (a spent budget)
         self.gave_up = self.world.env.event()
         lookahead = SimLookahead(self.world)
+        learner = IncrementalCategoryLearner()
+        learner.take_prior(runtime_prior or {})
         self.controller = Controller(
-            master=SimMaster(self.world), backend=self.backend, policy=policy, learner=IncrementalCategoryLearner(),
+            master=SimMaster(self.world), backend=self.backend, policy=policy, learner=learner,
             summaries=SimMonitor(self.world), scaling_log=self.log,
             config=self.config(lookahead.shared_input_sizes(), lookahead.task_input_sizes()), epoch=0.0,
             upcoming=lookahead,

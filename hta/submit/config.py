@@ -42,6 +42,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "min-interval": ("", "min_interval_s"),
     "max-interval": ("", "max_interval_s"),
     "latency-prior": ("", "latency_prior_s"),
+    "runtime-prior": ("", "runtime_prior"),
     "log": ("", "log"),
     "record": ("", "record"),
     "worker-stall-timeout": ("", "stall_timeout_s"),

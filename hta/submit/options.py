@@ -15,8 +15,9 @@ from hta.backends import BackendOptions, backend_names
 from hta.controller import ControllerConfig
 from hta.dial_input import parse_budget, parse_deadline
 from hta.errors import UsageError
-from hta.model import Resources
+from hta.model import CategoryModel, Resources
 from hta.policies.registry import make_policy
+from hta.scaling_log import measured_categories
 from workqueue_bridge.dag import viz_json
 from workqueue_bridge.makeflow import MakeflowError, check_extra_args
 from workqueue_bridge.makeflow_args import ArgsError, MakeflowArgs
@@ -63,6 +64,9 @@ class MakeflowOptions(BaseModel):
     max_interval_s: float = Field(300.0, ge=0.1)
     #: preparation latency assumed until one is measured (None: provision delay + 2 s)
     latency_prior_s: float | None = Field(None, gt=0)
+    #: an earlier run's scaling log (or a workflow, for its latest run): its categories' mean
+    #: runtimes are the time-cost dial's forecast until this run measures its own
+    runtime_prior: Path | None = None
     log: Path | None = None
     lookahead: bool = True
     #: write every answer the controller reads here (for hta.replay)
@@ -133,6 +137,8 @@ class MakeflowOptions(BaseModel):
             raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(backend_names())}")
         # (the policy was checked when the options were built: _a_policy)
         self.check_dial()
+        if self.runtime_prior is not None:
+            self.prior_categories()
         if self.log is not None:
             if self.log.is_dir():
                 raise UsageError(f"--log {self.log} is a directory: give a file name, e.g. {self.log}/run.scaling.jsonl")
@@ -230,6 +236,17 @@ class MakeflowOptions(BaseModel):
         args = self.check_settings()
         self.check_workflow(args)
         return args
+
+    def prior_categories(self) -> dict[str, CategoryModel]:
+        """``--runtime-prior``'s measured categories (none given: none), or one line saying
+        why the file cannot give them."""
+        if self.runtime_prior is None:
+            return {}
+        path = Path(self.cwd, self.runtime_prior)
+        try:
+            return measured_categories(path)
+        except ValueError as exc:  # (LogError too)
+            raise UsageError(f"--runtime-prior: {exc}") from None
 
     def controller_config(self) -> ControllerConfig:
         prior = self.latency_prior_s
