@@ -90,6 +90,10 @@ class ControllerConfig:
     task_inputs_mb: dict[str, float] = field(default_factory=dict)
     #: the master link's bandwidth until it has moved enough to measure (:class:`hta.model.LinkStats`)
     link_prior_mb_per_s: float = LINK_PRIOR_MB_PER_S
+    #: category → an earlier run's mean runtime (``hta makeflow --runtime-prior``): the
+    #: forecast's until this run measures the category (recorded with the rest, so a replay
+    #: decides as the run did)
+    runtime_prior: dict[str, float] = field(default_factory=dict)
 
 
 class Controller:
@@ -111,6 +115,7 @@ class Controller:
         self.backend = backend
         self.policy = as_policy(policy)
         self.learner = learner
+        learner.take_prior(config.runtime_prior)
         self.summaries = summaries
         self.log = scaling_log
         self.config = config
@@ -277,7 +282,7 @@ class Controller:
         self._learn(snap, now)
         self._record_workers(await self.backend.refresh(snap, now))
         obs = self.builder.build(
-            snap, categories=self.learner.models(), worker_ids=self.backend.worker_ids(),
+            snap, categories=self.learner.models(with_prior=True), worker_ids=self.backend.worker_ids(),
             pending=self.backend.pending(), latency=self.latency.frozen(), upcoming=self.upcoming,
             cpu_utilization=await self.backend.cpu_utilization() if self.reads_cpu else None,
             retired=self.backend.retired(), node_hold_s=self.backend.node_hold_s(),

@@ -384,10 +384,13 @@ def measured_categories(path: Path) -> dict[str, CategoryModel]:
     ``WORKFLOW.scaling.jsonl``). :class:`LogError` if there is none to read."""
     try:
         records, _ = read_records(path)
-    except LogError:
+    except LogError as exc:
+        if not path.is_file() or "not an HTA scaling log" not in str(exc):
+            raise  # (a log, broken: what is wrong with it)
         latest = paths_for(path)[1]
-        if not (path.is_file() and latest.exists()):
-            raise
+        if not latest.exists():
+            raise LogError(f"{path}: not a scaling log, nor a workflow HTA has run (no {latest.name} beside it): "
+                           f"give an earlier run's log (WORKFLOW.hta/runs/run-NNN.scaling.jsonl)") from None
         path = latest  # a workflow: its latest run's
         records, _ = read_records(path)
     written = [r for r in records if isinstance(r, CategoriesRecord)]

@@ -62,11 +62,11 @@ class CategoryLearner:
         #: an earlier run's mean runtime per category (:meth:`take_prior`)
         self._prior: dict[str, float] = {}
 
-    def take_prior(self, models: dict[str, CategoryModel]) -> None:
-        """An earlier run's categories: each measured one's mean runtime stands in for the
-        forecast until this run measures the category itself (its peak does not: the master
-        allocates as it learns, run by run)."""
-        self._prior = {n: m.runtime_mean_s for n, m in models.items() if m.measured and m.runtime_mean_s}
+    def take_prior(self, runtimes: dict[str, float]) -> None:
+        """An earlier run's mean runtime per category: each stands in for the forecast until
+        this run measures the category itself (its peak does not: the master allocates as it
+        learns, run by run)."""
+        self._prior = {n: x for n, x in runtimes.items() if x > 0}
         self._cache.clear()
 
     def add(self, summary: TaskSummary) -> None:
@@ -110,8 +110,10 @@ class CategoryLearner:
     def _peak(s: _Samples) -> Resources:
         return Resources(cores=max(1.0, math.ceil(s.cores - 1e-6)), memory_mb=s.memory_mb, disk_mb=s.disk_mb)
 
-    def models(self) -> dict[str, CategoryModel]:
-        names = set(self._cats) | set(self._declared) | self._known
+    def models(self, with_prior: bool = False) -> dict[str, CategoryModel]:
+        """The categories this run has seen; ``with_prior``, also those only an earlier run
+        measured (the stages still ahead, which the master lists only once released)."""
+        names = set(self._cats) | set(self._declared) | self._known | (set(self._prior) if with_prior else set())
         return {n: self.model(n) for n in sorted(names)}
 
 

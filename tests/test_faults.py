@@ -179,7 +179,7 @@ def test_a_runtime_prior_that_gives_no_runtimes_is_one_line_before_anything_star
                                                       worker_shape={"cores": 1}).model_dump_json() + "\n")
     for given, says in ((tmp_path / "missing.jsonl", "no such file"),
                         (tmp_path / "nothing.jsonl", "no task category was measured"),
-                        (wf / "Makeflow", "not an HTA scaling log")):
+                        (wf / "Makeflow", "nor a workflow HTA has run")):
         r = run_hta("makeflow", "--deadline", "1h", "--runtime-prior", str(given), str(wf / "Makeflow"), timeout=60)
         assert r.returncode == 2, r.stderr
         err = error_line(r.stderr)

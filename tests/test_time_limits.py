@@ -259,10 +259,13 @@ def test_new_jobs_last_the_forecast_rest_of_the_run_within_the_limit():
 
     shape = Resources(cores=1, memory_mb=100, disk_mb=100)
 
-    def decide(ceiling, measured=True, waiting=8):
+    def decide(ceiling, measured=True, waiting=8, prior=False):
+        from hta.model import CategoryModel
+
+        known = {"a": cat("a", 40.0)} if measured else {"a": CategoryModel(name="a", prior_runtime_s=5.0)} if prior else {}
         o = Observation(time=100.0, worker_shape=shape, max_workers=4, latency=LatencyStats(samples=[10.0]),
                         waiting=[TaskGroup(category="a", count=waiting, request=shape)],
-                        categories={"a": cat("a", 40.0)} if measured else {}, job_ceiling_s=ceiling)
+                        categories=known, job_ceiling_s=ceiling)
         return HTAPolicy(worker_shape="node").decide(o)
 
     d = decide(3600.0)
@@ -272,6 +275,8 @@ def test_new_jobs_last_the_forecast_rest_of_the_run_within_the_limit():
     assert decide(100.0).job_time_s == 100.0  # never past the limit
     assert decide(3600.0, waiting=1).job_time_s >= JOB_TASKS * 40.0  # room for at least two of the longest task
     assert decide(3600.0, measured=False).job_time_s is None  # nothing measured: the longest job
+    # an earlier run's mean says nothing of this run's longest task: the longest job still
+    assert decide(3600.0, measured=False, prior=True).job_time_s is None
     assert decide(None).job_time_s is None  # no time limit: nothing to choose
 
 
@@ -416,6 +421,16 @@ def test_a_task_that_ran_between_two_looks_counts_toward_the_workers_n_tasks():
     staged.seen(1.0, {}, {"/w/t.1"})
     staged.seen(1.2, {7: "/w/t.1"}, {"/w/t.1"})
     assert staged.started == 1 and staged.to_hold() == []
+    two = LastCall(max_tasks=1, started_at=0.0)  # two sandboxes in one look (a worker of 2 cores)
+    two.seen(1.0, {}, {"/w/t.1", "/w/t.2"})
+    two.seen(1.2, {7: "/w/t.1", 8: "/w/t.2"}, {"/w/t.1", "/w/t.2"})
+    assert two.started == 1 and two.to_hold() == [8]
+    again = LastCall(max_tasks=2, started_at=0.0)  # a task sent again under its id: a task again
+    again.seen(1.0, {7: "/w/t.1"}, {"/w/t.1"})
+    again.seen(2.0, {}, set())
+    again.seen(3.0, {9: "/w/t.1"}, {"/w/t.1"})
+    again.seen(4.0, {9: "/w/t.1", 10: "/w/t.2"}, {"/w/t.1", "/w/t.2"})
+    assert again.started == 2 and again.to_hold() == [10]
 
 
 @pytest.mark.slow

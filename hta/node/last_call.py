@@ -35,6 +35,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,7 +94,7 @@ class LastCall:
         closes = self.ends_at - self.stop_before_s - self.expected_s()
         return closes if closes > self.started_at else float("inf")
 
-    def seen(self, now: float, running: dict[int, str], boxes: set[str] = frozenset()) -> list[str]:
+    def seen(self, now: float, running: dict[int, str], boxes: AbstractSet[str] = frozenset()) -> list[str]:
         """The worker's task processes at ``now`` (pid → sandbox) and its sandboxes. A task
         started when it was first seen (the kernel's start time is read through the boot time,
         which psutil rounds: up to a second off ``time.time()``, more than a look), and whether
@@ -108,6 +109,8 @@ class LastCall:
                 t = self.tasks.pop(pid)
                 if not t.held:
                     self.longest_s = max(self.longest_s, now - t.started)
+        # a sandbox gone is a task over: the master may send a task of the same id again
+        self.counted &= set(boxes) | set(running.values())
         for pid, sandbox in running.items():
             if pid not in self.tasks:
                 late = sandbox not in self.counted and (now >= self.closes_at() or self.tasks_done)
@@ -116,10 +119,12 @@ class LastCall:
                     self.started += 1
                     self.counted.add(sandbox)
         ran = []
-        if not (now >= self.closes_at() or self.tasks_done):  # (one that came late waits for its process)
-            ran = sorted(boxes - self.counted - {t.sandbox for t in self.tasks.values()})
-            self.started += len(ran)
-            self.counted.update(ran)
+        for box in sorted(boxes - self.counted - {t.sandbox for t in self.tasks.values()}):
+            if now >= self.closes_at() or self.tasks_done:
+                break  # (one that came late waits for its process, to be held)
+            self.started += 1
+            self.counted.add(box)
+            ran.append(box)
         return ran
 
     def to_hold(self) -> list[int]:

@@ -196,14 +196,23 @@ def run(o: WorkerOptions) -> int:
     # (``worker-<uid>-<pid>``), and one a killed worker left (pods on one host share /tmp)
     # may carry the pid the kernel hands out again; its old sandboxes would look like tasks
     # this worker holds, and it would never leave nor drain
-    space = Path(tempfile.mkdtemp(prefix="hta-worker-", dir=o.workdir))
-    o = dataclasses.replace(o, workdir=space)
-    try:  # and if we die anyway (SIGKILL), the worker follows
-        proc = subprocess.Popen(command(o, cap), env=env, preexec_fn=die_with_parent(signal.SIGTERM),
-                                stderr=subprocess.PIPE)
-    except BaseException:
-        shutil.rmtree(space, ignore_errors=True)
-        raise
+    try:
+        space = Path(tempfile.mkdtemp(prefix="hta-worker-", dir=o.workdir))
+    except OSError as exc:
+        raise ValueError(f"--workdir {str(o.workdir)!r}: cannot make the worker's folder in it "
+                         f"({exc.strerror or exc}): give a folder with room the worker can write in") from None
+    try:
+        return _supervise(dataclasses.replace(o, workdir=space), cap, env, signals)
+    finally:
+        shutil.rmtree(space, ignore_errors=True)  # (what a killed work_queue_worker could not delete)
+
+
+def _supervise(o: WorkerOptions, cap: Capacity, env: dict[str, str], signals: list[int]) -> int:
+    """Run ``work_queue_worker`` in ``o.workdir`` (this worker's own folder) to its end:
+    CSS beside it, the closer's decisions, a drain on the first signal (see the module)."""
+    # and if we die anyway (SIGKILL), the worker follows
+    proc = subprocess.Popen(command(o, cap), env=env, preexec_fn=die_with_parent(signal.SIGTERM),
+                            stderr=subprocess.PIPE)
     said = _Relay(proc)
     monitor = say_css_capabilities(o)  # (after the fork: the monitor may run a thread)
     daemon = None
@@ -252,7 +261,6 @@ def run(o: WorkerOptions) -> int:
         daemon.stop_event.set()
     reap_leftovers()
     said.join()
-    shutil.rmtree(space, ignore_errors=True)  # (what a killed work_queue_worker could not delete)
     rc = proc.returncode
     if left:
         return 0

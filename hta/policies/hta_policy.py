@@ -302,8 +302,11 @@ class HTAPolicy(Policy):
         """How long a new worker's job should live, where jobs have a time limit: the rest of
         the run as the forecast sees it with ``nodes``, plus a latency, × :data:`JOB_TIME_MARGIN`,
         and at least :data:`JOB_TASKS` of the longest task learned; within the limit. None
-        (the backend's default, the longest) while nothing is measured."""
+        (the backend's default, the longest) while this run has measured nothing (an earlier
+        run's mean runtimes say nothing of this run's longest task: a job cut short loses it)."""
         assert obs.job_ceiling_s is not None
+        if not any(m.measured for m in obs.categories.values()):
+            return None
         end = forecast_end(obs, max(1, nodes), latency,
                            probe_split=self.probe_split if self.worker_shape == "learned" else 1)
         if end is None:

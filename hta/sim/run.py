@@ -33,7 +33,6 @@ from hta.sim.workload import Workload
 from hta.sim.world import World
 from hta.summary import RunSummary, end_run
 from resource_monitor.incremental import IncrementalCategoryLearner
-from resource_monitor.model import CategoryModel
 
 T = TypeVar("T")
 
@@ -51,8 +50,10 @@ def run_now(coro: Coroutine[Any, Any, T]) -> T:
 
 class Simulation:
     def __init__(self, workload: Workload, policy: Policy, cluster: ClusterModel | None = None, seed: int = 0,
-                 log: ScalingLogWriter | None = None, runtime_prior: dict[str, CategoryModel] | None = None):
-        """``runtime_prior``: an earlier run's categories (``hta makeflow --runtime-prior``)."""
+                 log: ScalingLogWriter | None = None, runtime_prior: dict[str, float] | None = None):
+        """``runtime_prior``: an earlier run's mean runtime per category (``hta makeflow
+        --runtime-prior``)."""
+        self.runtime_prior = dict(runtime_prior or {})
         self.workload = workload
         self.policy = policy
         self.cluster = cluster or ClusterModel()
@@ -65,10 +66,8 @@ class Simulation:
         #: the run ended as a real one would, short of the workflow's end (a spent budget)
         self.gave_up = self.world.env.event()
         lookahead = SimLookahead(self.world)
-        learner = IncrementalCategoryLearner()
-        learner.take_prior(runtime_prior or {})
         self.controller = Controller(
-            master=SimMaster(self.world), backend=self.backend, policy=policy, learner=learner,
+            master=SimMaster(self.world), backend=self.backend, policy=policy, learner=IncrementalCategoryLearner(),
             summaries=SimMonitor(self.world), scaling_log=self.log,
             config=self.config(lookahead.shared_input_sizes(), lookahead.task_input_sizes()), epoch=0.0,
             upcoming=lookahead,
@@ -83,7 +82,8 @@ class Simulation:
                                 latency_prior_s=c.latency_mean_s, auto_allocation=c.auto_allocation,
                                 shared_inputs=shared_inputs or {}, task_inputs_mb=task_inputs_mb or {},
                                 # (the world's link, as its latency: what a user who measured it would set)
-                                link_prior_mb_per_s=c.transfer_mb_per_s or LINK_PRIOR_MB_PER_S)
+                                link_prior_mb_per_s=c.transfer_mb_per_s or LINK_PRIOR_MB_PER_S,
+                                runtime_prior=self.runtime_prior)
 
     def _tearing_down(self) -> bool:
         w = self.world

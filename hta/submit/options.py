@@ -15,7 +15,7 @@ from hta.backends import BackendOptions, backend_names
 from hta.controller import ControllerConfig
 from hta.dial_input import parse_budget, parse_deadline
 from hta.errors import UsageError
-from hta.model import CategoryModel, Resources
+from hta.model import Resources
 from hta.policies.registry import make_policy
 from hta.scaling_log import measured_categories
 from workqueue_bridge.dag import viz_json
@@ -137,8 +137,7 @@ class MakeflowOptions(BaseModel):
             raise UsageError(f"unknown backend {self.backend!r}: choose one of {', '.join(backend_names())}")
         # (the policy was checked when the options were built: _a_policy)
         self.check_dial()
-        if self.runtime_prior is not None:
-            self.prior_categories()
+        self.prior_runtimes()
         if self.log is not None:
             if self.log.is_dir():
                 raise UsageError(f"--log {self.log} is a directory: give a file name, e.g. {self.log}/run.scaling.jsonl")
@@ -237,14 +236,14 @@ class MakeflowOptions(BaseModel):
         self.check_workflow(args)
         return args
 
-    def prior_categories(self) -> dict[str, CategoryModel]:
-        """``--runtime-prior``'s measured categories (none given: none), or one line saying
-        why the file cannot give them."""
+    def prior_runtimes(self) -> dict[str, float]:
+        """``--runtime-prior``: each category's mean runtime in that run (none given: none),
+        or one line saying why the file cannot give them."""
         if self.runtime_prior is None:
             return {}
         path = Path(self.cwd, self.runtime_prior)
         try:
-            return measured_categories(path)
+            return {n: m.runtime_mean_s for n, m in measured_categories(path).items() if m.runtime_mean_s}
         except ValueError as exc:  # (LogError too)
             raise UsageError(f"--runtime-prior: {exc}") from None
 
@@ -257,6 +256,7 @@ class MakeflowOptions(BaseModel):
                                    disk_mb=self.worker_disk_mb),
             min_workers=self.min_workers, max_workers=self.max_workers, poll_interval_s=self.poll_interval_s,
             min_interval_s=self.min_interval_s, max_interval_s=self.max_interval_s, latency_prior_s=prior,
+            runtime_prior=self.prior_runtimes(),
         )
 
 

@@ -54,7 +54,6 @@ from hta.submit.run_dir import (
 from hta.submit.view import ViewOptions, show
 from hta.summary import RunSummary, end_run
 from resource_monitor.incremental import IncrementalCategoryLearner
-from resource_monitor.model import CategoryModel
 from workqueue_bridge.dag import Lookahead, load_dag, sizes_in
 from workqueue_bridge.log_summaries import LogSummaries
 from workqueue_bridge.makeflow import (
@@ -206,15 +205,13 @@ async def submit(
     stall_timeout_s: float | None = STALL_TIMEOUT_S,
     view: ViewOptions | None = None,
     reread: ConfigReread | None = None,
-    runtime_prior: dict[str, CategoryModel] | None = None,
 ) -> SubmitResult:
     """Run the workflow of makeflow's command line ``args`` to its end; ``record`` writes every
     answer the controller reads to that file, for :func:`hta.replay.replay`.
     ``stall_timeout_s``: a worker that does not answer the master for this long is dropped
     (Work Queue's keepalive) and replaced. A SIGHUP reads the config file again through
     ``reread`` (:mod:`hta.submit.reload`; None: it says there is none to read) and never
-    ends the run. ``runtime_prior``: an earlier run's categories, the dial's runtimes until
-    this run measures its own.
+    ends the run.
 
     Raises :class:`UsageError` (one line) before anything starts: another run holds the
     workflow's folder, the scaling log cannot be written, or the master's port stays in use
@@ -271,7 +268,6 @@ async def submit(
                                  stop=stop, signalled=signalled,
                                  view=view or ViewOptions(status=False, verbosity="quiet"),
                                  hangups=hangups, reread=reread)
-                run.learner.take_prior(runtime_prior or {})
             except BaseException:
                 put_earlier_back()
                 raise
@@ -558,4 +554,4 @@ def run_makeflow(options: MakeflowOptions, verbosity: str = "normal", mode: str 
         return runner.run(submit(args, policy=policy, backend=backend, config=options.controller_config(),
                                  view=view, scaling_log_path=options.log, lookahead=options.lookahead, port=port,
                                  epoch=epoch, record=options.record, stall_timeout_s=options.stall_timeout_s,
-                                 reread=reread, runtime_prior=options.prior_categories()))
+                                 reread=reread))
