@@ -409,9 +409,10 @@ def measure_jobs(m: Measured, wdir: Path, k: float) -> float | None:
     """A KEDA run's own costs, from its Jobs and pods (:func:`testcluster.timeline.job_costs`;
     its workers are not HTA's, so HTA's records name no phases of theirs), in thesis time;
     returns how long the node autoscaler kept a node after its last pod (real s)."""
-    from testcluster.timeline import job_costs
+    from testcluster.timeline import job_costs, worker_addresses
 
-    c = job_costs(wdir / "timeline.jsonl", wdir / "Makeflow.wqlog.tr")
+    pods = wdir / "cluster-logs" / "pods"
+    c = job_costs(wdir / "timeline.jsonl", wdir / "Makeflow.wqlog.tr", worker_addresses(pods) if pods.is_dir() else None)
     m.node_s = [x * k for x in c.node_wait_s]
     m.pod_start_s = [c.pod_start_s * k] if c.pod_start_s is not None else []
     m.job_end_s = (c.job_end_s or 0.0) * k

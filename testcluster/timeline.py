@@ -12,6 +12,7 @@ change (the objects' own stamps are whole seconds, too coarse at k = 10).
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import threading
 import time
@@ -105,9 +106,12 @@ class JobCosts:
     """What a rival's Jobs cost beyond their tasks, in real seconds, read from a run's
     timeline and its master's transactions log.
 
-    A Job's worker is not HTA's, so which connection is which pod's is unknown: the lags
-    between stages are read in order (the i-th pod to run against the i-th worker to get
-    its first task), which holds for their means while pods go through each stage alike.
+    A Job's worker is not HTA's: which connection is which pod's is read from the pods' own
+    logs (``work_queue_worker`` prints the local address it connected from, the worker's
+    name in the master's log: :func:`worker_addresses`). Without them the lags between
+    stages are read in order (the i-th pod to run against the i-th worker to get its first
+    task), which holds for their means only while pods go through each stage alike: at three
+    tasks a Job it gave a Job outliving its last task by −10 s.
     Means, not medians: each Job pays every stage in turn, so their sum is what a slot
     loses per Job. A simulated worker takes its first task the moment it connects and
     leaves the moment its last one ends, so the real worker's handshake and leaving are
@@ -136,7 +140,20 @@ def _ordered_lag(earlier: list[float], later: list[float]) -> float | None:
     return statistics.fmean(b - a for a, b in zip(sorted(earlier)[:n], sorted(later)[:n])) if n else None
 
 
-def job_costs(timeline: Path, transactions: Path) -> JobCosts:
+def worker_addresses(pod_logs: Path) -> dict[str, str]:
+    """Pod name → the address its worker connected from (``connected to manager H:P via
+    local address A:Q``), from the pod runner's logs (``<namespace>_<pod>.log``)."""
+    out: dict[str, str] = {}
+    for log in sorted(Path(pod_logs).glob("*_*.log")):
+        m = re.search(r"via local address (\S+)", log.read_text(errors="replace"))
+        if m:
+            out[log.stem.split("_", 1)[1]] = m.group(1)
+    return out
+
+
+def job_costs(timeline: Path, transactions: Path, addresses: dict[str, str] | None = None) -> JobCosts:
+    """``addresses``: pod name → its worker's address (:func:`worker_addresses`), to pair
+    each pod with its own worker; without, stages are paired in order."""
     from workqueue_bridge.transactions import TaskEvent, WorkerEvent, parse_line
 
     first: dict[tuple[str, str, str], float] = {}
@@ -160,6 +177,8 @@ def job_costs(timeline: Path, transactions: Path) -> JobCosts:
         elif isinstance(ev, TaskEvent) and ev.worker and ev.state == "WAITING_RETRIEVAL":
             last_end[ev.worker] = ev.time
     costs = JobCosts()
+    if addresses:
+        return _paired(costs, first, node_of, addresses, first_task, last_end, connected)
     running, at_once = [], []
     for (kind, name, event), created in first.items():
         if kind != "pod" or event != "created":
@@ -169,14 +188,48 @@ def job_costs(timeline: Path, transactions: Path) -> JobCosts:
         if bound is None or run is None:
             continue
         running.append(run)
-        registered = first.get(("node", node_of.get(name, ""), "registered"))
-        waited = registered > created if registered is not None else bound - created > NODE_WAIT_GUESS_S
+        waited = _waited(first, node_of, name, created, bound)
         (costs.node_wait_s if waited else at_once).append((bound - created) if waited else (run - created))
     start_lag = _ordered_lag(running, list(first_task.values()))
     if at_once and start_lag is not None:
         costs.pod_start_s = statistics.fmean(at_once) + start_lag
     complete = [t for (kind, _, event), t in first.items() if kind == "job" and event == "complete"]
     costs.job_end_s = _ordered_lag(list(last_end.values()), complete)
+    return _cluster_costs(costs, first, node_of, connected)
+
+
+def _waited(first: dict[tuple[str, str, str], float], node_of: dict[str, str], pod: str, created: float,
+            bound: float) -> bool:
+    registered = first.get(("node", node_of.get(pod, ""), "registered"))
+    return registered > created if registered is not None else bound - created > NODE_WAIT_GUESS_S
+
+
+def _paired(costs: JobCosts, first: dict[tuple[str, str, str], float], node_of: dict[str, str],
+            addresses: dict[str, str], first_task: dict[str, float], last_end: dict[str, float],
+            connected: list[float]) -> JobCosts:
+    """The per-Job stages, each pod with its own worker (a pod named ``<job>-<suffix>``)."""
+    starts, ends = [], []
+    for (kind, name, event), created in first.items():
+        if kind != "pod" or event != "created":
+            continue
+        bound = first.get(("pod", name, "bound"), first.get(("pod", name, "running")))
+        if bound is None:
+            continue
+        if _waited(first, node_of, name, created, bound):
+            costs.node_wait_s.append(bound - created)
+        elif addresses.get(name) in first_task:
+            starts.append(first_task[addresses[name]] - created)
+        done = first.get(("job", name.rsplit("-", 1)[0], "complete"))
+        if done is not None and addresses.get(name) in last_end:
+            ends.append(done - last_end[addresses[name]])
+    costs.pod_start_s = statistics.fmean(starts) if starts else None
+    costs.job_end_s = statistics.fmean(ends) if ends else None
+    return _cluster_costs(costs, first, node_of, connected)
+
+
+def _cluster_costs(costs: JobCosts, first: dict[tuple[str, str, str], float], node_of: dict[str, str],
+                   connected: list[float]) -> JobCosts:
+    """What the node autoscaler and KEDA's own calls cost (the same however pods are paired)."""
     last_pod: dict[str, float] = {}
     for (kind, name, event), t in first.items():
         if kind == "pod" and event in ("succeeded", "failed") and node_of.get(name):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from testcluster.timeline import job_costs
+from testcluster.timeline import job_costs, worker_addresses
 
 
 def write(tmp_path, events, workers, tasks=()):
@@ -57,3 +57,36 @@ def test_job_costs_split_node_waits_pod_start_job_end_and_kedas_calls(tmp_path):
     assert c.create_call_s == pytest.approx(0.2)
     assert c.delete_call_s == pytest.approx(0.5)
     assert c.node_hold_s == pytest.approx((22.0 + 20.0) / 2)
+
+
+def test_each_pod_is_paired_with_its_own_worker_where_the_pods_logs_name_it(tmp_path):
+    """Three tasks a Job: pods run in one order and their workers finish in another, so
+    pairing stages in order is off (it once gave a Job outliving its last task by −10 s)."""
+    events = [
+        (0.0, "node", "old", "registered", ""),
+        (10.0, "job", "ja", "created", ""), (10.0, "pod", "ja-x1", "created", ""),
+        (10.2, "pod", "ja-x1", "bound", "old"), (11.0, "pod", "ja-x1", "running", "old"),
+        (11.0, "job", "jb", "created", ""), (11.0, "pod", "jb-y2", "created", ""),
+        (11.2, "pod", "jb-y2", "bound", "old"), (12.0, "pod", "jb-y2", "running", "old"),
+        (12.0, "job", "jc", "created", ""), (12.0, "pod", "jc-z3", "created", ""),
+        (12.2, "pod", "jc-z3", "bound", "old"), (13.0, "pod", "jc-z3", "running", "old"),
+        (62.0, "job", "ja", "complete", ""), (23.0, "job", "jb", "complete", ""),
+        # (jc's pod failed after its task: its Job never completes)
+    ]
+    # ja's worker (port 14) gets its first task at 13 and its last ends at 60; jb's (port 15)
+    # 14.5 and 21; jc's (16) 15 and 16
+    tl, tr = write(tmp_path, events, [(13.0, True), (14.0, True), (14.5, True)],
+                   [(13.0, 1, "RUNNING", 14), (14.5, 2, "RUNNING", 15), (15.0, 3, "RUNNING", 16),
+                    (16.0, 3, "WAITING_RETRIEVAL", 16), (21.0, 2, "WAITING_RETRIEVAL", 15),
+                    (60.0, 1, "WAITING_RETRIEVAL", 14)])
+    pods = tmp_path / "pods"
+    pods.mkdir()
+    for pod, port in (("ja-x1", 14), ("jb-y2", 15), ("jc-z3", 16)):
+        (pods / f"default_{pod}.log").write_text(f"connected to manager 127.0.0.1:9 via local address "
+                                                 f"127.0.0.1:{port}\n")
+    addresses = worker_addresses(pods)
+    assert addresses == {"ja-x1": "127.0.0.1:14", "jb-y2": "127.0.0.1:15", "jc-z3": "127.0.0.1:16"}
+    c = job_costs(tl, tr, addresses)
+    assert c.pod_start_s == pytest.approx(((13.0 - 10.0) + (14.5 - 11.0) + (15.0 - 12.0)) / 3)
+    assert c.job_end_s == pytest.approx(2.0)  # each Job 2 s after its own worker's last task
+    assert job_costs(tl, tr).job_end_s != pytest.approx(2.0)  # (in order: off)
