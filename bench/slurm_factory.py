@@ -32,12 +32,19 @@ run measured: the latency of a worker on a booted node (pending + resume), a job
 node powers off; ``hta`` and the factory emulation (``factory:...``, checked against the real
 factory by bench/factory_check.py) each predicted beside its real run.
 
+``--dial`` adds a third real run: HTA with ``--deadline`` at the factory's real runtime and
+``--runtime-prior`` its own first run's scaling log, so the dial sizes the pool from the start
+(its asymmetry, said beside the figure: HTA knows its tasks' runtimes from a run before, and
+the factory's runtime as its deadline). ``--tasks N`` runs the workload's first N tasks (a
+workload without dependencies), so that a partition the cap binds for neither fits here.
+
 Exit 1 if a run fails (exit code, outputs not byte-identical, a Slurm job left), if a
-prediction misses by more than ``--max-error`` (10 %), or if HTA does not pay fewer node·s than
-the factory at ≤ 1.02 × its runtime.
+prediction misses by more than ``--max-error`` (10 %), or if HTA (with ``--dial``, HTA at the
+deadline) does not pay fewer node·s than the factory at ≤ 1.02 × its runtime.
 
     .venv/bin/python bench/slurm_factory.py                  # io-bound, k = 10, 1 static + 5 cloud nodes
     .venv/bin/python bench/slurm_factory.py --workload blast-3stage --k 20 --cloud 8
+    .venv/bin/python bench/slurm_factory.py --tasks 60 --cloud 22 --dial  # a cap neither meets
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ sys.path.insert(0, str(ROOT / "workflows" / "replay"))
 from generate import expected_outputs, write_makeflow  # noqa: E402
 
 from hta.policies.registry import make_policy  # noqa: E402
-from hta.scaling_log import RunRecord, ScalingLogWriter, WorkerRecord, read_records  # noqa: E402
+from hta.scaling_log import RunRecord, ScalingLogWriter, WorkerRecord, measured_categories, read_records  # noqa: E402
 from hta.sim.cluster import ClusterModel  # noqa: E402
 from hta.sim.run import Simulation  # noqa: E402
 from hta.sim.workload import Workload, load_workload  # noqa: E402
@@ -92,6 +99,9 @@ class Run:
     wall_s: float = 0.0
     sim: RunSummary | None = None
     sim_policy: str = ""
+    #: HTA's policy spec and the earlier run whose runtimes it was given (the dial's run)
+    policy: str = "hta"
+    prior_log: Path | None = None
 
 
 class Cluster:
@@ -191,15 +201,20 @@ def finish(run: Run, cluster: Cluster, workload: Workload, wf: Path, a: argparse
         run.problems.append(f"Slurm jobs left: {left}")
 
 
-def run_hta(a: argparse.Namespace, workload: Workload, out: Path) -> Run:
-    run = Run("HTA", out / "hta")
+def run_hta(a: argparse.Namespace, workload: Workload, out: Path, deadline_s: float | None = None,
+            prior: Path | None = None) -> Run:
+    """HTA's run; with ``deadline_s`` and ``prior`` (an earlier run's log), the dial's."""
+    run = Run("HTA", out / "hta") if deadline_s is None else Run("HTA at the deadline", out / "hta-dial")
+    if deadline_s is not None:
+        run.policy, run.prior_log = f"hta:deadline_s={deadline_s:.1f}", prior
     shutil.rmtree(run.dir, ignore_errors=True)
     wf = write_makeflow(workload, a.k, run.dir)
     t = time.time()
+    dial = [] if deadline_s is None else ["--deadline", f"{deadline_s:.1f}", "--runtime-prior", str(prior)]
     with Cluster(a) as cluster:
         cmd = [str(HTA), "makeflow", "--backend", "slurm", "--max-workers", str(a.static + a.cloud),
                "--worker-cores", str(NODE_CORES), "--worker-memory", str(WORKER_MEMORY_MB), "--worker-disk",
-               str(WORKER_DISK_MB), "--latency-prior", f"{THESIS_LATENCY_S / a.k:.1f}", "-q", str(wf)]
+               str(WORKER_DISK_MB), "--latency-prior", f"{THESIS_LATENCY_S / a.k:.1f}", *dial, "-q", str(wf)]
         with open(run.dir / "hta.out", "w") as o:
             p = subprocess.Popen(cmd, cwd=wf.parent, stdout=o, stderr=subprocess.STDOUT, env=cluster.env,
                                  start_new_session=True)
@@ -272,6 +287,29 @@ def run_factory(a: argparse.Namespace, workload: Workload, out: Path) -> Run:
     return run
 
 
+def run_dial(a: argparse.Namespace, workload: Workload, out: Path, runs: list[Run]) -> Run | None:
+    """HTA with the dial: its deadline the factory's real runtime, its runtimes HTA's first
+    run's (kept in ``dial.json`` beside it, for ``--reuse``)."""
+    d = out / "hta-dial"
+    if a.reuse and (d / "node_s.json").exists() and (d / "dial.json").exists():
+        given = json.loads((d / "dial.json").read_text())
+        run = reuse("HTA at the deadline", d, workload, a)
+        run.policy, run.prior_log = f"hta:deadline_s={given['deadline_s']:.1f}", Path(given["prior"])
+        return run
+    real = {r.label: r for r in runs if r.summary is not None}
+    if "HTA" not in real or "work_queue_factory" not in real:
+        print("hta-dial: not run (it needs HTA's and the factory's real runs)", flush=True)
+        return None
+    factory = real["work_queue_factory"].summary
+    assert factory is not None
+    prior = (out / "hta" / "Makeflow.scaling.jsonl").resolve()
+    print("hta-dial: running ...", flush=True)
+    run = run_hta(a, workload, out, deadline_s=factory.runtime_s, prior=prior)
+    (run.dir / "dial.json").write_text(json.dumps({"deadline_s": factory.runtime_s, "prior": str(prior)}))
+    print(f"hta-dial: {run.wall_s:.0f} s wall" + "".join(f"; FAILED: {p}" for p in run.problems), flush=True)
+    return run
+
+
 def reuse(label: str, d: Path, workload: Workload, a: argparse.Namespace) -> Run:
     """A real run kept in ``--out`` by an earlier bench (to simulate again)."""
     run = Run(label, d)
@@ -292,7 +330,7 @@ def measured(hta: Run, a: argparse.Namespace) -> dict:
     from bench.replay import task_spans  # (the same measure as the replay bench)
 
     spans = task_spans(hta.dir / "Makeflow.wqlog.tr", hta.dir / "Makeflow.makeflowlog")
-    tasks = load_workload(a.workload, a.seed).tasks
+    tasks = bench_workload(a).tasks
     over = [max(0.0, s - tasks[n].runtime_s / a.k) for n, s in spans.items()]
     return {"latency_mean_s": statistics.fmean(lat), "latency_sd_s": statistics.stdev(lat) if len(lat) > 1 else 0.5,
             "pod_start_s": statistics.median(start) if start else 0.0,
@@ -309,8 +347,21 @@ def factory_spec(a: argparse.Namespace) -> str:
     return spec + (",pre_7_4_count=1" if counts_before_7_4() else "")
 
 
+def bench_workload(a: argparse.Namespace) -> Workload:
+    """The workload, or its first ``--tasks`` tasks (ValueError: one line)."""
+    w = load_workload(a.workload, a.seed)
+    if a.tasks is None:
+        return w
+    if any(t.parents for t in w.tasks):
+        raise ValueError(f"--tasks cuts a workload of independent tasks; {a.workload}'s depend on each other: "
+                         f"use io-bound")
+    if not 1 <= a.tasks <= len(w.tasks):
+        raise ValueError(f"--tasks {a.tasks}: give 1 to {len(w.tasks)} ({a.workload}'s tasks)")
+    return Workload(w.name, w.tasks[:a.tasks], declared=w.declared)
+
+
 def simulate(run: Run, policy: str, m: dict, a: argparse.Namespace, out: Path) -> None:
-    base = load_workload(a.workload, a.seed)
+    base = bench_workload(a)
     tasks = [dataclasses.replace(t, runtime_s=t.runtime_s / a.k) for t in base.tasks]
     workload = Workload(base.name, tasks, declared=True)
     cluster = ClusterModel(max_nodes=a.static + a.cloud, start_nodes=a.static, start_workers=0,
@@ -319,8 +370,11 @@ def simulate(run: Run, policy: str, m: dict, a: argparse.Namespace, out: Path) -
                            pod_start_s=m["pod_start_s"], empty_node_ttl_s=EMPTY_NODE_S / a.k,
                            task_overhead_s=m["task_overhead_s"], min_interval_s=1.0, teardown_s=0.0)
     run.sim_policy = policy
+    prior = None
+    if run.prior_log is not None:
+        prior = {n: c.runtime_mean_s for n, c in measured_categories(run.prior_log).items() if c.runtime_mean_s}
     run.sim = Simulation(workload, make_policy(policy), cluster, seed=a.seed,
-                         log=ScalingLogWriter(out / f"{run.dir.name}.sim.jsonl")).run()
+                         log=ScalingLogWriter(out / f"{run.dir.name}.sim.jsonl"), runtime_prior=prior).run()
 
 
 def err(sim: float, real: float) -> float:
@@ -373,9 +427,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     ap.add_argument("--only", choices=("hta", "factory"), default=None)
     ap.add_argument("--reuse", action="store_true", help="take the real runs already in --out; simulate again")
+    ap.add_argument("--tasks", type=int, default=None, metavar="N", help="the workload's first N tasks only")
+    ap.add_argument("--dial", action="store_true",
+                    help="also HTA with --deadline at the factory's runtime and --runtime-prior its first run")
     a = ap.parse_args(argv)
+    if a.dial and a.only:
+        print("slurm_factory: error: --dial runs HTA, the factory and HTA at the deadline: leave --only out",
+              file=sys.stderr)
+        return 2
     try:
-        workload = load_workload(a.workload, a.seed)
+        workload = bench_workload(a)
     except ValueError as exc:
         print(f"slurm_factory: error: {exc}", file=sys.stderr)
         return 2
@@ -398,12 +459,16 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(fn(a, workload, out))
         print(f"{label}: {runs[-1].wall_s:.0f} s wall" + "".join(f"; FAILED: {p}" for p in runs[-1].problems),
               flush=True)
+    if a.dial:
+        dial = run_dial(a, workload, out, runs)
+        if dial is not None:
+            runs.append(dial)
     hta = next((r for r in runs if r.label == "HTA"), None)
     m = measured(hta, a) if hta is not None and hta.records else None
     if m is not None:
         for r in runs:
             if r.summary is not None:
-                simulate(r, "hta" if r.label == "HTA" else factory_spec(a), m, a, out)
+                simulate(r, r.policy if r.label.startswith("HTA") else factory_spec(a), m, a, out)
         print(f"\nmeasured by HTA's run (real s): a worker on a booted node: pending "
               f"{statistics.fmean(m['pending'] or [0]):.1f} + resume {statistics.fmean(m['resume'] or [0]):.1f} "
               f"(over {m['samples']} workers; mean node latency {m['latency_mean_s']:.1f} ± {m['latency_sd_s']:.1f}), "
@@ -413,12 +478,16 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         misses += [f"{r.label}: {p}" for p in r.problems]
     real = {r.label: r for r in runs if r.summary is not None}
-    if "HTA" in real and "work_queue_factory" in real:
-        h, f = real["HTA"], real["work_queue_factory"]
+    ours = "HTA at the deadline" if a.dial else "HTA"
+    if ours in real and "work_queue_factory" in real:
+        h, f = real[ours], real["work_queue_factory"]
+        if a.dial:
+            print(f"\n{ours}: --deadline {h.policy.split('=')[1]} s (the factory's runtime) and --runtime-prior "
+                  f"HTA's first run: HTA knows its tasks' runtimes from a run before (an asymmetry)")
         assert h.summary is not None and f.summary is not None
         ratio_t = h.summary.runtime_s / f.summary.runtime_s
         ratio_n = (h.node_s + h.node_s_after) / (f.node_s + f.node_s_after)
-        print(f"\nHTA / factory: runtime {ratio_t:.3f} (goal ≤ 1.02), node·s paid in all {ratio_n:.3f} (goal < 1), "
+        print(f"\n{ours} / factory: runtime {ratio_t:.3f} (goal ≤ 1.02), node·s paid in all {ratio_n:.3f} (goal < 1), "
               f"node·s until the end {h.node_s / f.node_s:.3f}")
         if ratio_t > 1.02:
             misses.append(f"HTA's runtime is {ratio_t:.3f} × the factory's")
