@@ -70,12 +70,20 @@ sys.path.insert(0, str(ROOT / "workflows" / "replay"))
 
 from generate import expected_outputs, write_makeflow  # noqa: E402
 
+from hta.accounting import node_seconds_after  # noqa: E402
 from hta.policies.registry import make_policy  # noqa: E402
-from hta.scaling_log import RunRecord, ScalingLogWriter, WorkerRecord, measured_categories, read_records  # noqa: E402
+from hta.scaling_log import (  # noqa: E402
+    NodeRecord,
+    RunRecord,
+    ScalingLogWriter,
+    WorkerRecord,
+    measured_categories,
+    read_records,
+)
 from hta.sim.cluster import ClusterModel  # noqa: E402
 from hta.sim.run import Simulation  # noqa: E402
 from hta.sim.workload import Workload, load_workload  # noqa: E402
-from hta.summary import RunSummary, summarize  # noqa: E402
+from hta.summary import RunSummary, paid_intervals, summarize  # noqa: E402
 from testcluster.slurm_cluster import THESIS_LATENCY_S, node_seconds  # noqa: E402
 
 HTA = ROOT / ".venv" / "bin" / "hta"
@@ -99,6 +107,8 @@ class Run:
     wall_s: float = 0.0
     sim: RunSummary | None = None
     sim_policy: str = ""
+    #: the simulated run's node·s until the workflow's end (:func:`node_s_until`)
+    sim_node_s: float = 0.0
     #: HTA's policy spec and the earlier run whose runtimes it was given (the dial's run)
     policy: str = "hta"
     prior_log: Path | None = None
@@ -373,8 +383,21 @@ def simulate(run: Run, policy: str, m: dict, a: argparse.Namespace, out: Path) -
     prior = None
     if run.prior_log is not None:
         prior = {n: c.runtime_mean_s for n, c in measured_categories(run.prior_log).items() if c.runtime_mean_s}
-    run.sim = Simulation(workload, make_policy(policy), cluster, seed=a.seed,
-                         log=ScalingLogWriter(out / f"{run.dir.name}.sim.jsonl"), runtime_prior=prior).run()
+    log = out / f"{run.dir.name}.sim.jsonl"
+    run.sim = Simulation(workload, make_policy(policy), cluster, seed=a.seed, log=ScalingLogWriter(log),
+                         runtime_prior=prior).run()
+    run.sim_node_s = node_s_until(log, run.sim.runtime_s)
+
+
+def node_s_until(log: Path, end: float) -> float:
+    """A simulated run's node·s until the workflow's end, as the real column counts them: a
+    node drained before the end pays its hold only up to it (the summary's node·s count
+    that hold whole, past the run's last record, while a worker still up at the end stops
+    with no hold)."""
+    records = read_records(log)[0]
+    workers = [r for r in records if isinstance(r, WorkerRecord)]
+    gone = {r.node: r.t for r in records if isinstance(r, NodeRecord)}
+    return node_seconds_after(paid_intervals(workers, None, gone), 0.0, end)
 
 
 def err(sim: float, real: float) -> float:
@@ -394,10 +417,11 @@ def table(runs: list[Run], a: argparse.Namespace) -> list[str]:
         if r.sim is not None:
             z = r.sim
             # node·s until the workflow ended: after it, the simulated factory stops at once (no
-            # teardown) while real nodes stay up their SuspendTime; that tail is shown apart
+            # teardown) while real nodes stay up their SuspendTime; that tail is shown apart, and
+            # the simulated holds are cut at the end as the real ones are
             cells = [(z.runtime_s, s.runtime_s, "runtime"), (z.waste_core_s, s.waste_core_s, "waste"),
                      (z.shortage_core_s, s.shortage_core_s, "shortage"),
-                     (z.node_s - z.teardown_node_s, r.node_s, "node·s")]
+                     (r.sim_node_s, r.node_s, "node·s")]
             rows.append([f"  simulator ({r.sim_policy.split(':')[0]})"] +
                         [f"{x:,.0f} ({err(x, y):+.1f} %)" if n != "runtime" else f"{x:,.1f} ({err(x, y):+.1f} %)"
                          for x, y, n in cells] + ["—"])
