@@ -7,7 +7,9 @@ the pod Running it starts the container's command and args as a local
 process with the pod's environment, in its own UTS and mount namespaces
 whose hostname is the pod's name and whose /etc/hosts resolves it (as a
 kubelet arranges, so the Work Queue master sees the pod name as the worker's
-hostname); it stops the process (SIGTERM, SIGKILL after
+hostname), and whose /tmp is the pod's own, removed with the pod (as a
+container's writable layer is: a worker killed at its grace period leaves
+nothing on the host); it stops the process (SIGTERM, SIGKILL after
 the pod's grace period) when the pod is deleted, and reports the pod
 Succeeded or Failed when the process exits by itself. When it is stopped it
 stops every process it started.
@@ -34,7 +36,10 @@ from workqueue_bridge.processes import die_with_parent
 log = logging.getLogger("pod-runner-fake-kubelet")
 #: the pods it runs: HTA's workers, and a rival's (each label its own watch)
 SELECTORS = ("hta.io/run", "hta.io/rival")
-LOGS = Path(os.environ.get("HTA_TESTCLUSTER_DIR", "/tmp/hta-testcluster")) / "logs" / "pods"
+STATE = Path(os.environ.get("HTA_TESTCLUSTER_DIR", "/tmp/hta-testcluster"))
+LOGS = STATE / "logs" / "pods"
+#: each running pod's /tmp (``<uid>``), gone when the pod is
+POD_TMP = STATE / "pod-tmp"
 
 
 @dataclass
@@ -43,7 +48,13 @@ class Running:
     namespace: str
     proc: subprocess.Popen
     grace: float
+    #: the pod's own /tmp (None: it shares the host's, without unshare)
+    tmp: Path | None = None
     stopping: bool = False
+
+    def remove_tmp(self) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def pod_env(pod: client.V1Pod, container: client.V1Container) -> dict[str, str]:
@@ -98,20 +109,24 @@ class PodRunner:
             return
         argv += limit_flags(argv, c)
         LOGS.mkdir(parents=True, exist_ok=True)
+        tmp = None
         if self.can_unshare:
-            # as a kubelet does: the pod's hostname, resolvable through the pod's own /etc/hosts
+            # as a kubelet does: the pod's hostname, resolvable through the pod's own /etc/hosts,
+            # and a /tmp of its own
             hosts = LOGS / f"{pod.metadata.namespace}_{pod.metadata.name}.hosts"
             hosts.write_text(Path("/etc/hosts").read_text() + f"\n127.0.0.1\t{pod.metadata.name}\n")
+            tmp = POD_TMP / pod.metadata.uid
+            tmp.mkdir(parents=True, exist_ok=True)
             argv = ["unshare", "--uts", "--mount", "--propagation", "private", "--", "sh", "-c",
-                    'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"',
-                    pod.metadata.name, str(hosts), *argv]
+                    'hostname "$0" && mount --bind "$1" /etc/hosts && mount --bind "$2" /tmp && cd /tmp '
+                    '&& shift 2 && exec "$@"', pod.metadata.name, str(hosts), str(tmp), *argv]
         out = open(LOGS / f"{pod.metadata.namespace}_{pod.metadata.name}.log", "ab")
         proc = subprocess.Popen(argv, env=pod_env(pod, c), stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent(),
                                 cwd="/tmp")
         out.close()
         grace = float(pod.spec.termination_grace_period_seconds or 30)
-        self.running[pod.metadata.uid] = Running(pod.metadata.name, pod.metadata.namespace, proc, grace)
+        self.running[pod.metadata.uid] = Running(pod.metadata.name, pod.metadata.namespace, proc, grace, tmp)
         log.info("started pod %s/%s as pid %d", pod.metadata.namespace, pod.metadata.name, proc.pid)
 
     def terminate(self, uid: str) -> None:
@@ -132,6 +147,7 @@ class PodRunner:
                 except ProcessLookupError:
                     pass
                 r.proc.wait()
+            r.remove_tmp()
             with self.lock:
                 self.running.pop(uid, None)
             log.info("stopped pod %s/%s", r.namespace, r.name)
@@ -154,6 +170,7 @@ class PodRunner:
             for u, _ in done:
                 self.running.pop(u)
         for _, r in done:
+            r.remove_tmp()
             phase = "Succeeded" if r.proc.returncode == 0 else "Failed"
             try:
                 self.api.patch_namespaced_pod_status(r.name, r.namespace, {"status": {"phase": phase}})

@@ -292,7 +292,11 @@ def test_a_node_that_vanishes_loses_its_workers_at_once_and_they_are_replaced(cl
     try:
         assert wait(lambda: any(x.get("kind") == "observation" and x["running"] > 0 for x in records(log)), 120)
         victim = next(x for x in records(log) if x.get("kind") == "worker" and x["event"] == "connected")["worker"]
-        node = core.read_namespaced_pod(victim, "default").spec.node_name
+        pod = core.read_namespaced_pod(victim, "default")
+        node = pod.spec.node_name
+        # each pod's /tmp is its own (as a container's): the worker's folder is in it, not the host's
+        pod_tmp = Path(cluster["env"]["HTA_TESTCLUSTER_DIR"]) / "pod-tmp"
+        assert list((pod_tmp / pod.metadata.uid).glob("hta-worker-*")), sorted(pod_tmp.glob("*/*"))
         # the machine goes away: its node object and every process of its pods
         core.delete_node(node)
         on_node = [x.metadata.name for x in hta_pods(core) if x.spec.node_name == node]
@@ -318,6 +322,8 @@ def test_a_node_that_vanishes_loses_its_workers_at_once_and_they_are_replaced(cl
     assert sum(x.get("tasks_lost", 0) for x in recs if x.get("kind") == "worker") >= 1, \
         [(x["worker"], x["event"], x["t"], x.get("reason")) for x in recs if x.get("kind") == "worker"] + [on_node, victim]
     assert wait(lambda: not hta_pods(core), 10), "no pod left behind"
+    # the killed workers could not remove their folders: each went with its pod's /tmp
+    assert wait(lambda: not any(pod_tmp.iterdir()), 10), sorted(pod_tmp.glob("*/*"))
 
 
 # -- item 11, last: the API server outage (the cluster's controllers take a while to recover) --------

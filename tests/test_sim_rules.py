@@ -635,6 +635,20 @@ def test_a_node_kept_empty_is_paid_until_it_goes():
     assert node_s(600.0) == pytest.approx(100.0 + 600.0)
 
 
+def test_a_node_emptied_by_the_runs_end_is_paid_its_hold_as_one_emptied_before_it():
+    # a static pool's worker is still up when its 100 s workflow ends and the run stops it;
+    # max-then-drain drains its own at the same moment. Either way the node empties then and
+    # the cluster keeps it its hold (Karpenter's consolidateAfter, Slurm's SuspendTime), paid
+    def node_s(policy: str, hold: float) -> float:
+        sim = world([SimTask("a", "a", 100, cores=3)], make_policy(policy), max_nodes=1, start_workers=1,
+                    empty_node_ttl_s=hold)
+        return sim.run().node_s
+
+    assert node_s("static", 0.0) == pytest.approx(100.0)
+    assert node_s("static", 600.0) == pytest.approx(100.0 + 600.0)
+    assert node_s("max-then-drain", 600.0) == pytest.approx(node_s("static", 600.0))
+
+
 def test_policy_settings_from_the_spec_and_clear_errors():
     from hta.policies.registry import make_policy
 

@@ -55,9 +55,9 @@ class SimBackend(WorkerBackend):
         return f"h{node.host}" if node.host is not None else ""
 
     def nodes_held(self) -> list[NodeRecord]:
-        """When each node that outlived its last worker went (or goes: one kept empty at the
-        run's end is paid its whole hold, as every policy's is): what the nodes cost beyond
-        their workers."""
+        """When each node that outlived its last worker went (or goes: one emptied before the
+        run's end, or by it, is paid its whole hold, as every policy's is): what the nodes
+        cost beyond their workers."""
         return [NodeRecord(t=round(t, 3), node=f"h{h}") for h, t in sorted(self.world.cluster.held_until.items())]
 
     def worker_nodes(self) -> dict[str, str]:
@@ -143,6 +143,7 @@ class SimBackend(WorkerBackend):
         return self._flush()
 
     async def stop_all(self, now: float) -> list[WorkerRecord]:
+        self.world.cluster.end_of_run(now)
         for node in self.world.cluster.nodes.values():
             if not node.gone:
                 node.gone = True  # the run is over: no node outlives it

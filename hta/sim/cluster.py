@@ -289,6 +289,17 @@ class SimCluster:
         else:
             remove(None)
 
+    def end_of_run(self, now: float) -> None:
+        """The run's end stops every worker still up: each node that held one empties then
+        and stays its hold, as a node emptied before the end does. (Real clusters bill it so:
+        Karpenter's ``consolidateAfter`` and Slurm's ``SuspendTime`` start when the last job
+        or pod on a node goes, whoever ended it.)"""
+        if self.model.empty_node_ttl_s <= 0:
+            return
+        for host in self.hosts.values():
+            if host.workers:
+                self.held_until[host.id] = now + self.model.empty_node_ttl_s
+
     # -- workers ---------------------------------------------------------------------------
     def request_node(self, now: float, provision: bool = True, shape: Resources | None = None) -> SimNode:
         """Ask for a worker of ``shape`` (default: a whole node). It connects at once if not

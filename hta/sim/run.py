@@ -129,9 +129,10 @@ class Simulation:
         world, end = self.world, self.world.env.now
         finished_at = world.finished_at
         complete = finished_at is not None
+        stopped = run_now(self.backend.stop_all(end))  # (first: the nodes it empties are held)
         for record in self.backend.nodes_held():
             self.log.write(record)
-        return end_run(self.log, t=end, stopped=run_now(self.backend.stop_all(end)),
+        return end_run(self.log, t=end, stopped=stopped,
                        categories=self.controller.learner.models(), end=EndRecord(
                            t=round(end, 3), exit_code=0 if complete else 1,
                            runtime_s=round(finished_at if finished_at is not None else end, 3),
