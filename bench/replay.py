@@ -112,6 +112,9 @@ class Run:
     node_autoscaler: str = "provisioner"
     #: how long Karpenter kept a node after the run's last worker on it went (real s, mean)
     node_hold_s: float | None = None
+    #: how long of that hold the node still took new pods, until Karpenter's disruption
+    #: taint (real s, mean; :func:`testcluster.timeline.node_open_s`)
+    node_open_s: float | None = None
 
     def error(self, metric: str, k: float) -> float | None:
         if self.real is None or self.sim is None:
@@ -355,12 +358,16 @@ def load_real(run: Run, workload, wdir: Path, k: float) -> None:
             hold = measure_jobs(run.measured, wdir, k)
             if run.node_autoscaler == "karpenter" and hold is not None:
                 run.node_hold_s = hold
+        if run.node_autoscaler == "karpenter" and (wdir / "timeline.jsonl").exists():
+            from testcluster.timeline import node_open_s
+
+            run.node_open_s = node_open_s(wdir / "timeline.jsonl")
         if run.ledger and run.node_autoscaler == "karpenter":
             # node·s as the cluster billed them, from the run's start to the last node's end
             start = next(r.started_at for r in records if r.kind == "run")
             billed = sum(max(0.0, b - max(a, start)) for _, a, b in run.ledger)
             run.real = run.real.model_copy(update={"node_s": billed})
-            run.node_hold_s = node_hold(records, run.ledger, start)
+            run.node_hold_s = node_hold(records, run.ledger, start) or run.node_hold_s  # (KEDA's: from its Jobs)
 
 
 def node_hold(records: list, ledger: list[tuple[str, float, float]], start: float) -> float | None:
@@ -432,12 +439,14 @@ def provisioned(latencies: list[float]) -> list[float]:
     return [x for x in latencies if x >= 0.5 * med]
 
 
-def run_sim(run: Run, nodes: int, seed: int, out: Path, k: float, hold_s: float | None = None) -> None:
+def run_sim(run: Run, nodes: int, seed: int, out: Path, k: float, hold_s: float | None = None,
+            open_s: float | None = None) -> None:
     """The simulator on the same tasks and cluster, with the delays the real run measured:
     nodes' preparation, pods' start, the master's per-task overhead; like the real cluster,
     the starting nodes have no worker until one is asked for, and a node whose worker left
     stays for the stand-in's empty-node time. Under Karpenter there is no starting node, and
-    a node stays as long as Karpenter kept one (``hold_s``, real seconds, measured), paid."""
+    a node stays as long as Karpenter kept one (``hold_s``, real seconds, measured), paid,
+    taking new pods only until Karpenter marked it for disruption (``open_s``, measured)."""
     workload = load_workload(run.workload, seed)
     workload.declared = True  # as the generated Makeflow declares CORES and MEMORY
     m = run.measured
@@ -450,6 +459,7 @@ def run_sim(run: Run, nodes: int, seed: int, out: Path, k: float, hold_s: float 
                            node_cores=NODE_CORES, node_memory_mb=WORKER_MEMORY_MB, latency_mean_s=mean,
                            latency_sd_s=sd, pod_start_s=statistics.median(m.pod_start_s) if m.pod_start_s else 0.0,
                            empty_node_ttl_s=hold, task_overhead_by_category_s=m.task_overhead_s,
+                           empty_node_open_s=min(open_s * k, hold) if karpenter and open_s is not None else None,
                            min_interval_s=MIN_INTERVAL_S * k, teardown_s=0.0)
     path = out / f"{run.workload}-{run.policy}.sim.jsonl"
     run.sim = Simulation(workload, make_policy(sim_policy(run.policy, k, nodes, m)), cluster, seed=seed,
@@ -585,15 +595,18 @@ def main(argv: list[str] | None = None) -> int:
     # Karpenter's hold as this invocation measured it, the world's for every run; a pod's start
     # (HTA's runs read it from their records, KEDA's from their Jobs) where a run measured none
     holds = [r.node_hold_s for r in runs if r.node_hold_s is not None]
+    opens = [r.node_open_s for r in runs if r.node_open_s is not None]
     starts = [x for r in runs for x in r.measured.pod_start_s]
     for run in runs:
         if run.real is not None:
             if not run.measured.pod_start_s and starts:
                 run.measured.pod_start_s = list(starts)
-            run_sim(run, a.nodes, a.seed, out, a.k, statistics.fmean(holds) if holds else None)
+            run_sim(run, a.nodes, a.seed, out, a.k, statistics.fmean(holds) if holds else None,
+                    statistics.fmean(opens) if opens else None)
     if holds:
         print(f"Karpenter kept a node {statistics.fmean(holds):.1f} s (real) after its last worker went, "
-              f"mean over {len(holds)} runs")
+              f"mean over {len(holds)} runs" + (f"; it took new pods for the first {statistics.fmean(opens):.1f} s"
+                                                 if opens else ""))
     misses = print_table(runs, a.k, a.max_error) + goals(runs)
     if a.json:
         a.json.write_text(json.dumps([{"workload": r.workload, "policy": r.policy, "k": a.k,

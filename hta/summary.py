@@ -230,7 +230,8 @@ def summarize(records: list, source: str | None = None) -> RunSummary:
         max_workers=run.max_workers,
         cap_cores=cap_cores,
         node_s=node_s,
-        teardown_node_s=node_seconds_after(intervals, ended, t_end),
+        # (every node·s past the workflow's end: its teardown, and holds that outlive the log)
+        teardown_node_s=max(0.0, node_s - node_seconds_after(intervals, 0.0, ended)),
         lost_work_core_s=lost_total,
         lost_by_cause=by_cause,
         tasks_lost=tasks_lost,

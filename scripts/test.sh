@@ -13,11 +13,13 @@ cd "$root"
 # lint and type-check first: a few seconds (mypy keeps its cache in .mypy_cache)
 .venv/bin/ruff check --quiet .
 .venv/bin/mypy
-# two workers; the modules that start a control plane share one (xdist_group "cluster")
-parallel=(-n 2 --dist loadgroup)
+# each module that starts a cluster (Kubernetes or Slurm) is one xdist group: its cluster
+# starts once, on one worker. The fast tier keeps the CPU busy: one worker per core. The full
+# suite mostly waits on real processes, pods and nodes (a third of two cores busy on two
+# workers), so it runs four, and the clusters' modules run beside each other.
 if [ "${1:-}" = "--fast" ]; then
   shift
-  exec .venv/bin/python -m pytest "${parallel[@]}" -m "not slow and not cluster" "$@"
+  exec .venv/bin/python -m pytest -n 2 --dist loadgroup -m "not slow and not cluster" "$@"
 fi
 testcluster/build.sh
-exec .venv/bin/python -m pytest "${parallel[@]}" "$@"
+exec .venv/bin/python -m pytest -n 4 --dist loadgroup "$@"

@@ -52,7 +52,18 @@ class Running:
     tmp: Path | None = None
     stopping: bool = False
 
-    def remove_tmp(self) -> None:
+    def end(self) -> None:
+        """What a kubelet does once the container's main process is gone: kill what is left
+        of it (a task ``work_queue_worker`` started in a process group of its own outlives a
+        SIGKILL to the pod's group; a kubelet kills the container's whole cgroup) and remove
+        the pod's /tmp."""
+        import psutil
+
+        for p in pod_processes(self.name):
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -73,6 +84,23 @@ def pod_env(pod: client.V1Pod, container: client.V1Container) -> dict[str, str]:
             lim = (container.resources.limits or {}) if container.resources else {}
             env[e.name] = str(lim.get(e.value_from.resource_field_ref.resource.split(".")[-1], ""))
     return env
+
+
+def pod_processes(pod: str) -> list:
+    """The processes this runner runs for ``pod``, its container's children included: their
+    environment names the pod (the HOSTNAME this runner gives each pod, or the worker pod's
+    HTA_POD_NAME, from the downward API)."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter():
+        try:
+            env = p.environ()
+        except psutil.Error:
+            continue
+        if pod in (env.get("HTA_POD_NAME"), env.get("HOSTNAME")) and p.pid != os.getpid():
+            out.append(p)
+    return out
 
 
 def limit_flags(argv: list[str], c: client.V1Container) -> list[str]:
@@ -99,7 +127,8 @@ class PodRunner:
         self.stop = threading.Event()
         self.can_unshare = os.geteuid() == 0 and shutil.which("unshare") is not None
         if not self.can_unshare:
-            log.warning("not root (or no unshare): pods run with the host's hostname")
+            log.warning("not root (or no unshare): pods run with the host's hostname and /tmp")
+        shutil.rmtree(POD_TMP, ignore_errors=True)  # (pods of a runner killed before it could remove them)
 
     def start(self, pod: client.V1Pod) -> None:
         c = pod.spec.containers[0]
@@ -147,7 +176,7 @@ class PodRunner:
                 except ProcessLookupError:
                     pass
                 r.proc.wait()
-            r.remove_tmp()
+            r.end()
             with self.lock:
                 self.running.pop(uid, None)
             log.info("stopped pod %s/%s", r.namespace, r.name)
@@ -170,7 +199,7 @@ class PodRunner:
             for u, _ in done:
                 self.running.pop(u)
         for _, r in done:
-            r.remove_tmp()
+            r.end()
             phase = "Succeeded" if r.proc.returncode == 0 else "Failed"
             try:
                 self.api.patch_namespaced_pod_status(r.name, r.namespace, {"status": {"phase": phase}})
@@ -211,17 +240,3 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 
-
-def pod_processes(pod: str) -> list:
-    """The processes this runner runs for ``pod`` (their environment names the pod: the
-    worker pod's HTA_POD_NAME, from the downward API)."""
-    import psutil
-
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("HTA_POD_NAME") == pod:
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out

@@ -135,6 +135,30 @@ class JobCosts:
     node_hold_s: float | None = None
 
 
+def node_open_s(timeline: Path) -> float | None:
+    """How long a node stayed open to new pods once its last pod went (real s, the mean over
+    the nodes Karpenter disrupted): from that pod's end (it exited, or its deletion began) to
+    Karpenter's disruption taint, after which no pod lands there while the node is drained
+    and deleted (the rest of its hold, paid)."""
+    pod_end: dict[str, float] = {}
+    node_of: dict[str, str] = {}
+    disrupted: dict[str, float] = {}
+    for e in read(timeline):
+        if e["kind"] == "pod":
+            if e.get("node"):
+                node_of[e["name"]] = e["node"]
+            if e["event"] in ("succeeded", "failed", "deleting", "deleted"):
+                pod_end.setdefault(e["name"], e["t"])
+        elif e["kind"] == "node" and e["event"] == "disrupted":
+            disrupted.setdefault(e["name"], e["t"])
+    gaps = []
+    for node, t in disrupted.items():
+        ends = [pod_end.get(pod) for pod, on in node_of.items() if on == node]
+        if ends and all(end is not None and end <= t for end in ends):  # (empty when tainted)
+            gaps.append(t - max(e for e in ends if e is not None))
+    return statistics.fmean(gaps) if gaps else None
+
+
 def _ordered_lag(earlier: list[float], later: list[float]) -> float | None:
     n = min(len(earlier), len(later))
     return statistics.fmean(b - a for a, b in zip(sorted(earlier)[:n], sorted(later)[:n])) if n else None

@@ -19,7 +19,7 @@ from kubernetes import client, config
 
 from testcluster.pod_runner import pod_processes
 
-pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("test_faults_k8s")]
 CLUSTER = str(ROOT / "testcluster/cluster")
 
 

@@ -31,7 +31,7 @@ from hta.policies.hpa import HPAPolicy
 from hta.policies.registry import make_policy
 from testcluster import fake_metrics
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("test_hpa_real")]
 
 NS = "hpa-real"
 CORES = 3  # each pod requests a whole 3-core kwok node

@@ -15,7 +15,7 @@ import pytest
 from conftest import HTA, ROOT, cctools_processes, run_hta, wait
 from kubernetes import client, config
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("test_k8s")]
 
 PROVISION_S = 10.0
 POD_START_S = 2.0

@@ -18,7 +18,7 @@ from kubernetes import client, config
 
 from testcluster import real_node
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("test_k8s_real_node")]
 CLUSTER = str(ROOT / "testcluster/cluster")
 
 

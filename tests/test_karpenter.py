@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, cctools_processes, run_hta, wait
 from kubernetes import client, config
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("test_karpenter")]
 CLUSTER = str(ROOT / "testcluster/cluster")
 REGISTRATION_S = 4  # the KWOKNodeClass's nodeRegistrationDelay (the preparation latency)
 CONSOLIDATE_S = 5  # the NodePool's consolidateAfter

@@ -174,7 +174,8 @@ def real_dispatch_order(folder: Path) -> list[str]:
         port = wait(lambda: (folder / "port").exists() and (folder / "port").read_text().strip(), timeout=30)
         assert port, "makeflow wrote no port file"
         worker = subprocess.Popen(["work_queue_worker", "--cores", "1", "--memory", "1000", "--single-shot",
-                                   "localhost", port], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   f"--workdir={folder}", "localhost", port],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         assert makeflow.wait(timeout=60) == 0
     finally:
         for proc in (makeflow, worker):
@@ -555,6 +556,30 @@ def test_a_worker_asked_for_lands_on_an_empty_node_in_pod_start_time_while_the_n
     assert arrival(320.0) == 52.0     # gone by then
 
 
+def test_an_empty_node_karpenter_has_marked_for_deletion_takes_no_pod_but_is_paid_to_its_end():
+    from hta.sim.world import World
+
+    # Karpenter's world: an emptied node is open 10 s, then tainted for disruption, and goes
+    # at 100 s; a worker asked for at one node's cap waits until the closed node goes
+    w = World(Workload("t", [SimTask("a", "a", 10)]),
+              ClusterModel(max_nodes=1, start_nodes=0, pod_start_s=2.0, empty_node_ttl_s=100.0,
+                           empty_node_open_s=10.0, latency_mean_s=50.0, latency_sd_s=0.0))
+
+    def arrival(at: float) -> float:
+        w.env.run(until=at) if at > w.env.now else None
+        n = w.cluster.request_node(at)
+        w.env.run(until=at + 200)
+        assert n.connected_at is not None
+        return n.connected_at - at
+
+    assert arrival(0.0) == 52.0           # t=0: a new node, then the pod's start
+    w.cluster.retire("n1", busy_ok=False)  # t=200: it empties, open until 210, gone at 300
+    assert arrival(205.0) == 2.0          # still open: lands on it
+    w.cluster.retire("n2", busy_ok=False)  # t=405: empties again
+    assert arrival(420.0) == (505.0 - 420.0) + 52.0  # closed: waits for it to go, then a new node
+    assert w.cluster.held_until[1] == 505.0  # (the closed node was paid until it went)
+
+
 def test_without_an_empty_node_a_worker_waits_a_whole_latency_and_tasks_carry_their_overhead():
     tasks = [SimTask("a", "a", 10)]
     sim = world(tasks, Scripted([ScaleDecision(add=1)]), start_nodes=0, pod_start_s=2.0, latency_mean_s=50.0,
@@ -647,6 +672,35 @@ def test_a_node_emptied_by_the_runs_end_is_paid_its_hold_as_one_emptied_before_i
     assert node_s("static", 0.0) == pytest.approx(100.0)
     assert node_s("static", 600.0) == pytest.approx(100.0 + 600.0)
     assert node_s("max-then-drain", 600.0) == pytest.approx(node_s("static", 600.0))
+
+
+def test_a_node_whose_pod_is_cancelled_while_it_is_prepared_comes_up_and_then_stays_its_hold():
+    from hta.sim.world import World
+
+    w = World(Workload("t", [SimTask("a", "a", 10)]),
+              ClusterModel(max_nodes=2, start_nodes=0, empty_node_ttl_s=100.0, latency_mean_s=200.0,
+                           latency_sd_s=0.0))
+    n = w.cluster.request_node(0.0)
+    w.env.run(until=50)
+    w.cluster.retire(n.id, busy_ok=False)  # its node is ready at 200: then empty for 100 s
+    assert w.cluster.held_until == {1: 300.0}
+    w.env.run(until=299)
+    assert 1 in w.cluster.hosts
+    w.env.run(until=301)
+    assert 1 not in w.cluster.hosts
+
+
+def test_static_starting_nodes_never_go_and_are_paid_only_while_a_worker_holds_them():
+    def run(static: bool):
+        sim = world([SimTask("a", "a", 100, cores=3)], make_policy("max-then-drain"), max_nodes=1, start_workers=1,
+                    empty_node_ttl_s=600.0, static_start_nodes=static)
+        return sim, sim.run()
+
+    sim, s = run(True)
+    assert 1 in sim.world.cluster.hosts and not sim.world.cluster.held_until
+    assert s.node_s == pytest.approx(100.0) and s.teardown_node_s == 0.0
+    sim, s = run(False)  # a cloud node: paid its hold after the end, counted as after the end
+    assert s.node_s == pytest.approx(700.0) and s.teardown_node_s == pytest.approx(600.0)
 
 
 def test_policy_settings_from_the_spec_and_clear_errors():

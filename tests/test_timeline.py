@@ -90,3 +90,26 @@ def test_each_pod_is_paired_with_its_own_worker_where_the_pods_logs_name_it(tmp_
     assert c.pod_start_s == pytest.approx(((13.0 - 10.0) + (14.5 - 11.0) + (15.0 - 12.0)) / 3)
     assert c.job_end_s == pytest.approx(2.0)  # each Job 2 s after its own worker's last task
     assert job_costs(tl, tr).job_end_s != pytest.approx(2.0)  # (in order: off)
+
+
+def test_a_node_is_open_to_new_pods_from_its_last_pods_end_to_karpenters_disruption_taint(tmp_path):
+    from testcluster.timeline import node_open_s
+
+    events = [
+        (0.0, "node", "a", "registered", ""), (0.0, "node", "b", "registered", ""),
+        # a: two pods; the later one's end (a Job's pod exits) empties it, tainted 4 s later
+        (1.0, "pod", "p1", "running", "a"), (5.0, "pod", "p1", "succeeded", "a"),
+        (2.0, "pod", "p2", "running", "a"), (10.0, "pod", "p2", "succeeded", "a"),
+        (14.0, "node", "a", "disrupted", ""), (30.0, "node", "a", "deleted", ""),
+        # b: its pod is deleted (HTA drains it); its deletion begins the end, tainted 2 s later
+        (1.0, "pod", "p3", "running", "b"), (20.0, "pod", "p3", "deleting", "b"),
+        (21.0, "pod", "p3", "deleted", "b"), (22.0, "node", "b", "disrupted", ""),
+        # c was tainted with a pod still on it (its watch line came late): not an emptied node
+        (0.0, "node", "c", "registered", ""), (1.0, "pod", "p4", "running", "c"),
+        (5.0, "node", "c", "disrupted", ""), (9.0, "pod", "p4", "succeeded", "c"),
+        (1.0, "pod", "p5", "running", "c"), (2.0, "pod", "p5", "succeeded", "c"),
+    ]
+    tl, _ = write(tmp_path, events, [])
+    assert node_open_s(tl) == pytest.approx((4.0 + 2.0) / 2)
+    tl.write_text("")
+    assert node_open_s(tl) is None  # no node disrupted

@@ -278,8 +278,10 @@ async def test_a_real_masters_log_keeps_a_kept_table_current(tmp_path: Path):
         assert snap.table_kept and segment_ids(snap) == [1, 2, 3, 4, 5] and client.task_reads == 1
         age, read_age = client.table_age_s(), client.table_read_age_s()
         assert age is not None and read_age is not None and age < read_age
+        # (its workspace in tmp_path: killed below, it cannot remove it)
         worker = subprocess.Popen(["work_queue_worker", "--single-shot", "--cores", "1", "--memory", "1000",
-                                   "--disk", "1000", "--timeout", "30", "127.0.0.1", str(master.port)],
+                                   "--disk", "1000", "--timeout", "30", f"--workdir={tmp_path}", "127.0.0.1",
+                                   str(master.port)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         seen_running: set[int] = set()
         deadline = time.monotonic() + 30

@@ -146,7 +146,7 @@ class SimBackend(WorkerBackend):
         self.world.cluster.end_of_run(now)
         for node in self.world.cluster.nodes.values():
             if not node.gone:
-                node.gone = True  # the run is over: no node outlives it
+                node.gone = True  # the run is over: no worker outlives it (its node its hold)
                 self._record(node, "stopped", now)
         return self._flush()
 

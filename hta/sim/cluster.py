@@ -61,6 +61,15 @@ class ClusterModel(BaseModel):
     #: scale-down-unneeded-time); a worker asked for meanwhile lands on it after
     #: ``pod_start_s`` instead of a whole preparation latency (0: nodes leave with their worker)
     empty_node_ttl_s: float = 0.0
+    #: how long of that hold an emptied node still takes new pods (None: all of it, as the
+    #: cluster-autoscaler, which taints a node only as it deletes it, and Slurm's power saving
+    #: keep it). Karpenter taints a node it disrupts (``karpenter.sh/disrupted:NoSchedule``)
+    #: ``consolidateAfter`` after it empties, then drains and deletes it, paid to the end: with
+    #: ``consolidateAfter: 0s`` the node is open a few seconds of a hold of 20
+    empty_node_open_s: float | None = None
+    #: the starting nodes never go, empty or not (Slurm's static nodes, a node group's
+    #: minimum); paid only while a worker holds one, as a cloud node is
+    static_start_nodes: bool = False
     #: added to each task's run on a worker: dispatch, input transfer, the resource
     #: monitor's start, the result's return (what a real master adds to a runtime)
     task_overhead_s: float = 0.0
@@ -257,9 +266,16 @@ class SimCluster:
         """The first node (oldest first) with room for a worker of ``shape`` — as the
         scheduler binds a pod to a node that fits it before the cluster autoscaler adds one."""
         for host in self.hosts.values():
-            if host.free_c >= shape.cores - 1e-9 and host.free_m >= shape.memory_mb - 1e-9:
+            if (host.free_c >= shape.cores - 1e-9 and host.free_m >= shape.memory_mb - 1e-9
+                    and not self._closed(host)):
                 return host
         return None
+
+    def _closed(self, host: SimHost) -> bool:
+        """An emptied node its autoscaler has marked for deletion: no new pod lands there."""
+        open_s = self.model.empty_node_open_s
+        return (open_s is not None and not host.workers and host.empty_since is not None and not self._static(host)
+                and self.env.now >= max(host.empty_since, host.ready_at) + open_s)
 
     def node_sized(self, node: SimNode) -> bool:
         whole = self.model.node_shape
@@ -283,22 +299,36 @@ class SimCluster:
             if host.empty_since == since and not host.workers:
                 self.hosts.pop(host.id, None)
                 self.empty_holds.append(self.env.now - since)
+                if self.unplaced and self.model.empty_node_open_s is not None:
+                    self._place_waiting()  # (a closed node went: a new one fits under the cap)
+        if self._static(host):
+            return
         if self.model.empty_node_ttl_s > 0:
-            self.held_until[host.id] = now + self.model.empty_node_ttl_s  # (a worker placed on it meanwhile
-            self.env.timeout(self.model.empty_node_ttl_s).callbacks.append(remove)  # moves it on)
+            until = self._hold_end(host, now)
+            self.held_until[host.id] = until  # (a worker placed on it meanwhile
+            self.env.timeout(until - now).callbacks.append(remove)  # moves it on)
         else:
             remove(None)
 
     def end_of_run(self, now: float) -> None:
         """The run's end stops every worker still up: each node that held one empties then
-        and stays its hold, as a node emptied before the end does. (Real clusters bill it so:
-        Karpenter's ``consolidateAfter`` and Slurm's ``SuspendTime`` start when the last job
-        or pod on a node goes, whoever ended it.)"""
+        and stays its hold, as a node emptied before the end does (a node still being
+        prepared comes up first). Real clusters bill it so: Karpenter's ``consolidateAfter``
+        and Slurm's ``SuspendTime`` start when the last job or pod on a node goes, whoever
+        ended it."""
         if self.model.empty_node_ttl_s <= 0:
             return
         for host in self.hosts.values():
-            if host.workers:
-                self.held_until[host.id] = now + self.model.empty_node_ttl_s
+            if host.workers and not self._static(host):
+                self.held_until[host.id] = self._hold_end(host, now)
+
+    def _hold_end(self, host: SimHost, emptied_at: float) -> float:
+        """When a node emptied at ``emptied_at`` goes: its hold from then, or from when it is
+        ready if it is still being prepared (a cancelled pod does not cancel its node)."""
+        return max(emptied_at, host.ready_at) + self.model.empty_node_ttl_s
+
+    def _static(self, host: SimHost) -> bool:
+        return self.model.static_start_nodes and host.id <= self.model.start_nodes
 
     # -- workers ---------------------------------------------------------------------------
     def request_node(self, now: float, provision: bool = True, shape: Resources | None = None) -> SimNode:
@@ -365,6 +395,10 @@ class SimCluster:
         host.workers.discard(node.id)
         if not host.workers:
             self._empty(host)
+        self._place_waiting()
+
+    def _place_waiting(self) -> None:
+        """Room freed (a worker left, or a node went under the cap): the pods that wait for it."""
         waiting, self.unplaced = self.unplaced, deque()
         for wid in waiting:
             if not self.nodes[wid].gone:
