@@ -463,7 +463,7 @@ def run_sim(run: Run, nodes: int, seed: int, out: Path, k: float, hold_s: float 
                            min_interval_s=MIN_INTERVAL_S * k, teardown_s=0.0)
     path = out / f"{run.workload}-{run.policy}.sim.jsonl"
     run.sim = Simulation(workload, make_policy(sim_policy(run.policy, k, nodes, m)), cluster, seed=seed,
-                         log=ScalingLogWriter(path)).run()
+                         log=ScalingLogWriter(path), latency_prior_s=THESIS_LATENCY_S).run()  # (the real run's, × k)
     # under the stand-in the real run's node·s end with each node's last pod (HTA's records:
     # the stand-in's 10-minute hold is not the experiment's), and the simulated run is read
     # alike; under Karpenter both count each node until it went

@@ -281,9 +281,11 @@ class Controller:
         now = snap.taken_at - self.epoch
         self._learn(snap, now)
         self._record_workers(await self.backend.refresh(snap, now))
+        pending = self.backend.pending()
+        waiting = max((now - p.requested_at for p in pending), default=0.0)
         obs = self.builder.build(
             snap, categories=self.learner.models(with_prior=True), worker_ids=self.backend.worker_ids(),
-            pending=self.backend.pending(), latency=self.latency.frozen(), upcoming=self.upcoming,
+            pending=pending, latency=self.latency.frozen(waiting), upcoming=self.upcoming,
             cpu_utilization=await self.backend.cpu_utilization() if self.reads_cpu else None,
             retired=self.backend.retired(), node_hold_s=self.backend.node_hold_s(),
             worker_nodes=self.backend.worker_nodes(),

@@ -55,6 +55,9 @@ class LatencyStats(BaseModel):
     samples: list[float] = Field(default_factory=list)
     room_samples: list[float] = Field(default_factory=list)
     prior_s: float = 60.0
+    #: how long the oldest worker still on its way has waited (an observation's copy: see
+    #: :meth:`frozen`); a lower bound on L until a worker that waited for a node connects
+    waiting_s: float = 0.0
 
     @staticmethod
     def waited_for_node(phases: dict[str, float] | None) -> bool:
@@ -71,10 +74,12 @@ class LatencyStats(BaseModel):
         """One connected worker's latency; ``phases`` as its backend measured them."""
         (self.samples if self.waited_for_node(phases) else self.room_samples).append(latency_s)
 
-    def frozen(self) -> LatencyStats:
+    def frozen(self, waiting_s: float = 0.0) -> LatencyStats:
         """A copy that later :meth:`add` calls leave alone (what an observation carries): the
-        sample lists copied, not deep-copied float by float."""
-        return self.model_copy(update={"samples": list(self.samples), "room_samples": list(self.room_samples)})
+        sample lists copied, not deep-copied float by float; ``waiting_s``, how long the
+        oldest worker still on its way has waited."""
+        return self.model_copy(update={"samples": list(self.samples), "room_samples": list(self.room_samples),
+                                       "waiting_s": waiting_s})
 
     @property
     def measured(self) -> list[float]:
@@ -84,13 +89,20 @@ class LatencyStats(BaseModel):
     def estimate(self, statistic: Literal["last", "median"] = "median", window: int = 10) -> float:
         samples = self.measured
         if not samples:
-            return self.prior_s
+            return max(self.prior_s, self.waiting_s)
         if statistic == "last":
-            return samples[-1]
-        recent = sorted(samples[-window:])
-        n = len(recent)
-        mid = n // 2
-        return recent[mid] if n % 2 else (recent[mid - 1] + recent[mid]) / 2
+            found = samples[-1]
+        else:
+            recent = sorted(samples[-window:])
+            n = len(recent)
+            mid = n // 2
+            found = recent[mid] if n % 2 else (recent[mid - 1] + recent[mid]) / 2
+        if not self.samples and self.waiting_s > max(samples):
+            # only workers that found room have connected, and one still on its way has
+            # waited longer than any of them took: it waits for a node, which takes at least
+            # that (a Slurm job on a static node starts in seconds while a cloud node boots)
+            return max(self.prior_s, self.waiting_s)
+        return found
 
 
 #: MB/s assumed for the master's link until it has moved ``LinkStats.LEARNED_AFTER_MB``: what

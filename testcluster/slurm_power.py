@@ -18,6 +18,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,8 +29,11 @@ def settings() -> dict:
     return json.loads((CONF.parent / "power.json").read_text())
 
 
+_log_lock = threading.Lock()
+
+
 def log(state: Path, what: str, node: str) -> None:
-    with open(state / "power.log", "a") as f:
+    with _log_lock, open(state / "power.log", "a") as f:
         f.write(f"{time.time():.3f} {what} {node}\n")
 
 
@@ -120,10 +124,20 @@ def stop(node: str, state: Path) -> None:
 
 
 def suspend(hostlist: str) -> None:
+    """Every node of the list at once, as a cloud's API powers a batch off: one after another
+    (each slurmd takes up to 3 s to stop), the last of 20 nodes idle since the same moment
+    went off a minute after the first, and was billed that minute."""
     state = Path(settings()["state"])
-    for node in hostnames(hostlist):
+
+    def off(node: str) -> None:
         stop(node, state)
         log(state, "off", node)
+
+    threads = [threading.Thread(target=off, args=(node,)) for node in hostnames(hostlist)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def main(argv: list[str]) -> int:

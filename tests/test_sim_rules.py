@@ -580,6 +580,14 @@ def test_an_empty_node_karpenter_has_marked_for_deletion_takes_no_pod_but_is_pai
     assert w.cluster.held_until[1] == 505.0  # (the closed node was paid until it went)
 
 
+def test_each_observation_tells_how_long_the_oldest_worker_on_its_way_has_waited():
+    policy = Scripted([ScaleDecision(add=1)], every=5.0)
+    world([SimTask("a", "a", 10)], policy, start_nodes=0, latency_mean_s=50.0).run()
+    waited = [(o.time, o.latency.waiting_s) for o in policy.seen if o.pending]
+    assert waited and all(w == pytest.approx(t) for t, w in waited), waited  # (asked for at t = 0)
+    assert all(o.latency.waiting_s == 0.0 for o in policy.seen if not o.pending)
+
+
 def test_without_an_empty_node_a_worker_waits_a_whole_latency_and_tasks_carry_their_overhead():
     tasks = [SimTask("a", "a", 10)]
     sim = world(tasks, Scripted([ScaleDecision(add=1)]), start_nodes=0, pod_start_s=2.0, latency_mean_s=50.0,

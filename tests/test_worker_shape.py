@@ -450,6 +450,16 @@ def test_a_pod_bound_to_a_node_already_there_is_not_a_sample_of_the_preparation_
     fixed.add(3.0, {"node": 0.4, "start": 2.0})
     fixed.add(5.0, {"node": 0.1, "start": 4.0})
     assert fixed.estimate() == 4.0 and fixed.estimate("last") == 5.0
+    # ... unless a worker still on its way has waited longer than they took: Slurm's workers
+    # on the static node connected in 3 s while the cloud nodes' boot 30 s; at 33 s the 3 s
+    # bought 6 more workers that came after the stage they were for
+    assert fixed.frozen(waiting_s=4.5).estimate() == 4.0  # (not longer than all of them took)
+    assert fixed.frozen(waiting_s=33.0).estimate() == 33.0
+    assert fixed.frozen(waiting_s=20.0).estimate() == 30.0  # (the prior, where it says more)
+    assert LatencyStats(prior_s=15.7).frozen(waiting_s=40.0).estimate() == 40.0  # nothing connected yet
+    slow = LatencyStats(prior_s=30.0)
+    slow.add(52.0, {"node": 50.0, "unschedulable": 50.0})
+    assert slow.frozen(waiting_s=80.0).estimate() == 52.0  # a worker that waited for a node says how long
     local = LatencyStats()
     local.add(7.0, {"provisioning": 5.0})  # a backend that does not tell the node apart
     assert local.samples == [7.0]

@@ -50,10 +50,14 @@ def run_now(coro: Coroutine[Any, Any, T]) -> T:
 
 class Simulation:
     def __init__(self, workload: Workload, policy: Policy, cluster: ClusterModel | None = None, seed: int = 0,
-                 log: ScalingLogWriter | None = None, runtime_prior: dict[str, float] | None = None):
+                 log: ScalingLogWriter | None = None, runtime_prior: dict[str, float] | None = None,
+                 latency_prior_s: float | None = None):
         """``runtime_prior``: an earlier run's mean runtime per category (``hta makeflow
-        --runtime-prior``)."""
+        --runtime-prior``); ``latency_prior_s``: the latency the controller assumes until it
+        measures one (``hta makeflow --latency-prior``; default: the world's mean, what a
+        user who measured it would set; a replay gives the real run's)."""
         self.runtime_prior = dict(runtime_prior or {})
+        self.latency_prior_s = latency_prior_s
         self.workload = workload
         self.policy = policy
         self.cluster = cluster or ClusterModel()
@@ -79,7 +83,8 @@ class Simulation:
         c = self.cluster
         return ControllerConfig(worker_shape=c.node_shape, min_workers=0, max_workers=c.max_nodes,
                                 min_interval_s=c.min_interval_s, max_interval_s=c.max_interval_s,
-                                latency_prior_s=c.latency_mean_s, auto_allocation=c.auto_allocation,
+                                latency_prior_s=self.latency_prior_s or c.latency_mean_s,
+                                auto_allocation=c.auto_allocation,
                                 shared_inputs=shared_inputs or {}, task_inputs_mb=task_inputs_mb or {},
                                 # (the world's link, as its latency: what a user who measured it would set)
                                 link_prior_mb_per_s=c.transfer_mb_per_s or LINK_PRIOR_MB_PER_S,
