@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
@@ -365,8 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--disk", type=_positive_int("--disk"), metavar="MB")
     w.add_argument("--idle-timeout", type=_positive_int("--idle-timeout", 1), default=900, metavar="S")
     w.add_argument("--connect-timeout", type=_positive_int("--connect-timeout", 1), default=900, metavar="S")
-    w.add_argument("--workdir", type=Path, default=Path("/tmp"),
-                   help="where the worker makes its own folder for its tasks (removed when it ends)")
+    w.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()),
+                   help="where the worker makes its own folder for its tasks (removed when it ends; "
+                        "default: $TMPDIR, else /tmp)")
     w.add_argument("--parent-death", action="store_true", help="exit when the parent process dies")
     w.add_argument("--ends-at", type=float, default=None, metavar="UNIX",
                    help="when the worker must be gone (its batch job's end): it takes no task it cannot finish "

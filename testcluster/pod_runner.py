@@ -7,9 +7,10 @@ the pod Running it starts the container's command and args as a local
 process with the pod's environment, in its own UTS and mount namespaces
 whose hostname is the pod's name and whose /etc/hosts resolves it (as a
 kubelet arranges, so the Work Queue master sees the pod name as the worker's
-hostname), and whose /tmp is the pod's own, removed with the pod (as a
-container's writable layer is: a worker killed at its grace period leaves
-nothing on the host); it stops the process (SIGTERM, SIGKILL after
+hostname); its TMPDIR is a folder of the pod's own, removed with the pod (as
+a container's writable layer is: a worker killed at its grace period leaves
+nothing on the host; not a mount over /tmp, which would hide a checkout or
+venv under /tmp that the pod's command runs from); it stops the process (SIGTERM, SIGKILL after
 the pod's grace period) when the pod is deleted, and reports the pod
 Succeeded or Failed when the process exits by itself. When it is stopped it
 stops every process it started.
@@ -38,7 +39,7 @@ log = logging.getLogger("pod-runner-fake-kubelet")
 SELECTORS = ("hta.io/run", "hta.io/rival")
 STATE = Path(os.environ.get("HTA_TESTCLUSTER_DIR", "/tmp/hta-testcluster"))
 LOGS = STATE / "logs" / "pods"
-#: each running pod's /tmp (``<uid>``), gone when the pod is
+#: each running pod's TMPDIR (``<uid>``), gone when the pod is
 POD_TMP = STATE / "pod-tmp"
 
 
@@ -48,7 +49,7 @@ class Running:
     namespace: str
     proc: subprocess.Popen
     grace: float
-    #: the pod's own /tmp (None: it shares the host's, without unshare)
+    #: the pod's own TMPDIR
     tmp: Path | None = None
     stopping: bool = False
 
@@ -56,7 +57,7 @@ class Running:
         """What a kubelet does once the container's main process is gone: kill what is left
         of it (a task ``work_queue_worker`` started in a process group of its own outlives a
         SIGKILL to the pod's group; a kubelet kills the container's whole cgroup) and remove
-        the pod's /tmp."""
+        the pod's TMPDIR."""
         import psutil
 
         for p in pod_processes(self.name):
@@ -127,7 +128,7 @@ class PodRunner:
         self.stop = threading.Event()
         self.can_unshare = os.geteuid() == 0 and shutil.which("unshare") is not None
         if not self.can_unshare:
-            log.warning("not root (or no unshare): pods run with the host's hostname and /tmp")
+            log.warning("not root (or no unshare): pods run with the host's hostname")
         shutil.rmtree(POD_TMP, ignore_errors=True)  # (pods of a runner killed before it could remove them)
 
     def start(self, pod: client.V1Pod) -> None:
@@ -138,21 +139,19 @@ class PodRunner:
             return
         argv += limit_flags(argv, c)
         LOGS.mkdir(parents=True, exist_ok=True)
-        tmp = None
+        tmp = POD_TMP / pod.metadata.uid  # (its temporary files: a container's own layer)
+        tmp.mkdir(parents=True, exist_ok=True)
         if self.can_unshare:
-            # as a kubelet does: the pod's hostname, resolvable through the pod's own /etc/hosts,
-            # and a /tmp of its own
+            # as a kubelet does: the pod's hostname, resolvable through the pod's own /etc/hosts
             hosts = LOGS / f"{pod.metadata.namespace}_{pod.metadata.name}.hosts"
             hosts.write_text(Path("/etc/hosts").read_text() + f"\n127.0.0.1\t{pod.metadata.name}\n")
-            tmp = POD_TMP / pod.metadata.uid
-            tmp.mkdir(parents=True, exist_ok=True)
             argv = ["unshare", "--uts", "--mount", "--propagation", "private", "--", "sh", "-c",
-                    'hostname "$0" && mount --bind "$1" /etc/hosts && mount --bind "$2" /tmp && cd /tmp '
-                    '&& shift 2 && exec "$@"', pod.metadata.name, str(hosts), str(tmp), *argv]
+                    'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"',
+                    pod.metadata.name, str(hosts), *argv]
         out = open(LOGS / f"{pod.metadata.namespace}_{pod.metadata.name}.log", "ab")
-        proc = subprocess.Popen(argv, env=pod_env(pod, c), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent(),
-                                cwd="/tmp")
+        proc = subprocess.Popen(argv, env={"TMPDIR": str(tmp), **pod_env(pod, c)}, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=die_with_parent(), cwd=tmp)
         out.close()
         grace = float(pod.spec.termination_grace_period_seconds or 30)
         self.running[pod.metadata.uid] = Running(pod.metadata.name, pod.metadata.namespace, proc, grace, tmp)

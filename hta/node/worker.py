@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,7 +90,7 @@ class WorkerOptions:
     disk_mb: int | None = None
     idle_timeout_s: int = 900
     connect_timeout_s: int = 900
-    workdir: Path = Path("/tmp")
+    workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
     css: bool = True
     css_backend: str = "auto"
     css_log: Path | None = None
