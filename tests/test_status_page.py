@@ -116,7 +116,8 @@ async def chromium(tmp_path: Path):
          f"--user-data-dir={profile}", "--no-sandbox", "--no-first-run", "--no-default-browser-check",
          "--disable-gpu", "--disable-extensions", "--disable-background-networking", "--disable-sync",
          "--hide-scrollbars", "--mute-audio", "--window-size=1280,900", "about:blank"],
-        stdout=log, stderr=log, start_new_session=True)
+        stdout=log, stderr=log, start_new_session=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)})  # (its own temporary folders too: they outlive it)
     try:
         port_file = profile / "DevToolsActivePort"
         await until(lambda: port_file.exists() and port_file.read_text().strip() or proc.poll() is not None, 60,
