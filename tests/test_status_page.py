@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 import aiohttp
@@ -111,13 +112,16 @@ async def chromium(tmp_path: Path):
     stopped by its process id at the end; yields its DevTools HTTP base URL."""
     profile = tmp_path / "profile"
     log = open(tmp_path / "chromium.log", "w")
+    # its temporary folders (they outlive it) in one of its own, short: its socket's path
+    # under tmp_path would pass the 108 characters a Unix socket's may have
+    scratch = Path(tempfile.mkdtemp(prefix="hta-chromium-"))
     proc = subprocess.Popen(
         [CHROMIUM, "--headless=new", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
          f"--user-data-dir={profile}", "--no-sandbox", "--no-first-run", "--no-default-browser-check",
          "--disable-gpu", "--disable-extensions", "--disable-background-networking", "--disable-sync",
          "--hide-scrollbars", "--mute-audio", "--window-size=1280,900", "about:blank"],
         stdout=log, stderr=log, start_new_session=True,
-        env={**os.environ, "TMPDIR": str(tmp_path)})  # (its own temporary folders too: they outlive it)
+        env={**os.environ, "TMPDIR": str(scratch)})
     try:
         port_file = profile / "DevToolsActivePort"
         await until(lambda: port_file.exists() and port_file.read_text().strip() or proc.poll() is not None, 60,
@@ -134,6 +138,7 @@ async def chromium(tmp_path: Path):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
         log.close()
+        shutil.rmtree(scratch, ignore_errors=True)
         left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(profile) in " ".join(p.info["cmdline"] or [])]
         assert not left, f"Chromium processes left behind: {left}"
 
