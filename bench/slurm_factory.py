@@ -385,6 +385,8 @@ def measured_factory(run: Run, hta: dict, a: argparse.Namespace) -> dict:
     worker connecting after the first node was up (the master's log), paired in order, plus
     the mean wait before a resume HTA's run measured (``pending``); a start on a node
     already up as HTA's run measured it."""
+    if not (run.dir / "power.log").exists() or not (run.dir / "Makeflow.wqlog.tr").exists():
+        return dict(hta)  # (a run kept without them: HTA's figures, as before)
     power = [line.split() for line in (run.dir / "power.log").read_text().splitlines() if line.strip()]
     resumes = sorted(float(t) for t, what, _ in power if what == "resume")
     ups = [float(t) for t, what, _ in power if what == "up"]
