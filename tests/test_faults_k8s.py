@@ -87,7 +87,7 @@ def k8s_args(kubeconfig: str, *extra: str) -> list[str]:
             "--worker-memory", "2048", "--worker-disk", "4096", "--port", "0", "--latency-prior", "8", *extra]
 
 
-# -- item 11: the informer after an API server outage ------------------------------------------
+# -- the informer after an API server outage ------------------------------------------
 
 def test_phases_seen_late_come_from_the_pods_status(cluster, core):
     """A pod that was scheduled and started while the informer was not watching (an outage, a
@@ -179,7 +179,7 @@ def test_a_worker_connected_before_the_watch_saw_its_pod_run_still_gets_its_phas
     assert rec2.phases == {}
 
 
-# -- item 10: pods stuck Terminating at the end ------------------------------------------------
+# -- pods stuck Terminating at the end ------------------------------------------------
 
 def test_end_of_run_force_deletes_pods_stuck_terminating(cluster, core, caplog):
     """A pod whose node is gone stays Terminating (no kubelet confirms): the end of the run
@@ -207,7 +207,7 @@ def test_end_of_run_force_deletes_pods_stuck_terminating(cluster, core, caplog):
     assert any("waiting for 1 worker pod" in m for m in said) and any("grace period 0" in m for m in said), said
 
 
-# -- item 12: RBAC grants what the code uses, nothing more ---------------------------------------
+# -- RBAC grants what the code uses, nothing more ---------------------------------------
 
 def test_role_grants_exactly_the_verbs_the_code_uses():
     import re
@@ -238,7 +238,7 @@ def test_role_grants_exactly_the_verbs_the_code_uses():
             for v in rule["verbs"]} == {("", "nodes", "list"), ("", "nodes", "watch")}
 
 
-# -- item 9: pods that can never start ------------------------------------------------------------
+# -- pods that can never start ------------------------------------------------------------
 
 def _end(r) -> tuple[str, list[str]]:
     lines = [x for x in r.stderr.splitlines() if x.strip()]
@@ -281,7 +281,7 @@ def test_workers_that_cannot_reach_the_master_end_the_run_in_one_line(cluster, c
     assert wait(lambda: not hta_pods(core), 10), "no pod left behind"
 
 
-# -- item 10: a node that disappears with its pods ------------------------------------------------
+# -- a node that disappears with its pods ------------------------------------------------
 
 @pytest.mark.slow
 def test_a_node_that_vanishes_loses_its_workers_at_once_and_they_are_replaced(cluster, core, tmp_path):
@@ -326,7 +326,7 @@ def test_a_node_that_vanishes_loses_its_workers_at_once_and_they_are_replaced(cl
     assert wait(lambda: not any(pod_tmp.iterdir()), 10), sorted(pod_tmp.glob("*/*"))
 
 
-# -- item 11, last: the API server outage (the cluster's controllers take a while to recover) --------
+# -- last: the API server outage (the cluster's controllers take a while to recover) --------
 
 # It stays last: the cluster's own controllers (scheduler, kwok, the provisioner) back off for a while
 # after an outage (a test after it failed in CI, its pod not Running within 60 s); nothing after it may
