@@ -34,6 +34,9 @@ class PendingWorker(BaseModel):
     id: str
     requested_at: float
     shape: Resources
+    #: when its pod started running, where the backend tells (its worker still starting and
+    #: connecting): KEDA counts a Job whose pod runs as no longer pending
+    started_at: float | None = None
 
 
 #: without an ``unschedulable`` phase, a worker bound to a node within this long of its

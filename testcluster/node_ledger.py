@@ -104,6 +104,15 @@ class NodeLedger:
                             entry[2] = now
             self.stop_event.wait(CLAIMS_EVERY_S)
 
+    def settled(self) -> bool:
+        """Every node and every NodeClaim seen has gone: what each was paid is final. A
+        claim outlives its node by seconds (Karpenter deletes the instance once the node is
+        gone, and looks again 5 s later before it lets the claim go); a claim still there
+        when the ledger stops is paid to the end given to :meth:`paid`."""
+        with self.lock:
+            return (all(life.deleted is not None for life in self.lives.values())
+                    and all(entry[2] is not None for entry in self.claims.values()))
+
     def paid(self, until: float) -> list[tuple[str, float, float]]:
         """Each node's (name, paid from, paid until), a node still there paid to ``until``."""
         with self.lock:

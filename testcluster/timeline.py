@@ -126,6 +126,12 @@ class JobCosts:
     #: the worker's last task ended → its Job complete (the worker leaving, the pod's exit,
     #: the Job controller): while KEDA still counts the Job
     job_end_s: float | None = None
+    #: a pod running → its worker's first task (``hta worker``'s start, the worker's
+    #: connection): KEDA counts the Job as running meanwhile (paired only)
+    connect_s: float | None = None
+    #: the worker's last task ended → its pod terminated (the worker leaving, the container's
+    #: exit, the kubelet's report): the pod holds its room on the node meanwhile (paired only)
+    pod_end_s: float | None = None
     #: one Job created, and one deleted, by KEDA, which makes these calls one after another
     #: in its scale loop: the mean spacing of consecutive ones within a poll, while the
     #: workflow ran
@@ -157,6 +163,18 @@ def node_open_s(timeline: Path) -> float | None:
         if ends and all(end is not None and end <= t for end in ends):  # (empty when tainted)
             gaps.append(t - max(e for e in ends if e is not None))
     return statistics.fmean(gaps) if gaps else None
+
+
+def node_delete_s(timeline: Path) -> float | None:
+    """How long Karpenter took to delete a node it had tainted (real s, the mean over the
+    nodes it disrupted): the drain, the provider's delete and the finalizers, paid."""
+    disrupted: dict[str, float] = {}
+    deleted: dict[str, float] = {}
+    for e in read(timeline):
+        if e["kind"] == "node" and e["event"] in ("disrupted", "deleted"):
+            (disrupted if e["event"] == "disrupted" else deleted).setdefault(e["name"], e["t"])
+    lags = [deleted[n] - t for n, t in disrupted.items() if n in deleted and deleted[n] >= t]
+    return statistics.fmean(lags) if lags else None
 
 
 def _ordered_lag(earlier: list[float], later: list[float]) -> float | None:
@@ -232,7 +250,7 @@ def _paired(costs: JobCosts, first: dict[tuple[str, str, str], float], node_of: 
             addresses: dict[str, str], first_task: dict[str, float], last_end: dict[str, float],
             connected: list[float]) -> JobCosts:
     """The per-Job stages, each pod with its own worker (a pod named ``<job>-<suffix>``)."""
-    starts, ends = [], []
+    starts, ends, exits, connects = [], [], [], []
     for (kind, name, event), created in first.items():
         if kind != "pod" or event != "created":
             continue
@@ -246,8 +264,16 @@ def _paired(costs: JobCosts, first: dict[tuple[str, str, str], float], node_of: 
         done = first.get(("job", name.rsplit("-", 1)[0], "complete"))
         if done is not None and addresses.get(name) in last_end:
             ends.append(done - last_end[addresses[name]])
+        running = first.get(("pod", name, "running"))
+        if running is not None and addresses.get(name) in first_task:
+            connects.append(first_task[addresses[name]] - running)
+        exited = first.get(("pod", name, "succeeded"))
+        if exited is not None and addresses.get(name) in last_end:
+            exits.append(exited - last_end[addresses[name]])
     costs.pod_start_s = statistics.fmean(starts) if starts else None
     costs.job_end_s = statistics.fmean(ends) if ends else None
+    costs.pod_end_s = statistics.fmean(exits) if exits else None
+    costs.connect_s = statistics.fmean(connects) if connects else None
     return _cluster_costs(costs, first, node_of, connected)
 
 

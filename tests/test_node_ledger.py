@@ -35,3 +35,15 @@ def test_a_karpenter_node_is_paid_from_its_claim_and_a_claim_that_never_register
                      "c2": [120.0, "", 130.0]}  # launched, consolidated before it registered
     assert sorted(ledger.paid(until=300.0)) == [("(never registered)", 120.0, 130.0), ("n1", 100.0, 185.0)]
     assert ledger.node_seconds(0.0, 300.0) == pytest.approx(85.0 + 10.0)
+
+
+def test_the_ledger_is_settled_only_once_every_node_and_every_claim_has_gone():
+    ledger = NodeLedger(None)
+    ledger.lives["1"] = NodeLife("n1", launched=105.0, deleted=180.0)
+    ledger.claims = {"c1": [100.0, "n1", None]}  # the node is gone, its claim not yet
+    assert not ledger.settled()
+    assert ledger.paid(until=300.0) == [("n1", 100.0, 300.0)]  # (paid to the end given)
+    ledger.claims["c1"][2] = 185.0
+    assert ledger.settled()
+    ledger.lives["2"] = NodeLife("n2", launched=200.0)
+    assert not ledger.settled()

@@ -60,6 +60,18 @@ def test_accurate_strategy():
     assert p.decide(obs(workers=3, pending=2, waiting=4, running=3)).add == 2  # running tasks not in its queue
 
 
+def test_a_job_whose_pod_runs_is_not_pending_though_its_worker_has_not_connected():
+    # KEDA's getPendingJobCount: a Job is pending until one of its pods is Running. Two
+    # workers on their way, one of whose pods runs (its worker starting): 4 waiting − 1
+    # pending = 3 more Jobs, though the waiting tasks may go to that worker
+    p = KEDAJobPolicy(tasks_per_job=1, strategy="accurate")
+    o = obs(t=50.0, pending=2, waiting=4)
+    o.pending[0] = o.pending[0].model_copy(update={"started_at": 48.0})
+    assert p.decide(o).add == 3
+    o.pending[0] = o.pending[0].model_copy(update={"started_at": None})  # (not told: pending)
+    assert p.decide(o).add == 2
+
+
 def test_eager_strategy():
     # every free slot up to maxScale: min(max − running − pending, maxScale); KEDA's running
     # count holds the pending jobs too, so they come off twice
@@ -81,6 +93,16 @@ def test_spec_settings_and_worker_lifetime():
     assert make_policy("keda-3").name == "keda-3"  # the ScaledObject variant is still there
 
 
+def test_a_scaledjob_as_its_docs_deploy_it_has_its_pods_spread_in_the_simulated_cluster():
+    # packed (the default): HTA's pod affinity; packed=false: plain pods, which the default
+    # scheduler spreads. Through the pod-shape and time-scale wrappers too
+    spread = Simulation(load_workload("blast-3stage", 0), make_policy("keda-job-1:packed=false[pods=3]@10"),
+                        ClusterModel(max_nodes=20), seed=0)
+    packed = Simulation(load_workload("blast-3stage", 0), make_policy("keda-job-1[pods=3]@10"),
+                        ClusterModel(max_nodes=20), seed=0)
+    assert spread.world.cluster.spread and not packed.world.cluster.spread
+
+
 class Watch:
     """Wraps ``SimCluster.retire``: records, for each worker taken away, what it ran at that
     moment (a task it held, sent after its last, is handed back: it ran nothing)."""
@@ -91,10 +113,10 @@ class Watch:
         self.gone: list[str] = []
         original = world.cluster.retire
 
-        def retire(node_id, busy_ok):
+        def retire(node_id, busy_ok, exiting_s=0.0):
             node = world.cluster.nodes.get(node_id)
             was_busy = node is not None and not node.gone and bool(set(node.running) - node.held)
-            out = original(node_id, busy_ok)
+            out = original(node_id, busy_ok, exiting_s)
             if out is not None:
                 self.gone.append(node_id)
                 if was_busy:

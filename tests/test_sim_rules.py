@@ -556,28 +556,118 @@ def test_a_worker_asked_for_lands_on_an_empty_node_in_pod_start_time_while_the_n
     assert arrival(320.0) == 52.0     # gone by then
 
 
-def test_an_empty_node_karpenter_has_marked_for_deletion_takes_no_pod_but_is_paid_to_its_end():
+def test_karpenter_deletes_the_nodes_emptied_before_its_pass_together_and_no_pod_lands_on_them():
+    from hta.sim.cluster import EmptinessPass
     from hta.sim.world import World
 
-    # Karpenter's world: an emptied node is open 10 s, then tainted for disruption, and goes
-    # at 100 s; a worker asked for at one node's cap waits until the closed node goes
+    # Karpenter's loop looks every 10 s; finding empty nodes it waits 15 s, taints those
+    # still empty and deletes them (5 s). Three nodes, each with a worker from t = 50
     w = World(Workload("t", [SimTask("a", "a", 10)]),
-              ClusterModel(max_nodes=1, start_nodes=0, pod_start_s=2.0, empty_node_ttl_s=100.0,
-                           empty_node_open_s=10.0, latency_mean_s=50.0, latency_sd_s=0.0))
+              ClusterModel(max_nodes=3, start_nodes=0, latency_mean_s=50.0, latency_sd_s=0.0,
+                           emptiness_pass=EmptinessPass(poll_s=10.0, validate_s=15.0, delete_s=5.0)))
+    c = w.cluster
 
-    def arrival(at: float) -> float:
-        w.env.run(until=at) if at > w.env.now else None
-        n = w.cluster.request_node(at)
-        w.env.run(until=at + 200)
-        assert n.connected_at is not None
-        return n.connected_at - at
+    def at(t: float) -> None:
+        w.env.run(until=t)
 
-    assert arrival(0.0) == 52.0           # t=0: a new node, then the pod's start
-    w.cluster.retire("n1", busy_ok=False)  # t=200: it empties, open until 210, gone at 300
-    assert arrival(205.0) == 2.0          # still open: lands on it
-    w.cluster.retire("n2", busy_ok=False)  # t=405: empties again
-    assert arrival(420.0) == (505.0 - 420.0) + 52.0  # closed: waits for it to go, then a new node
-    assert w.cluster.held_until[1] == 505.0  # (the closed node was paid until it went)
+    workers = [c.request_node(0.0) for _ in range(3)]
+    at(61)
+    c.retire("n1", busy_ok=False)
+    at(67)
+    c.retire("n2", busy_ok=False)  # both found at t = 70, tainted at 85, gone at 90
+    at(72)
+    c.retire("n3", busy_ok=False)  # emptied while that batch is validated: found at 85
+    at(87)
+    late = c.request_node(87.0)    # lands on node 3, still open: it is not deleted at 100
+    at(88)
+    waits = c.request_node(88.0)   # nodes 1 and 2 are tainted, 3 is full: waits at the cap
+    at(120)
+    assert c.held_until == {1: 90.0, 2: 90.0}, c.held_until  # paid to their end, together
+    assert late.connected_at == 87.0 and late.host == 3 and 3 in c.hosts
+    assert waits.placed_at == 90.0 and waits.host not in (1, 2)  # placed once they went
+    at(160)
+    assert waits.connected_at == 140.0  # on a new node, a whole latency after
+    at(203)
+    c.end_of_run(203.0)  # both remaining nodes empty now: found at 210, deleted at 230
+    assert c.held_until[3] == c.held_until[waits.host] == 230.0
+    # (emptied, tainted, gone), as a node watch sees them
+    assert sorted(c.disruptions) == [(61.0, 85.0, 90.0), (67.0, 85.0, 90.0), (203.0, 225.0, 230.0),
+                                     (203.0, 225.0, 230.0)]
+    assert [n.connected_at for n in workers] == [50.0] * 3
+
+
+def test_the_nodes_still_empty_at_the_runs_end_go_in_karpenters_next_passes():
+    from hta.sim.cluster import EmptinessPass
+    from hta.sim.world import World
+
+    # a batch is being validated at the end (found at 30, tainted at 45); a node still being
+    # prepared then (ready at 100, its pod cancelled) is found by the first poll after it is
+    # up: the loop looks at 45, then every 10 s, so at 105; tainted at 120, gone at 125
+    w = World(Workload("t", [SimTask("a", "a", 10)]),
+              ClusterModel(max_nodes=2, start_nodes=0, latency_mean_s=20.0, latency_sd_s=0.0,
+                           emptiness_pass=EmptinessPass(poll_s=10.0, validate_s=15.0, delete_s=5.0)))
+    c = w.cluster
+    c.request_node(0.0)
+    w.env.run(until=10)
+    c.model.latency_mean_s = 90.0
+    c.request_node(10.0)  # its node comes up at 100
+    w.env.run(until=25)
+    c.retire("n1", busy_ok=False)
+    w.env.run(until=32)
+    c.retire("n2", busy_ok=False)
+    w.env.run(until=33)
+    c.end_of_run(33.0)
+    assert c.held_until == {1: 50.0, 2: 125.0}
+
+
+def test_plain_pods_spread_over_the_nodes_and_pods_that_pack_fill_the_oldest_first():
+    from hta.sim.world import World
+
+    third = Resources(cores=1.0, memory_mb=5000.0, disk_mb=1000.0)
+
+    def hosts(spread: bool) -> list[int | None]:
+        w = World(Workload("t", [SimTask("a", "a", 10)]), ClusterModel(max_nodes=2, empty_node_ttl_s=100.0))
+        w.cluster.add_empty_nodes(2)
+        w.cluster.spread = spread
+        return [w.cluster.request_node(0.0, shape=third).host for _ in range(3)]
+    assert hosts(spread=False) == [1, 1, 1]  # (HTA's pod affinity: one node fills, the other stays empty)
+    assert hosts(spread=True) == [1, 2, 1]   # (the default scheduler: the least allocated node)
+
+
+def test_a_pod_that_leaves_on_its_own_holds_its_room_until_it_has_exited():
+    from hta.sim.world import World
+
+    def placed(exiting_s: float) -> float | None:
+        w = World(Workload("t", [SimTask("a", "a", 10)]),
+                  ClusterModel(max_nodes=1, start_nodes=0, empty_node_ttl_s=100.0, latency_mean_s=50.0,
+                               latency_sd_s=0.0))
+        w.cluster.request_node(0.0)
+        w.env.run(until=60)
+        w.cluster.retire("n1", busy_ok=False, exiting_s=exiting_s)
+        w.env.run(until=61)
+        n2 = w.cluster.request_node(61.0)  # one node at most: it waits for n1's room
+        w.env.run(until=80)
+        return n2.placed_at
+    assert placed(0.0) == 61.0
+    assert placed(5.0) == 65.0
+
+
+def test_a_worker_on_its_way_says_when_its_pod_started_running_once_it_has():
+    from hta.sim.backend import SimBackend
+    from hta.sim.world import World
+
+    # pod start 10 s, of which its last 4 s the pod runs (the worker starting, connecting)
+    w = World(Workload("t", [SimTask("a", "a", 10)]),
+              ClusterModel(start_nodes=1, empty_node_ttl_s=100.0, pod_start_s=10.0, pod_connect_s=4.0))
+    w.cluster.add_empty_nodes(1)
+    backend = SimBackend(w)
+    w.cluster.request_node(0.0)
+    w.env.run(until=5)
+    assert [p.started_at for p in backend.pending()] == [None]
+    w.env.run(until=7)
+    assert [p.started_at for p in backend.pending()] == [6.0]
+    w.env.run(until=11)
+    assert backend.pending() == []  # connected at 10
 
 
 def test_each_observation_tells_how_long_the_oldest_worker_on_its_way_has_waited():

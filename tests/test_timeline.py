@@ -71,6 +71,7 @@ def test_each_pod_is_paired_with_its_own_worker_where_the_pods_logs_name_it(tmp_
         (12.0, "job", "jc", "created", ""), (12.0, "pod", "jc-z3", "created", ""),
         (12.2, "pod", "jc-z3", "bound", "old"), (13.0, "pod", "jc-z3", "running", "old"),
         (62.0, "job", "ja", "complete", ""), (23.0, "job", "jb", "complete", ""),
+        (61.0, "pod", "ja-x1", "succeeded", "old"), (22.0, "pod", "jb-y2", "succeeded", "old"),
         # (jc's pod failed after its task: its Job never completes)
     ]
     # ja's worker (port 14) gets its first task at 13 and its last ends at 60; jb's (port 15)
@@ -89,11 +90,14 @@ def test_each_pod_is_paired_with_its_own_worker_where_the_pods_logs_name_it(tmp_
     c = job_costs(tl, tr, addresses)
     assert c.pod_start_s == pytest.approx(((13.0 - 10.0) + (14.5 - 11.0) + (15.0 - 12.0)) / 3)
     assert c.job_end_s == pytest.approx(2.0)  # each Job 2 s after its own worker's last task
+    assert c.pod_end_s == pytest.approx(1.0)  # each pod ends 1 s after it (jc's failed: not counted)
+    # running → the worker's first task: ja 11 → 13, jb 12 → 14.5, jc 13 → 15
+    assert c.connect_s == pytest.approx((2.0 + 2.5 + 2.0) / 3)
     assert job_costs(tl, tr).job_end_s != pytest.approx(2.0)  # (in order: off)
 
 
 def test_a_node_is_open_to_new_pods_from_its_last_pods_end_to_karpenters_disruption_taint(tmp_path):
-    from testcluster.timeline import node_open_s
+    from testcluster.timeline import node_delete_s, node_open_s
 
     events = [
         (0.0, "node", "a", "registered", ""), (0.0, "node", "b", "registered", ""),
@@ -111,5 +115,6 @@ def test_a_node_is_open_to_new_pods_from_its_last_pods_end_to_karpenters_disrupt
     ]
     tl, _ = write(tmp_path, events, [])
     assert node_open_s(tl) == pytest.approx((4.0 + 2.0) / 2)
+    assert node_delete_s(tl) == pytest.approx(30.0 - 14.0)  # (b and c are not deleted yet)
     tl.write_text("")
-    assert node_open_s(tl) is None  # no node disrupted
+    assert node_open_s(tl) is None and node_delete_s(tl) is None  # no node disrupted

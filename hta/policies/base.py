@@ -48,6 +48,14 @@ class Policy(ABC):
         """What its workers do on their own (:class:`WorkerLifetime`); None: they stay until drained."""
         return None
 
+    @property
+    def packs_pods(self) -> bool:
+        """Whether its worker pods prefer a node that holds the run's workers already (HTA's
+        pod affinity, ``k8s/pods.py``), so nodes fill one by one and a drained one empties;
+        False: plain pods, which the default scheduler spreads (``NodeResourcesFit``
+        scores the least allocated node highest), so they keep every node busy a little."""
+        return True
+
     def validate(self) -> None:
         """Refuse settings that make no sense together (ValueError, one line); called once a
         spec's settings are applied."""
@@ -70,6 +78,10 @@ class PluginPolicy(Policy):
     @property
     def worker_lifetime(self) -> WorkerLifetime | None:
         return getattr(self.inner, "worker_lifetime", None)
+
+    @property
+    def packs_pods(self) -> bool:
+        return bool(getattr(self.inner, "packs_pods", True))
 
     def validate(self) -> None:
         validate = getattr(self.inner, "validate", None)

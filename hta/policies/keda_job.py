@@ -22,7 +22,9 @@ https://keda.sh/docs/latest/concepts/scaling-jobs/) and to its job executor
   otherwise), so its queue length here is the master's waiting + running tasks.
   ``strategy=accurate`` reads waiting tasks only and creates
   ``maxReplicaCount − running`` if ``maxScale + running > maxReplicaCount``,
-  else ``maxScale − pendingJobCount`` (pending: workers not connected yet).
+  else ``maxScale − pendingJobCount`` (pending: a Job none of whose pods is Running yet,
+  ``getPendingJobCount``; a worker on its way whose pod runs, still starting or connecting,
+  is not pending, where the backend says when its pod started: ``PendingWorker.started_at``).
   ``strategy=eager`` reads waiting tasks only too and creates ``min(maxReplicaCount −
   runningJobCount − pendingJobCount, maxScale)``: every free slot up to the maximum, at
   once (``eagerScalingStrategy``; KEDA's running count includes the pending jobs, so
@@ -41,6 +43,12 @@ https://keda.sh/docs/latest/concepts/scaling-jobs/) and to its job executor
   (``create_call_s``, ``delete_call_s``): on an API server that deletes a Job in 0.4 s
   (the test cluster's, loaded, measured by ``bench/replay.py``), deleting 20 finished Jobs
   holds the loop 8 s.
+- **Where its pods go.** ``packed`` (the default) gives its pods HTA's pod affinity: they
+  fill nodes one by one, so a node whose Jobs are done empties, as generous a deployment as
+  a user minding node·s would make. ``packed=false`` is the Job template as KEDA's docs
+  give it, with no affinity: the default scheduler spreads its pods (``NodeResourcesFit``
+  scores the least allocated node highest), so every node keeps a Job or two and few empty
+  while Jobs come and go. ``bench/replay.py``'s twin of the real ScaledJob is that one.
 - ``maxReplicaCount`` (``max_replicas``, KEDA's default 100; the cluster's cap
   applies too), ``minReplicaCount`` (``min_replicas``, default 0: while fewer
   jobs run, ``min − running`` are created); jobs are created only while the
@@ -48,7 +56,7 @@ https://keda.sh/docs/latest/concepts/scaling-jobs/) and to its job executor
 
 Settings: ``keda-job:tasks_per_job=3,polling_interval_s=30,max_replicas=20``
 (also ``idle_timeout_s``, ``min_replicas``, ``strategy``, ``job_end_s``, ``history_limit``,
-``create_call_s``, ``delete_call_s``); ``keda-job-3`` is
+``create_call_s``, ``delete_call_s``, ``packed``); ``keda-job-3`` is
 ``tasks_per_job=3``.
 """
 
@@ -108,6 +116,10 @@ class KEDAJobPolicy(Policy):
     #: one Job created, and one deleted, through the API server, as KEDA makes them: one at a time
     create_call_s: float = 0.0
     delete_call_s: float = 0.0
+    #: its pods prefer the nodes that hold its others (a pod affinity, as HTA's workers have),
+    #: so nodes fill one by one, as a cost-minded user would give it; false: the Job template
+    #: as KEDA's docs give it, whose pods the default scheduler spreads over the nodes
+    packed: bool = True
 
     def __post_init__(self) -> None:
         self.name = self.name or (f"keda-job-{self.tasks_per_job}" if self.tasks_per_job != 1 else "keda-job")
@@ -123,6 +135,10 @@ class KEDAJobPolicy(Policy):
     @property
     def worker_lifetime(self) -> WorkerLifetime:
         return WorkerLifetime(max_tasks=max(1, int(self.tasks_per_job)), idle_timeout_s=self.idle_timeout_s)
+
+    @property
+    def packs_pods(self) -> bool:
+        return self.packed
 
     def _finishing(self, obs: Observation) -> int:
         """Jobs whose worker has left but which KEDA still counts (``job_end_s``)."""
@@ -140,7 +156,9 @@ class KEDAJobPolicy(Policy):
     def decide(self, obs: Observation) -> ScaleDecision:
         running_jobs = len(obs.workers) + len(obs.pending) + self._finishing(obs)
         queue = obs.waiting_count + (len(obs.running) if self.strategy == "default" else 0)
-        new = jobs_to_create(queue, self.tasks_per_job, running_jobs, len(obs.pending), self.max_replicas,
+        # (a Job whose pod runs is not pending, its worker connected or not: ``getPendingJobCount``)
+        pending = sum(1 for p in obs.pending if p.started_at is None or p.started_at > obs.time)
+        new = jobs_to_create(queue, self.tasks_per_job, running_jobs, pending, self.max_replicas,
                              self.min_replicas, self.strategy)
         deleted = max(0, self._finished - self.history_limit)
         self._finished -= deleted

@@ -44,6 +44,10 @@ class PodShaped(Policy):
     def worker_lifetime(self):
         return self.policy.worker_lifetime
 
+    @property
+    def packs_pods(self) -> bool:
+        return self.policy.packs_pods
+
     def split(self, obs: Observation) -> int:
         """Pods per node for this decision."""
         if isinstance(self.pods, int):

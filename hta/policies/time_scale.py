@@ -69,6 +69,10 @@ class TimeScaled(Policy):
             return lifetime
         return dataclasses.replace(lifetime, idle_timeout_s=lifetime.idle_timeout_s / self.k)
 
+    @property
+    def packs_pods(self) -> bool:
+        return self.policy.packs_pods
+
     def decide(self, obs: Observation) -> ScaleDecision:
         d = self.policy.decide(dilate(obs, self.k))
         return d.model_copy(update={"next_decision_s": d.next_decision_s / self.k})

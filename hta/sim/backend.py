@@ -50,7 +50,7 @@ class SimBackend(WorkerBackend):
         """The node a worker smaller than a node runs on (it may share it, and node-seconds
         are paid per node); "" while it waits for room on none; None for a node-sized
         worker, a node of its own."""
-        if self.world.cluster.node_sized(node) and self.world.model.empty_node_ttl_s <= 0:
+        if self.world.cluster.node_sized(node) and not self.world.model.keeps_empty_nodes:
             return None
         return f"h{node.host}" if node.host is not None else ""
 
@@ -119,7 +119,9 @@ class SimBackend(WorkerBackend):
         return self.world.cluster.retired_addresses
 
     def pending(self) -> list[PendingWorker]:
-        return [PendingWorker(id=n.id, requested_at=n.requested_at, shape=n.limits)
+        now = self.world.env.now
+        return [PendingWorker(id=n.id, requested_at=n.requested_at, shape=n.limits,
+                              started_at=n.started_at if n.started_at is not None and n.started_at <= now else None)
                 for n in self.world.cluster.pending_nodes.values()]
 
     async def cpu_utilization(self) -> dict[str, float] | None:

@@ -27,11 +27,32 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 import simpy
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from hta.model import Resources
 from hta.policies.base import WorkerLifetime
 from hta.sim.workload import SimTask, Workload
+
+
+class EmptinessPass(BaseModel):
+    """How Karpenter removes empty nodes (``consolidationPolicy: WhenEmpty``), as its
+    disruption controller does it (sigs.k8s.io/karpenter v1.6, pkg/controllers/disruption:
+    controller.go, emptiness.go): one loop, which looks for nodes empty for
+    ``consolidateAfter``; finding none it looks again after ``poll_s``; finding some, it
+    waits ``validate_s``, keeps those still empty, taints them (no pod lands there from
+    then) and deletes them together, then looks again at once. So nodes emptied at
+    different moments go at one moment, and a node emptied while a batch is being
+    validated waits for that batch and its own: a hold that depends on what else emptied,
+    which no single per-node hold reproduces."""
+
+    #: the loop's ``pollingPeriod`` while it finds nothing to do
+    poll_s: float = Field(10.0, gt=0)
+    #: ``consolidationTTL``: how long it waits before it re-checks what it found
+    validate_s: float = Field(15.0, ge=0)
+    #: the NodePool's ``consolidateAfter``: a node is a candidate this long after it emptied
+    consolidate_after_s: float = Field(0.0, ge=0)
+    #: tainted → gone: the drain, the cloud's delete, the finalizers (paid)
+    delete_s: float = Field(5.0, ge=0)
 
 
 class ClusterModel(BaseModel):
@@ -61,15 +82,20 @@ class ClusterModel(BaseModel):
     #: scale-down-unneeded-time); a worker asked for meanwhile lands on it after
     #: ``pod_start_s`` instead of a whole preparation latency (0: nodes leave with their worker)
     empty_node_ttl_s: float = 0.0
-    #: how long of that hold an emptied node still takes new pods (None: all of it, as the
-    #: cluster-autoscaler, which taints a node only as it deletes it, and Slurm's power saving
-    #: keep it). Karpenter taints a node it disrupts (``karpenter.sh/disrupted:NoSchedule``)
-    #: ``consolidateAfter`` after it empties, then drains and deletes it, paid to the end: with
-    #: ``consolidateAfter: 0s`` the node is open a few seconds of a hold of 20
-    empty_node_open_s: float | None = None
+    #: Karpenter's disruption loop removes emptied nodes in batches (None: each emptied node
+    #: goes after its own ``empty_node_ttl_s``, as the cluster-autoscaler and Slurm's power
+    #: saving remove them); ``empty_node_ttl_s`` is then not used
+    emptiness_pass: EmptinessPass | None = None
     #: the starting nodes never go, empty or not (Slurm's static nodes, a node group's
     #: minimum); paid only while a worker holds one, as a cloud node is
     static_start_nodes: bool = False
+    #: the end of ``pod_start_s``, from the pod running to its worker's first task (``hta
+    #: worker``'s start, the worker's connection): KEDA counts such a Job as no longer pending
+    pod_connect_s: float = 0.0
+    #: a worker that leaves on its own (its Job done) holds its room on its node this long
+    #: after it left the master: its exit, its container's, the kubelet's report (a pod's
+    #: requests are freed once it has terminated)
+    pod_exit_s: float = 0.0
     #: added to each task's run on a worker: dispatch, input transfer, the resource
     #: monitor's start, the result's return (what a real master adds to a runtime)
     task_overhead_s: float = 0.0
@@ -86,6 +112,11 @@ class ClusterModel(BaseModel):
     #: that option or without (docs/decisions/0010-whole-worker-tasks.md), and what
     #: production assumes
     auto_allocation: bool = False
+
+    @property
+    def keeps_empty_nodes(self) -> bool:
+        """Whether a node outlives its last worker (else it leaves with it)."""
+        return self.empty_node_ttl_s > 0 or self.emptiness_pass is not None
 
     @property
     def node_shape(self) -> Resources:
@@ -175,6 +206,8 @@ class SimNode:
     placed_at: float | None = None
     #: how long after it was bound its node was still being prepared (0: one already there)
     node_wait_s: float = 0.0
+    #: when its pod runs (``pod_connect_s`` before it connects; None: not placed yet)
+    started_at: float | None = None
 
     @property
     def address(self) -> str:
@@ -237,6 +270,8 @@ class SimCluster:
         self.unplaced: deque[str] = deque()
         #: what the workers do on their own (None: they stay until drained or removed)
         self.lifetime: WorkerLifetime | None = None
+        #: the workers' pods have no affinity for each other: the scheduler spreads them
+        self.spread = False
         #: workers that left on their own since the backend last looked
         self.exited: list[SimNode] = []
         #: when each node kept empty went, or will go (``empty_node_ttl_s``): paid until then
@@ -248,6 +283,15 @@ class SimCluster:
         self.on_change: Callable[[], None] = _nothing
         self._seq = 0
         self._host_seq = 0
+        #: each node Karpenter deleted: (emptied, tainted, gone), as a node watch would see it
+        self.disruptions: list[tuple[float, float, float]] = []
+        #: nodes Karpenter has tainted to delete; the batch it is validating; when it looks next
+        self._disrupted: set[int] = set()
+        self._validating: list[SimHost] = []
+        self._next_look = 0.0
+        self._ended = False
+        if model.emptiness_pass is not None:
+            env.process(self._emptiness_loop(model.emptiness_pass))
 
     # -- nodes ---------------------------------------------------------------------------
     def add_empty_nodes(self, n: int) -> None:
@@ -263,19 +307,21 @@ class SimCluster:
         return host
 
     def _host_with_room(self, shape: Resources) -> SimHost | None:
-        """The first node (oldest first) with room for a worker of ``shape`` — as the
-        scheduler binds a pod to a node that fits it before the cluster autoscaler adds one."""
-        for host in self.hosts.values():
-            if (host.free_c >= shape.cores - 1e-9 and host.free_m >= shape.memory_mb - 1e-9
-                    and not self._closed(host)):
-                return host
-        return None
+        """A node with room for a worker of ``shape``, as the scheduler binds a pod to a node
+        that fits it before the node autoscaler adds one: the oldest, for pods that prefer
+        the nodes holding the run's workers (they fill nodes one by one); for pods that do
+        not (:attr:`spread`), the least allocated, oldest first among equals, as the default
+        scheduler's ``NodeResourcesFit`` scores them."""
+        fits = [h for h in self.hosts.values()
+                if h.free_c >= shape.cores - 1e-9 and h.free_m >= shape.memory_mb - 1e-9 and not self._closed(h)]
+        if not fits or not self.spread:
+            return fits[0] if fits else None
+        whole = self.model.node_shape
+        return max(fits, key=lambda h: (round(h.free_c / whole.cores + h.free_m / whole.memory_mb, 9), -h.id))
 
     def _closed(self, host: SimHost) -> bool:
         """An emptied node its autoscaler has marked for deletion: no new pod lands there."""
-        open_s = self.model.empty_node_open_s
-        return (open_s is not None and not host.workers and host.empty_since is not None and not self._static(host)
-                and self.env.now >= max(host.empty_since, host.ready_at) + open_s)
+        return host.id in self._disrupted
 
     def node_sized(self, node: SimNode) -> bool:
         whole = self.model.node_shape
@@ -297,12 +343,9 @@ class SimCluster:
 
         def remove(_ev: object, host: SimHost = host, since: float = now) -> None:
             if host.empty_since == since and not host.workers:
-                self.hosts.pop(host.id, None)
-                self.empty_holds.append(self.env.now - since)
-                if self.unplaced and self.model.empty_node_open_s is not None:
-                    self._place_waiting()  # (a closed node went: a new one fits under the cap)
-        if self._static(host):
-            return
+                self._remove_host(host)
+        if self._static(host) or self.model.emptiness_pass is not None:
+            return  # (Karpenter's loop finds it)
         if self.model.empty_node_ttl_s > 0:
             until = self._hold_end(host, now)
             self.held_until[host.id] = until  # (a worker placed on it meanwhile
@@ -310,17 +353,88 @@ class SimCluster:
         else:
             remove(None)
 
+    def _remove_host(self, host: SimHost) -> None:
+        self.hosts.pop(host.id, None)
+        if host.empty_since is not None:
+            self.empty_holds.append(self.env.now - host.empty_since)
+        if self.unplaced and host.id in self._disrupted:
+            self._place_waiting()  # (a closed node went: a new one fits under the cap)
+
     def end_of_run(self, now: float) -> None:
         """The run's end stops every worker still up: each node that held one empties then
         and stays its hold, as a node emptied before the end does (a node still being
         prepared comes up first). Real clusters bill it so: Karpenter's ``consolidateAfter``
         and Slurm's ``SuspendTime`` start when the last job or pod on a node goes, whoever
         ended it."""
+        if self.model.emptiness_pass is not None:
+            self._ended = True
+            self._last_passes(self.model.emptiness_pass, now)
+            return
         if self.model.empty_node_ttl_s <= 0:
             return
         for host in self.hosts.values():
             if host.workers and not self._static(host):
                 self.held_until[host.id] = self._hold_end(host, now)
+
+    # -- Karpenter's emptiness pass --------------------------------------------------------
+    def _candidates(self, p: EmptinessPass, now: float) -> list[SimHost]:
+        """Nodes empty (and ready) for ``consolidateAfter``, not yet tainted."""
+        return [h for h in self.hosts.values()
+                if not h.workers and h.empty_since is not None and h.id not in self._disrupted
+                and not self._static(h) and now >= max(h.empty_since, h.ready_at) + p.consolidate_after_s]
+
+    def _emptiness_loop(self, p: EmptinessPass) -> Generator[simpy.Event, object, None]:
+        """A simpy process: Karpenter's disruption loop, as far as empty nodes go."""
+        while not self._ended:
+            found = self._candidates(p, self.env.now)
+            if not found:
+                self._next_look = self.env.now + p.poll_s
+                yield self.env.timeout(p.poll_s)
+                continue
+            self._validating, self._next_look = found, self.env.now + p.validate_s
+            yield self.env.timeout(p.validate_s)
+            if self._ended:
+                return
+            still = {h.id for h in self._candidates(p, self.env.now)}
+            batch = [h for h in found if h.id in still]
+            self._validating = []
+            for host in batch:
+                self._disrupt(host, self.env.now + p.delete_s)
+            if not batch:  # (every one took a pod meanwhile: Karpenter waits a poll)
+                self._next_look = self.env.now + p.poll_s
+                yield self.env.timeout(p.poll_s)
+
+    def _disrupt(self, host: SimHost, until: float) -> None:
+        self._disrupted.add(host.id)
+        self.held_until[host.id] = until
+        self.disruptions.append((max(host.empty_since or 0.0, host.ready_at), self.env.now, until))
+
+        def remove(_ev: object) -> None:
+            self._remove_host(host)
+        self.env.timeout(until - self.env.now).callbacks.append(remove)
+
+    def _last_passes(self, p: EmptinessPass, now: float) -> None:
+        """When the loop deletes what is left at the run's end, every node then empty: the
+        batch it is validating at ``_next_look``, then the others as they become candidates
+        (a node still being prepared once it is up), a batch a pass."""
+        look = max(now, self._next_look)
+        for host in self._validating:
+            self.held_until[host.id] = look + p.delete_s
+            self.disruptions.append((max(host.empty_since or now, host.ready_at), look, look + p.delete_s))
+        done = {h.id for h in self._validating} | self._disrupted
+        empty = {h.id: max(now if h.workers else (h.empty_since or now), h.ready_at)
+                 for h in self.hosts.values() if h.id not in done and not self._static(h)}
+        due = {i: t + p.consolidate_after_s for i, t in empty.items()}
+        while due:
+            batch = [i for i, t in due.items() if t <= look + 1e-9]
+            if not batch:
+                look += p.poll_s * max(1, math.ceil((min(due.values()) - look) / p.poll_s - 1e-9))
+                continue
+            look += p.validate_s
+            for i in batch:
+                self.held_until[i] = look + p.delete_s
+                self.disruptions.append((empty[i], look, look + p.delete_s))
+                del due[i]
 
     def _hold_end(self, host: SimHost, emptied_at: float) -> float:
         """When a node emptied at ``emptied_at`` goes: its hold from then, or from when it is
@@ -368,7 +482,9 @@ class SimCluster:
             return
         self._place(node, host)
         node.node_wait_s = max(host.ready_at, now) - now
-        self.env.process(self._provision(node, node.node_wait_s + self.model.pod_start_s))
+        delay = node.node_wait_s + self.model.pod_start_s
+        node.started_at = now + max(node.node_wait_s, delay - self.model.pod_connect_s)
+        self.env.process(self._provision(node, delay))
 
     def _place(self, node: SimNode, host: SimHost) -> None:
         node.host = host.id
@@ -417,14 +533,18 @@ class SimCluster:
         if self.lifetime is not None and not node.running:
             self._arm_idle_exit(node)
 
-    def retire(self, node_id: str, busy_ok: bool) -> int | None:
+    def retire(self, node_id: str, busy_ok: bool, exiting_s: float = 0.0) -> int | None:
         """Take a worker away: None if it is unknown, gone, or busy and not ``busy_ok``;
-        else the number of tasks it was running (taken back by :attr:`evict`)."""
+        else the number of tasks it was running (taken back by :attr:`evict`). Its pod
+        keeps its room ``exiting_s`` longer."""
         node = self.nodes.get(node_id)
         if node is None or node.gone or (node.running and not busy_ok):
             return None
         node.gone = True
-        self._release_host(node)
+        if exiting_s > 0 and node.connected_at is not None:
+            self.env.timeout(exiting_s).callbacks.append(lambda _ev: self._release_host(node))
+        else:
+            self._release_host(node)
         if node.connected_at is None:  # still on its way: the request is cancelled
             del self.pending_nodes[node.id]
             self.on_change()
@@ -452,7 +572,7 @@ class SimCluster:
     def _exit(self, node: SimNode) -> None:
         """The worker's job completed: it leaves by itself (nothing is lost: it runs no task;
         the tasks it held go back to the queue)."""
-        if self.retire(node.id, busy_ok=not set(node.running) - node.held) is not None:
+        if self.retire(node.id, busy_ok=not set(node.running) - node.held, exiting_s=self.model.pod_exit_s) is not None:
             node.gone_at = self.env.now
             self.exited.append(node)
 

@@ -66,6 +66,7 @@ class Simulation:
         self.world = World(workload, self.cluster, seed)
         # workers that run to completion (KEDA's ScaledJob) leave by themselves in the world
         self.world.cluster.lifetime = as_policy(policy).worker_lifetime
+        self.world.cluster.spread = not as_policy(policy).packs_pods
         self.backend = SimBackend(self.world)
         #: the run ended as a real one would, short of the workflow's end (a spent budget)
         self.gave_up = self.world.env.event()
