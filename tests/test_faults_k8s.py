@@ -290,8 +290,12 @@ def test_a_node_that_vanishes_loses_its_workers_at_once_and_they_are_replaced(cl
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = wf / "Makeflow.scaling.jsonl"
     try:
+        def connected() -> list[dict]:
+            return [x for x in records(log) if x.get("kind") == "worker" and x["event"] == "connected"]
         assert wait(lambda: any(x.get("kind") == "observation" and x["running"] > 0 for x in records(log)), 120)
-        victim = next(x for x in records(log) if x.get("kind") == "worker" and x["event"] == "connected")["worker"]
+        # (the master may report a task running a step before the backend names its worker)
+        assert wait(connected, 60), records(log)[-5:]
+        victim = connected()[0]["worker"]
         pod = core.read_namespaced_pod(victim, "default")
         node = pod.spec.node_name
         # each pod's /tmp is its own (as a container's): the worker's folder is in it, not the host's
