@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -62,6 +63,7 @@ from hta.policies.registry import make_policy  # noqa: E402
 from hta.scaling_log import ScalingLogWriter, read_records  # noqa: E402
 from hta.sim.cluster import ClusterModel, EmptinessPass  # noqa: E402
 from hta.sim.makeflow_workload import task_spans  # noqa: E402
+from hta.sim.oracle import node_seconds_floor, oracle_runtime_s  # noqa: E402
 from hta.sim.run import Simulation  # noqa: E402
 from hta.sim.workload import load_workload  # noqa: E402
 from hta.summary import RunSummary, summarize  # noqa: E402
@@ -126,6 +128,12 @@ class Run:
     #: the simulated loop's: a node's hold and open window, mean, real s
     sim_hold_s: float | None = None
     sim_open_s: float | None = None
+    #: references, thesis time: the fewest node·s any policy pays to finish by the real run's
+    #: runtime in its world (:func:`hta.sim.oracle.node_seconds_floor`), and the cap's nodes
+    #: present from t = 0: its soonest end and the node·s until then
+    floor_node_s: float | None = None
+    pool_runtime_s: float | None = None
+    pool_nodes: int = 0
 
     def error(self, metric: str, k: float) -> float | None:
         if self.real is None or self.sim is None:
@@ -486,6 +494,10 @@ def run_sim(run: Run, nodes: int, seed: int, out: Path, k: float, delete_s: floa
     sim = Simulation(workload, make_policy(sim_policy(run.policy, k, nodes, m)), cluster, seed=seed,
                      log=ScalingLogWriter(path), latency_prior_s=THESIS_LATENCY_S)  # (the real run's, × k)
     run.sim = sim.run()
+    if run.real is not None:
+        run.floor_node_s = node_seconds_floor(workload, cluster).at(run.real.runtime_s * k)
+        run.pool_runtime_s = oracle_runtime_s(workload, cluster.model_copy(update={"start_nodes": nodes}))
+        run.pool_nodes = nodes
     if d := sim.world.cluster.disruptions:
         run.sim_hold_s = statistics.fmean(gone - empty for empty, _, gone in d) / k
         run.sim_open_s = statistics.fmean(taint - empty for empty, taint, _ in d) / k
@@ -548,6 +560,12 @@ def print_table(runs: list[Run], k: float, max_error: float) -> list[str]:
                   f"Job in {m.create_call_s:.1f} s and deletes one in {m.delete_call_s:.1f} s (history "
                   f"{m.history_limit}), master's overhead per task "
                   + ", ".join(f"{c} {v:.1f} s" for c, v in sorted(m.task_overhead_s.items())))
+        if r.real is not None and r.floor_node_s is not None and r.pool_runtime_s is not None:
+            floor = (f"{r.floor_node_s:,.0f} (real {r.real.node_s * k / r.floor_node_s:.2f}×)"
+                     if math.isfinite(r.floor_node_s) and r.floor_node_s > 0 else "— (faster than any policy can be)")
+            print(f"{'':23s}references (× k): node·s floor at its real runtime {floor}; its {r.pool_nodes} nodes "
+                  f"from t = 0 end no sooner than {r.pool_runtime_s:,.0f} s, paying at least "
+                  f"{r.pool_nodes * r.pool_runtime_s:,.0f} node·s")
         for p in r.problems:
             misses.append(f"{r.workload} {r.policy}: {p}")
             print(f"{'':23s}FAILED: {p}")
