@@ -70,6 +70,12 @@ def test_a_job_whose_pod_runs_is_not_pending_though_its_worker_has_not_connected
     assert p.decide(o).add == 3
     o.pending[0] = o.pending[0].model_copy(update={"started_at": None})  # (not told: pending)
     assert p.decide(o).add == 2
+    # in the time of an experiment compressed k times, the pod's start is compressed too: at
+    # 5.0 s, a pod the simulator will run at 5.2 s is still pending (52 s after 50 s at k = 10)
+    q = make_policy("keda-job-1:strategy=accurate@10")
+    o = obs(t=5.0, pending=2, waiting=4)
+    o.pending[0] = o.pending[0].model_copy(update={"started_at": 5.2})
+    assert q.decide(o).add == 2
 
 
 def test_eager_strategy():
@@ -165,6 +171,42 @@ def test_a_job_counts_until_the_job_controller_completes_it():
     assert q.decide(obs(t=10, workers=7, waiting=50)).add == 3
 
 
+def test_a_poll_reads_then_creates_its_jobs_one_call_at_a_time():
+    # the scaler's metric and the status write first (read_s), then one Create call per Job,
+    # each create_call_s on a server loaded with running Jobs
+    p = KEDAJobPolicy(tasks_per_job=1, max_replicas=20, strategy="accurate", polling_interval_s=3,
+                      read_s=0.5, create_call_s=0.25)
+    d = p.decide(obs(t=0, workers=10, waiting=50))
+    assert d.add == 0 and "create 10" in d.reason and d.next_decision_s == pytest.approx(0.75)
+    d = p.decide(obs(t=0.75, workers=10, waiting=50))
+    assert d.add == 1 and d.next_decision_s == pytest.approx(0.25)
+    # asked late (a controller's floor between decisions): every Job whose call has returned
+    d = p.decide(obs(t=1.5, workers=10, pending=1, waiting=50))
+    assert d.add == 3
+    made, t = 4, 1.5 + d.next_decision_s
+    while made < 10:
+        d = p.decide(obs(t=t, workers=10, pending=made, waiting=50))
+        made += d.add
+        t += d.next_decision_s
+    # ten calls after the reads end at 3.0 s: the interval, not the calls, sets the next poll
+    assert made == 10 and t == pytest.approx(3.0)
+
+
+def test_into_an_idle_cluster_the_client_limiter_paces_the_calls():
+    # no Job runs: the server answers at once, and KEDA's client limiter (burst 30, 20 a
+    # second) lets 60 Jobs out in 1.5 s, not 60 loaded calls
+    p = KEDAJobPolicy(tasks_per_job=1, max_replicas=60, strategy="accurate", polling_interval_s=30,
+                      read_s=0.5, create_call_s=0.25)
+    d = p.decide(obs(t=0, waiting=200))
+    assert d.add == 0 and d.next_decision_s == pytest.approx(0.5)
+    d = p.decide(obs(t=0.5, waiting=200))
+    assert d.add == 30 and d.next_decision_s == pytest.approx(0.05)
+    d = p.decide(obs(t=2.0, pending=30, waiting=200))
+    assert d.add == 30 and d.next_decision_s == pytest.approx(28)
+    with pytest.raises(ValueError, match="api_qps"):
+        KEDAJobPolicy(api_qps=0)
+
+
 def test_deleting_finished_jobs_beyond_the_history_limit_holds_the_next_poll():
     # KEDA's loop creates, then deletes the finished Jobs beyond successfulJobsHistoryLimit,
     # one API call each; the next poll waits for the calls when they outlast pollingInterval
@@ -172,8 +214,14 @@ def test_deleting_finished_jobs_beyond_the_history_limit_holds_the_next_poll():
                       history_limit=2, create_call_s=0.1, delete_call_s=0.5)
     assert p.decide(obs(t=0, workers=30, waiting=100)).next_decision_s == 3
     d = p.decide(obs(t=3, workers=10, waiting=100))  # 20 finished: 18 deleted, 20 created
-    assert d.add == 20 and "delete 18 finished" in d.reason
-    assert d.next_decision_s == pytest.approx(20 * 0.1 + 18 * 0.5)
+    assert "create 20" in d.reason and "delete 18 finished" in d.reason
+    made = d.add
+    t = 3 + d.next_decision_s
+    while made < 20:  # (the Jobs come one call apart; then the deletes hold the loop)
+        d = p.decide(obs(t=t, workers=10 + made, waiting=100))
+        made += d.add
+        t += d.next_decision_s
+    assert t == pytest.approx(3 + 20 * 0.1 + 18 * 0.5)
     # deleted once: the next poll, with no Job finished since, deletes none
     d = p.decide(obs(t=14, workers=30, waiting=100))
     assert "delete" not in d.reason and d.next_decision_s == 3
@@ -181,4 +229,10 @@ def test_deleting_finished_jobs_beyond_the_history_limit_holds_the_next_poll():
     q = KEDAJobPolicy(tasks_per_job=1, max_replicas=30, strategy="accurate", polling_interval_s=3,
                       create_call_s=0.1, delete_call_s=0.5)
     q.decide(obs(t=0, workers=30, waiting=100))
-    assert q.decide(obs(t=3, workers=10, waiting=100)).next_decision_s == 3
+    d = q.decide(obs(t=3, workers=10, waiting=100))
+    made, t = d.add, 3 + d.next_decision_s
+    while made < 20:
+        d = q.decide(obs(t=t, workers=10 + made, waiting=100))
+        made += d.add
+        t += d.next_decision_s
+    assert t == pytest.approx(6)

@@ -35,14 +35,21 @@ https://keda.sh/docs/latest/concepts/scaling-jobs/) and to its job executor
   by ``bench/replay.py`` from the Jobs themselves). Until then it holds a replica: a worker
   gone less than ``job_end_s`` ago counts as a running Job (when it left is read between
   two polls, as the midpoint).
-- **One poll at a time.** KEDA's scale loop waits ``pollingInterval`` from the start of a
-  poll, but a poll ends only once it has created its Jobs and deleted, one API call each,
-  the finished Jobs beyond ``successfulJobsHistoryLimit`` (``history_limit``, KEDA's default
-  100; ``pkg/scaling/scale_handler.go`` ``startScaleLoop``, ``executor/scale_jobs.go``
-  ``cleanUp``). So the next poll comes ``max(pollingInterval, the calls' time)`` later
-  (``create_call_s``, ``delete_call_s``): on an API server that deletes a Job in 0.4 s
-  (the test cluster's, loaded, measured by ``bench/replay.py``), deleting 20 finished Jobs
-  holds the loop 8 s.
+- **One poll at a time, one call at a time.** A poll first reads: the scaler's metric (an
+  HTTP GET the master answers between its own work), then the ScaledJob's status write
+  (``RequestJobScale``: ``read_s``). It then creates its Jobs one API call after another
+  (``create_call_s`` each, on an API server loaded with running Jobs: the k-th Job exists
+  ``read_s + k·create_call_s`` after the poll began; into an idle cluster the server answers
+  at once and KEDA's client limiter sets the pace, ``api_burst`` calls at once and then
+  ``api_qps`` a second: ``--kube-api-burst`` 30 and ``--kube-api-qps`` 20 in
+  ``cmd/operator/main.go``) and deletes, one call each, the finished Jobs beyond
+  ``successfulJobsHistoryLimit`` (``history_limit``, KEDA's default 100; ``executor/
+  scale_jobs.go`` ``createJobs``, ``cleanUp``). KEDA's scale loop waits ``pollingInterval``
+  from the start of a poll, but only once the poll has ended (``pkg/scaling/
+  scale_handler.go`` ``startScaleLoop``), so the next poll comes ``max(pollingInterval,
+  the poll's calls)`` later: on an API server that deletes a Job in 0.4 s (the test
+  cluster's, loaded, measured by ``bench/replay.py``), deleting 20 finished Jobs holds the
+  loop 8 s.
 - **Where its pods go.** ``packed`` (the default) gives its pods HTA's pod affinity: they
   fill nodes one by one, so a node whose Jobs are done empties, as generous a deployment as
   a user minding node·s would make. ``packed=false`` is the Job template as KEDA's docs
@@ -56,7 +63,8 @@ https://keda.sh/docs/latest/concepts/scaling-jobs/) and to its job executor
 
 Settings: ``keda-job:tasks_per_job=3,polling_interval_s=30,max_replicas=20``
 (also ``idle_timeout_s``, ``min_replicas``, ``strategy``, ``job_end_s``, ``history_limit``,
-``create_call_s``, ``delete_call_s``, ``packed``); ``keda-job-3`` is
+``read_s``, ``create_call_s``, ``delete_call_s``, ``api_qps``, ``api_burst``, ``packed``);
+``keda-job-3`` is
 ``tasks_per_job=3``.
 """
 
@@ -72,6 +80,9 @@ from hta.policies.base import Policy, WorkerLifetime
 POLLING_INTERVAL_S = 30.0
 MAX_REPLICA_COUNT = 100
 SUCCESSFUL_JOBS_HISTORY_LIMIT = 100
+#: the operator's client limiter (``--kube-api-qps``, ``--kube-api-burst``)
+KUBE_API_QPS = 20.0
+KUBE_API_BURST = 30
 #: scalingStrategy.strategy values emulated ("custom" is not)
 STRATEGIES = ("default", "accurate", "eager")
 
@@ -113,9 +124,14 @@ class KEDAJobPolicy(Policy):
     job_end_s: float = 0.0
     #: successfulJobsHistoryLimit: finished Jobs kept; each one beyond is deleted in the poll
     history_limit: int = SUCCESSFUL_JOBS_HISTORY_LIMIT
+    #: a poll's reads before it creates a Job: the scaler's metric, the status write
+    read_s: float = 0.0
     #: one Job created, and one deleted, through the API server, as KEDA makes them: one at a time
     create_call_s: float = 0.0
     delete_call_s: float = 0.0
+    #: the operator's client limiter: calls a second, and at once
+    api_qps: float = KUBE_API_QPS
+    api_burst: int = KUBE_API_BURST
     #: its pods prefer the nodes that hold its others (a pod affinity, as HTA's workers have),
     #: so nodes fill one by one, as a cost-minded user would give it; false: the Job template
     #: as KEDA's docs give it, whose pods the default scheduler spreads over the nodes
@@ -123,14 +139,26 @@ class KEDAJobPolicy(Policy):
 
     def __post_init__(self) -> None:
         self.name = self.name or (f"keda-job-{self.tasks_per_job}" if self.tasks_per_job != 1 else "keda-job")
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"keda-job: strategy must be default, accurate or eager, not {self.strategy!r}")
+        self.validate()
         #: the workers and Jobs seen at the last poll, and when each Job whose worker left is done
         self._seen: set[str] = set()
         self._last_poll: float | None = None
         self._ending: dict[str, float] = {}
         #: finished Jobs still there (KEDA deletes those beyond ``history_limit``)
         self._finished = 0
+        #: the running poll's Jobs not created yet: when each will exist; and the next poll
+        self._due: list[float] = []
+        self._next_poll = 0.0
+
+    def validate(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"keda-job: strategy must be default, accurate or eager, not {self.strategy!r}")
+        for key in ("read_s", "create_call_s", "delete_call_s", "job_end_s"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"keda-job: {key} is a time: give 0 or more, not {getattr(self, key):g}")
+        if not self.api_qps > 0 or self.api_burst < 0:
+            raise ValueError(f"keda-job: api_qps must be above 0 and api_burst 0 or more (KEDA's defaults: "
+                             f"{KUBE_API_QPS:g} and {KUBE_API_BURST}), not {self.api_qps:g} and {self.api_burst}")
 
     @property
     def worker_lifetime(self) -> WorkerLifetime:
@@ -155,6 +183,8 @@ class KEDAJobPolicy(Policy):
 
     def decide(self, obs: Observation) -> ScaleDecision:
         running_jobs = len(obs.workers) + len(obs.pending) + self._finishing(obs)
+        if self._due:  # (a poll still making its calls)
+            return self._go_on(obs, running_jobs)
         queue = obs.waiting_count + (len(obs.running) if self.strategy == "default" else 0)
         # (a Job whose pod runs is not pending, its worker connected or not: ``getPendingJobCount``)
         pending = sum(1 for p in obs.pending if p.started_at is None or p.started_at > obs.time)
@@ -162,9 +192,39 @@ class KEDAJobPolicy(Policy):
                              self.min_replicas, self.strategy)
         deleted = max(0, self._finished - self.history_limit)
         self._finished -= deleted
-        poll_s = max(self.polling_interval_s, self.create_call_s * new + self.delete_call_s * deleted)
-        return ScaleDecision(add=new, shape=obs.worker_shape, next_decision_s=poll_s,
-                             target_workers=running_jobs + new,
+        self._due = self._calls(obs.time + self.read_s, new, loaded=running_jobs > 0)
+        calls_end = self._due[-1] if self._due else obs.time + self.read_s
+        self._next_poll = max(obs.time + self.polling_interval_s, calls_end + self.delete_call_s * deleted)
+        now = self._created(obs.time)
+        return ScaleDecision(add=now, shape=obs.worker_shape, next_decision_s=self._wait(obs.time),
+                             target_workers=running_jobs + now,
                              reason=f"queue {queue} / {self.tasks_per_job} per job, max {self.max_replicas}, "
                                     f"{running_jobs} running jobs: create {new}"
                                     + (f", delete {deleted} finished" if deleted else ""))
+
+    def _calls(self, start: float, n: int, loaded: bool) -> list[float]:
+        """When each of ``n`` Create calls made one after another from ``start`` returns: a
+        loaded server's ``create_call_s`` each, never faster than the client limiter lets."""
+        ends, t = [], start
+        for k in range(n):
+            t += max(self.create_call_s if loaded else 0.0, 1.0 / self.api_qps if k >= self.api_burst else 0.0)
+            ends.append(t)
+        return ends
+
+    def _created(self, now: float) -> int:
+        """The running poll's Jobs whose create call has returned by ``now`` (taken off)."""
+        n = sum(1 for t in self._due if t <= now + 1e-9)
+        del self._due[:n]
+        return n
+
+    def _wait(self, now: float) -> float:
+        """Until the poll's next Job exists, or else its next poll."""
+        return (self._due[0] if self._due else self._next_poll) - now
+
+    def _go_on(self, obs: Observation, running_jobs: int) -> ScaleDecision:
+        """Between polls: the Jobs the running poll has created since (one call each)."""
+        new = self._created(obs.time)
+        return ScaleDecision(add=new, shape=obs.worker_shape, next_decision_s=self._wait(obs.time),
+                             target_workers=running_jobs + new,
+                             reason=f"{running_jobs} running jobs: create {new} (the poll's calls)" if new
+                             else f"{running_jobs} running jobs: between polls")

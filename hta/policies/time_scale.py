@@ -35,7 +35,8 @@ def dilate(obs: Observation, k: float) -> Observation:
         "running": [t.model_copy(update={"started_at": t.started_at * k}) for t in obs.running],
         "workers": [w.model_copy(update={"connected_at": _scaled(w.connected_at, k),
                                          "idle_since": _scaled(w.idle_since, k)}) for w in obs.workers],
-        "pending": [p.model_copy(update={"requested_at": p.requested_at * k}) for p in obs.pending],
+        "pending": [p.model_copy(update={"requested_at": p.requested_at * k, "started_at": _scaled(p.started_at, k)})
+                    for p in obs.pending],
         "categories": cats,
         "latency": LatencyStats(samples=[s * k for s in obs.latency.samples],
                                 room_samples=[s * k for s in obs.latency.room_samples], prior_s=obs.latency.prior_s * k),
