@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT / "workflows" / "replay"))
 from generate import expected_outputs, write_makeflow  # noqa: E402
 
 from hta.accounting import CoreSample, integrate  # noqa: E402
+from hta.policies.keda_job import KUBE_API_QPS  # noqa: E402
 from hta.policies.registry import make_policy  # noqa: E402
 from hta.scaling_log import ScalingLogWriter, read_records  # noqa: E402
 from hta.sim.cluster import ClusterModel, EmptinessPass  # noqa: E402
@@ -95,6 +96,8 @@ class Measured:
     pod_exit_s: float = 0.0
     #: a rival's pod: running → its worker's first task (KEDA no longer counts it pending)
     pod_connect_s: float = 0.0
+    #: a KEDA poll's reads before its first Job (:mod:`testcluster.keda_log`)
+    read_s: float = 0.0
     #: KEDA's API calls, one at a time in its scale loop: a Job created, a Job deleted
     create_call_s: float = 0.0
     delete_call_s: float = 0.0
@@ -200,7 +203,8 @@ def sim_policy(policy: str, k: float, nodes: int, m: Measured | None = None) -> 
     m = m or Measured()
     return (f"keda-job-{n}:strategy=accurate,packed=false,polling_interval_s={polling * k:g},"
             f"idle_timeout_s={idle * k:g},"
-            f"job_end_s={m.job_end_s:.1f},create_call_s={m.create_call_s:.2f},delete_call_s={m.delete_call_s:.2f},"
+            f"job_end_s={m.job_end_s:.1f},read_s={m.read_s:.2f},create_call_s={m.create_call_s:.2f},"
+            f"delete_call_s={m.delete_call_s:.2f},api_qps={KUBE_API_QPS / k:g},"
             f"history_limit={m.history_limit},max_replicas={nodes * pods}[pods={pods}]")
 
 
@@ -442,6 +446,7 @@ def measure_jobs(m: Measured, wdir: Path, k: float) -> float | None:
     """A KEDA run's own costs, from its Jobs and pods (:func:`testcluster.timeline.job_costs`;
     its workers are not HTA's, so HTA's records name no phases of theirs), in thesis time;
     returns how long the node autoscaler kept a node after its last pod (real s)."""
+    from testcluster.keda_log import poll_costs
     from testcluster.timeline import job_costs, worker_addresses
 
     pods = wdir / "cluster-logs" / "pods"
@@ -452,6 +457,12 @@ def measure_jobs(m: Measured, wdir: Path, k: float) -> float | None:
     m.pod_exit_s = (c.pod_end_s or 0.0) * k
     m.pod_connect_s = (c.connect_s or 0.0) * k
     m.create_call_s, m.delete_call_s = (c.create_call_s or 0.0) * k, (c.delete_call_s or 0.0) * k
+    log = wdir / "cluster-logs" / "keda-operator.log"
+    if log.exists():  # (the operator's own account of its polls, where it was kept)
+        polls = poll_costs(log)
+        m.read_s = (polls.read_s or 0.0) * k
+        if polls.create_call_s is not None:
+            m.create_call_s = polls.create_call_s * k
     spec = wdir / "scaledjob.json"
     if spec.exists():
         m.history_limit = json.loads(spec.read_text())["spec"].get("successfulJobsHistoryLimit", m.history_limit)
@@ -556,7 +567,7 @@ def print_table(runs: list[Run], k: float, max_error: float) -> list[str]:
             print(f"{'':23s}measured (× k) from the Jobs: node wait {wait:.1f} s over {len(m.node_s)} pods on new "
                   f"nodes, pod start {start:.1f} s ({m.pod_connect_s:.1f} s of it running), a pod outlives its last task "
                   f"{m.pod_exit_s:.1f} s and its Job "
-                  f"{m.job_end_s:.1f} s, KEDA creates a "
+                  f"{m.job_end_s:.1f} s, a KEDA poll reads {m.read_s:.1f} s, creates a "
                   f"Job in {m.create_call_s:.1f} s and deletes one in {m.delete_call_s:.1f} s (history "
                   f"{m.history_limit}), master's overhead per task "
                   + ", ".join(f"{c} {v:.1f} s" for c, v in sorted(m.task_overhead_s.items())))

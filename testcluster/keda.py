@@ -64,7 +64,8 @@ def install(kubeconfig: Path, state: Path, start: Callable[[str, list[str], dict
                             f"--metrics-bind-address=127.0.0.1:{metrics}",
                             f"--health-probe-bind-address=127.0.0.1:{health}",
                             f"--metrics-service-bind-address=127.0.0.1:{grpc}", f"--cert-dir={certs}",
-                            "--enable-cert-rotation=false", "--zap-log-level=info"],
+                            "--enable-cert-rotation=false", "--zap-log-level=info",
+                            "--zap-time-encoding=rfc3339nano"],
           {"WATCH_NAMESPACE": "", "POD_NAMESPACE": "kube-system", "KEDA_CLUSTER_OBJECT_NAMESPACE": "kube-system",
            "KEDA_HTTP_DEFAULT_TIMEOUT": "3000"})
 

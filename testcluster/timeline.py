@@ -120,8 +120,9 @@ class JobCosts:
     #: pods that waited for a new node: created → bound (the node autoscaler's batch, the
     #: node's launch and registration)
     node_wait_s: list[float] = field(default_factory=list)
-    #: pods on a node already there: created → the worker's first task (Job controller,
-    #: scheduler, pod start, ``hta worker``'s start, its connection and first dispatch)
+    #: pods on a node already there: their Job created → the worker's first task (the Job
+    #: controller making the pod, the scheduler, the pod's start, ``hta worker``'s start,
+    #: its connection and first dispatch)
     pod_start_s: float | None = None
     #: the worker's last task ended → its Job complete (the worker leaving, the pod's exit,
     #: the Job controller): while KEDA still counts the Job
@@ -231,13 +232,20 @@ def job_costs(timeline: Path, transactions: Path, addresses: dict[str, str] | No
             continue
         running.append(run)
         waited = _waited(first, node_of, name, created, bound)
-        (costs.node_wait_s if waited else at_once).append((bound - created) if waited else (run - created))
+        (costs.node_wait_s if waited else at_once).append((bound - created) if waited
+                                                           else (run - _job_created(first, name, created)))
     start_lag = _ordered_lag(running, list(first_task.values()))
     if at_once and start_lag is not None:
         costs.pod_start_s = statistics.fmean(at_once) + start_lag
     complete = [t for (kind, _, event), t in first.items() if kind == "job" and event == "complete"]
     costs.job_end_s = _ordered_lag(list(last_end.values()), complete)
     return _cluster_costs(costs, first, node_of, connected)
+
+
+def _job_created(first: dict[tuple[str, str, str], float], pod: str, pod_created: float) -> float:
+    """When the Job of ``pod`` (named ``<job>-<suffix>``) was created: KEDA's call, which the
+    Job controller answers with the pod (seconds later on a loaded control plane)."""
+    return min(first.get(("job", pod.rsplit("-", 1)[0], "created"), pod_created), pod_created)
 
 
 def _waited(first: dict[tuple[str, str, str], float], node_of: dict[str, str], pod: str, created: float,
@@ -260,7 +268,7 @@ def _paired(costs: JobCosts, first: dict[tuple[str, str, str], float], node_of: 
         if _waited(first, node_of, name, created, bound):
             costs.node_wait_s.append(bound - created)
         elif addresses.get(name) in first_task:
-            starts.append(first_task[addresses[name]] - created)
+            starts.append(first_task[addresses[name]] - _job_created(first, name, created))
         done = first.get(("job", name.rsplit("-", 1)[0], "complete"))
         if done is not None and addresses.get(name) in last_end:
             ends.append(done - last_end[addresses[name]])

@@ -64,7 +64,8 @@ def test_each_pod_is_paired_with_its_own_worker_where_the_pods_logs_name_it(tmp_
     pairing stages in order is off (it once gave a Job outliving its last task by −10 s)."""
     events = [
         (0.0, "node", "old", "registered", ""),
-        (10.0, "job", "ja", "created", ""), (10.0, "pod", "ja-x1", "created", ""),
+        # (ja's Job was made 1.5 s before the Job controller made its pod: its start counts it)
+        (8.5, "job", "ja", "created", ""), (10.0, "pod", "ja-x1", "created", ""),
         (10.2, "pod", "ja-x1", "bound", "old"), (11.0, "pod", "ja-x1", "running", "old"),
         (11.0, "job", "jb", "created", ""), (11.0, "pod", "jb-y2", "created", ""),
         (11.2, "pod", "jb-y2", "bound", "old"), (12.0, "pod", "jb-y2", "running", "old"),
@@ -88,7 +89,7 @@ def test_each_pod_is_paired_with_its_own_worker_where_the_pods_logs_name_it(tmp_
     addresses = worker_addresses(pods)
     assert addresses == {"ja-x1": "127.0.0.1:14", "jb-y2": "127.0.0.1:15", "jc-z3": "127.0.0.1:16"}
     c = job_costs(tl, tr, addresses)
-    assert c.pod_start_s == pytest.approx(((13.0 - 10.0) + (14.5 - 11.0) + (15.0 - 12.0)) / 3)
+    assert c.pod_start_s == pytest.approx(((13.0 - 8.5) + (14.5 - 11.0) + (15.0 - 12.0)) / 3)
     assert c.job_end_s == pytest.approx(2.0)  # each Job 2 s after its own worker's last task
     assert c.pod_end_s == pytest.approx(1.0)  # each pod ends 1 s after it (jc's failed: not counted)
     # running → the worker's first task: ja 11 → 13, jb 12 → 14.5, jc 13 → 15
