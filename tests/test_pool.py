@@ -77,6 +77,16 @@ async def connect(pool: WorkerPool, handle: str, addr: str, now: float = 10.0) -
     return await pool.refresh(snap(worker(addr)), now)
 
 
+async def test_a_pending_worker_says_when_its_job_began_running(pool):
+    # (what KEDA's pending count reads: a Job whose pod runs is not pending, connected or not)
+    (h,) = await pool.request(1, SHAPE, 5.0)
+    await pool.refresh(snap(), 6.0)
+    assert pool.pending()[0].started_at is None
+    pool.provider.status[h] = JobStatus(JobState.RUNNING, running_since=pool.epoch + 7.5)  # type: ignore[attr-defined]
+    await pool.refresh(snap(), 8.0)
+    assert pool.pending()[0].started_at == pytest.approx(7.5)
+
+
 async def test_a_launch_is_matched_to_the_worker_the_master_lists_with_its_phases(pool):
     (h,) = await pool.request(1, SHAPE, 5.0)
     assert [p.id for p in pool.pending()] == [h]
@@ -94,6 +104,20 @@ async def test_a_worker_found_by_host_name_connects_too(pool):
     w = WorkerStatus(address="9.9.9.9:1", hostname="pod-1", cores=2)
     await pool.refresh(snap(w), 3.0)
     assert pool.worker_ids() == {"9.9.9.9:1": h}
+
+
+async def test_one_worker_found_by_host_name_is_one_jobs_not_two(pool):
+    # two jobs on one host (a test cluster's nodes, adopted after a restart): the first
+    # worker to reconnect is one job's; the other stays on its way, so the cap still counts it
+    a, b = await pool.request(2, SHAPE, 0.0)
+    for h in (a, b):
+        pool.provider.status[h] = JobStatus(JobState.RUNNING, hostnames=("host",))
+    await pool.refresh(snap(WorkerStatus(address="9.9.9.9:1", hostname="host", cores=2)), 3.0)
+    assert list(pool.worker_ids()) == ["9.9.9.9:1"] and len(pool.pending()) == 1
+    await pool.refresh(snap(WorkerStatus(address="9.9.9.9:1", hostname="host", cores=2),
+                            WorkerStatus(address="9.9.9.9:2", hostname="host", cores=2)), 4.0)
+    assert sorted(pool.worker_ids()) == ["9.9.9.9:1", "9.9.9.9:2"] and pool.pending() == []
+    assert sorted(pool.worker_ids().values()) == [a, b]
 
 
 async def test_start_failures_back_off_and_end_the_run_after_a_few_in_a_row(pool):

@@ -97,6 +97,9 @@ class Worker:
     #: while it cannot start by itself: (kind, why) and since when (Unix)
     stuck: tuple[str, str] | None = None
     stuck_since: float | None = None
+    #: while pending: when its job began running (controller time; its worker still starting
+    #: and connecting), where the provider tells
+    started_at: float | None = None
     #: its "connected" record, held until its provider knows the phases, and until when (Unix)
     held: WorkerRecord | None = None
     hold_until: float = 0.0
@@ -170,7 +173,7 @@ class WorkerPool(WorkerBackend):
         return {w.address for w in self._in(WorkerState.STOPPING, WorkerState.GONE) if w.address}
 
     def pending(self) -> list[PendingWorker]:
-        return [PendingWorker(id=w.id, requested_at=w.requested_at, shape=w.shape)
+        return [PendingWorker(id=w.id, requested_at=w.requested_at, shape=w.shape, started_at=w.started_at)
                 for w in self._in(WorkerState.PENDING)]
 
     def worker_nodes(self) -> dict[str, str]:
@@ -305,7 +308,11 @@ class WorkerPool(WorkerBackend):
         statuses = await self.provider.poll(snap)
         self._adopt(statuses)
         listed = {w.address: w for w in snap.workers}
-        by_host = {w.hostname: w for w in snap.workers}
+        # a worker already matched is no other job's: on one host (a test cluster's nodes, a
+        # machine's local workers) every job shares its hostname, and a job whose worker has
+        # not reconnected yet must not take its neighbour's
+        taken = {w.address for w in self._in(WorkerState.CONNECTED, WorkerState.STOPPING) if w.address}
+        by_host = {w.hostname: w for w in snap.workers if w.address not in taken}
         running = running_by_worker(snap)
         unix = time.time()
         dropped: list[Worker] = []
@@ -317,9 +324,12 @@ class WorkerPool(WorkerBackend):
                 seen = listed.get(st.address or "") or next((by_host[h] for h in st.hostnames if h in by_host), None)
                 if seen is not None and st.state is not JobState.ENDED:
                     self._connected(w, seen, st, now)
+                    by_host = {h: x for h, x in by_host.items() if x.address != seen.address}
                 elif st.state is JobState.ENDED:
                     self._start_failed(w, st, now)
                 else:
+                    if st.state is JobState.RUNNING and st.running_since is not None:
+                        w.started_at = st.running_since - self.epoch
                     self._check_stuck(w, st, unix)
             if w.state is WorkerState.CONNECTED:
                 w.node = (st.node if st else None) or w.node  # (a watch that lagged may tell it only now)
