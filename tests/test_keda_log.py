@@ -50,7 +50,7 @@ def test_the_read_and_a_create_call_of_the_polls_made_while_jobs_ran(tmp_path):
     assert poll_costs(log).polls == 5  # every ScaledJob's
 
 
-def test_whole_second_times_still_give_the_means(tmp_path):
+def test_whole_second_times_give_the_means_of_costs_near_a_second(tmp_path):
     def iso(t: float) -> str:  # (the operator's default: whole seconds)
         return datetime.fromtimestamp(int(t), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -70,12 +70,12 @@ def test_a_job_whose_pod_runs_is_not_pending_though_its_worker_has_not_connected
     assert p.decide(o).add == 3
     o.pending[0] = o.pending[0].model_copy(update={"started_at": None})  # (not told: pending)
     assert p.decide(o).add == 2
-    # in the time of an experiment compressed k times, the pod's start is compressed too: at
-    # 5.0 s, a pod the simulator will run at 5.2 s is still pending (52 s after 50 s at k = 10)
-    q = make_policy("keda-job-1:strategy=accurate@10")
+    # in the time of an experiment scaled k times, the pod's start is scaled too: at k = 0.5,
+    # a pod running since 4.8 s is running at 5.0 s (2.4 s and 2.5 s on the policy's clock)
+    q = make_policy("keda-job-1:strategy=accurate@0.5")
     o = obs(t=5.0, pending=2, waiting=4)
-    o.pending[0] = o.pending[0].model_copy(update={"started_at": 5.2})
-    assert q.decide(o).add == 2
+    o.pending[0] = o.pending[0].model_copy(update={"started_at": 4.8})
+    assert q.decide(o).add == 3
 
 
 def test_eager_strategy():
@@ -174,7 +174,7 @@ def test_a_job_counts_until_the_job_controller_completes_it():
 def test_a_poll_reads_then_creates_its_jobs_one_call_at_a_time():
     # the scaler's metric and the status write first (read_s), then one Create call per Job,
     # each create_call_s on a server loaded with running Jobs
-    p = KEDAJobPolicy(tasks_per_job=1, max_replicas=20, strategy="accurate", polling_interval_s=3,
+    p = KEDAJobPolicy(tasks_per_job=1, max_replicas=20, strategy="accurate", polling_interval_s=2.5,
                       read_s=0.5, create_call_s=0.25)
     d = p.decide(obs(t=0, workers=10, waiting=50))
     assert d.add == 0 and "create 10" in d.reason and d.next_decision_s == pytest.approx(0.75)
@@ -188,8 +188,12 @@ def test_a_poll_reads_then_creates_its_jobs_one_call_at_a_time():
         d = p.decide(obs(t=t, workers=10, pending=made, waiting=50))
         made += d.add
         t += d.next_decision_s
-    # ten calls after the reads end at 3.0 s: the interval, not the calls, sets the next poll
+    # the reads and ten calls end at 3.0 s: the calls, longer than the interval, set the next poll
     assert made == 10 and t == pytest.approx(3.0)
+    # nothing waits: the scaler is not active, KEDA writes no status, creates nothing, and
+    # the next poll comes one interval on
+    d = p.decide(obs(t=3.0, workers=10, pending=10, waiting=0))
+    assert d.add == 0 and d.next_decision_s == pytest.approx(2.5)
 
 
 def test_into_an_idle_cluster_the_client_limiter_paces_the_calls():

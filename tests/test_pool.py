@@ -118,6 +118,12 @@ async def test_one_worker_found_by_host_name_is_one_jobs_not_two(pool):
                             WorkerStatus(address="9.9.9.9:2", hostname="host", cores=2)), 4.0)
     assert sorted(pool.worker_ids()) == ["9.9.9.9:1", "9.9.9.9:2"] and pool.pending() == []
     assert sorted(pool.worker_ids().values()) == [a, b]
+    # three on one host that come together connect together, one worker each
+    more = await pool.request(3, SHAPE, 5.0)
+    for h in more:
+        pool.provider.status[h] = JobStatus(JobState.RUNNING, hostnames=("other",))
+    await pool.refresh(snap(*(WorkerStatus(address=f"8.8.8.8:{i}", hostname="other", cores=2) for i in range(3))), 6.0)
+    assert pool.pending() == [] and {pool.worker_ids()[f"8.8.8.8:{i}"] for i in range(3)} == set(more)
 
 
 async def test_start_failures_back_off_and_end_the_run_after_a_few_in_a_row(pool):

@@ -308,11 +308,14 @@ class WorkerPool(WorkerBackend):
         statuses = await self.provider.poll(snap)
         self._adopt(statuses)
         listed = {w.address: w for w in snap.workers}
-        # a worker already matched is no other job's: on one host (a test cluster's nodes, a
-        # machine's local workers) every job shares its hostname, and a job whose worker has
-        # not reconnected yet must not take its neighbour's
+        # found by hostname, a worker is one job's, not every job's on its host (pods on a node's
+        # network share one): which of them is which job's cannot be told, but two jobs never
+        # count one worker, so the cap still counts the job whose worker has not come yet
         taken = {w.address for w in self._in(WorkerState.CONNECTED, WorkerState.STOPPING) if w.address}
-        by_host = {w.hostname: w for w in snap.workers if w.address not in taken}
+        by_host: dict[str, list[WorkerStatus]] = {}
+        for ws in snap.workers:
+            if ws.address not in taken:
+                by_host.setdefault(ws.hostname, []).append(ws)
         running = running_by_worker(snap)
         unix = time.time()
         dropped: list[Worker] = []
@@ -321,10 +324,12 @@ class WorkerPool(WorkerBackend):
             if st is not None and st.state is JobState.ENDING:
                 continue  # why it ended comes next
             if st is not None and w.state is WorkerState.PENDING:
-                seen = listed.get(st.address or "") or next((by_host[h] for h in st.hostnames if h in by_host), None)
+                seen = listed.get(st.address or "") or next((by_host[h][0] for h in st.hostnames if by_host.get(h)),
+                                                            None)
                 if seen is not None and st.state is not JobState.ENDED:
                     self._connected(w, seen, st, now)
-                    by_host = {h: x for h, x in by_host.items() if x.address != seen.address}
+                    for same in by_host.values():
+                        same[:] = [x for x in same if x.address != seen.address]
                 elif st.state is JobState.ENDED:
                     self._start_failed(w, st, now)
                 else:

@@ -35,14 +35,16 @@ https://keda.sh/docs/latest/concepts/scaling-jobs/) and to its job executor
   by ``bench/replay.py`` from the Jobs themselves). Until then it holds a replica: a worker
   gone less than ``job_end_s`` ago counts as a running Job (when it left is read between
   two polls, as the midpoint).
-- **One poll at a time, one call at a time.** A poll first reads: the scaler's metric (an
-  HTTP GET the master answers between its own work), then the ScaledJob's status write
-  (``RequestJobScale``: ``read_s``). It then creates its Jobs one API call after another
+- **One poll at a time, one call at a time.** A poll reads the scaler's metric (an HTTP GET
+  the master answers between its own work; not modelled: it shows in the operator's log
+  only when a poll runs past its interval, 0.04–1 s real on the test cluster), then, while
+  the scaler is active, writes the ScaledJob's status (``RequestJobScale``: ``read_s``,
+  with the count of its Jobs before it). It then creates its Jobs one API call after another
   (``create_call_s`` each, on an API server loaded with running Jobs: the k-th Job exists
   ``read_s + k·create_call_s`` after the poll began; into an idle cluster the server answers
   at once and KEDA's client limiter sets the pace, ``api_burst`` calls at once and then
   ``api_qps`` a second: ``--kube-api-burst`` 30 and ``--kube-api-qps`` 20 in
-  ``cmd/operator/main.go``) and deletes, one call each, the finished Jobs beyond
+  ``cmd/operator/main.go``; its bucket is taken as full at each poll) and deletes, one call each, the finished Jobs beyond
   ``successfulJobsHistoryLimit`` (``history_limit``, KEDA's default 100; ``executor/
   scale_jobs.go`` ``createJobs``, ``cleanUp``). KEDA's scale loop waits ``pollingInterval``
   from the start of a poll, but only once the poll has ended (``pkg/scaling/
@@ -124,7 +126,8 @@ class KEDAJobPolicy(Policy):
     job_end_s: float = 0.0
     #: successfulJobsHistoryLimit: finished Jobs kept; each one beyond is deleted in the poll
     history_limit: int = SUCCESSFUL_JOBS_HISTORY_LIMIT
-    #: a poll's reads before it creates a Job: the scaler's metric, the status write
+    #: a poll's time before its first Create call while the scaler is active: the ScaledJob's
+    #: status write (the metric's GET is not in it)
     read_s: float = 0.0
     #: one Job created, and one deleted, through the API server, as KEDA makes them: one at a time
     create_call_s: float = 0.0
@@ -192,8 +195,9 @@ class KEDAJobPolicy(Policy):
                              self.min_replicas, self.strategy)
         deleted = max(0, self._finished - self.history_limit)
         self._finished -= deleted
-        self._due = self._calls(obs.time + self.read_s, new, loaded=running_jobs > 0)
-        calls_end = self._due[-1] if self._due else obs.time + self.read_s
+        read = self.read_s if queue > 0 else 0.0  # (an inactive scaler writes no status)
+        self._due = self._calls(obs.time + read, new, loaded=running_jobs > 0)
+        calls_end = self._due[-1] if self._due else obs.time + read
         self._next_poll = max(obs.time + self.polling_interval_s, calls_end + self.delete_call_s * deleted)
         now = self._created(obs.time)
         return ScaleDecision(add=now, shape=obs.worker_shape, next_decision_s=self._wait(obs.time),
@@ -218,7 +222,9 @@ class KEDAJobPolicy(Policy):
         return n
 
     def _wait(self, now: float) -> float:
-        """Until the poll's next Job exists, or else its next poll."""
+        """Until the poll's next Job exists, or else its next poll. (A controller that asks
+        no sooner than its floor, the simulator's ``min_interval_s``, makes the Jobs due
+        within it at once: KEDA's own loop has no such floor.)"""
         return (self._due[0] if self._due else self._next_poll) - now
 
     def _go_on(self, obs: Observation, running_jobs: int) -> ScaleDecision:
