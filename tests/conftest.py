@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -80,6 +81,17 @@ def workflow_dir(args: list[str]) -> Path | None:
     before = args[:args.index("--")] if "--" in args else args
     files = [Path(a) for a in before[1:] if not a.startswith("-") and Path(a).is_file()]
     return files[-1].resolve().parent if files else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _work_queue_staging_removed():
+    """CCTools' work_queue module makes a staging folder in TMPDIR when imported and removes
+    it at exit (atexit), which a pytest-xdist worker's exit skips: removed here."""
+    yield
+    for name in ("work_queue", "ndcctools.work_queue"):
+        folder = getattr(sys.modules.get(name), "staging_directory", None)
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def wait(cond, timeout: float = 60.0, every: float = 0.5):

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 
@@ -113,8 +116,11 @@ while True:
 
 class ChildMaster:
     def __init__(self):
+        # (a TMPDIR of its own: the work_queue module's staging folder, which it removes only
+        # at a normal exit, goes with it when the master is killed)
+        self.tmp = tempfile.mkdtemp(prefix="hta-test-master-")
         self.proc = subprocess.Popen([sys.executable, "-c", MASTER], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": self.tmp})
         self.port = int(self.proc.stdout.readline())
 
     def tell(self, *words: object) -> None:
@@ -128,6 +134,7 @@ class ChildMaster:
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait(10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def same(a, b) -> bool:

@@ -201,8 +201,11 @@ while True:
 class LoggingMaster:
     def __init__(self, log: Path):
         self.log = log
+        # (its TMPDIR the test's own: the work_queue module's staging folder, which it removes
+        # only at a normal exit, goes with the test's files when the master is killed)
         self.proc = subprocess.Popen([sys.executable, "-c", MASTER, str(log)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ, "TMPDIR": str(log.parent)})
         self.port = int(self.proc.stdout.readline())
 
     def submit(self, n: int, command: str) -> None:
