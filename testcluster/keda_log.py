@@ -25,6 +25,7 @@ the rounding does not average out. One ScaledJob's polls are read as one stream
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,12 +47,8 @@ def _time(ts: object) -> float:
     """A zap time: seconds since the epoch, or RFC 3339 with up to nanoseconds."""
     if isinstance(ts, (int, float)):
         return float(ts)
-    text = str(ts).replace("Z", "+00:00")
-    head, dot, rest = text.partition(".")
-    if dot:  # (fromisoformat takes microseconds at most)
-        digits = "".join(ch for ch in rest if ch.isdigit())
-        text = f"{head}.{digits[:6]}{rest[len(digits):]}"
-    return datetime.fromisoformat(text).timestamp()
+    # (fromisoformat takes microseconds at most)
+    return datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", str(ts))).timestamp()
 
 
 def poll_costs(log: Path, scaled_job: str | None = None) -> PollCosts:

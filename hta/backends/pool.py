@@ -328,8 +328,8 @@ class WorkerPool(WorkerBackend):
                                                             None)
                 if seen is not None and st.state is not JobState.ENDED:
                     self._connected(w, seen, st, now)
-                    for same in by_host.values():
-                        same[:] = [x for x in same if x.address != seen.address]
+                    if seen in by_host.get(seen.hostname, ()):
+                        by_host[seen.hostname].remove(seen)
                 elif st.state is JobState.ENDED:
                     self._start_failed(w, st, now)
                 else:

@@ -44,9 +44,9 @@ https://keda.sh/docs/latest/concepts/scaling-jobs/) and to its job executor
   ``read_s + k·create_call_s`` after the poll began; into an idle cluster the server answers
   at once and KEDA's client limiter sets the pace, ``api_burst`` calls at once and then
   ``api_qps`` a second: ``--kube-api-burst`` 30 and ``--kube-api-qps`` 20 in
-  ``cmd/operator/main.go``; its bucket is taken as full at each poll) and deletes, one call each, the finished Jobs beyond
-  ``successfulJobsHistoryLimit`` (``history_limit``, KEDA's default 100; ``executor/
-  scale_jobs.go`` ``createJobs``, ``cleanUp``). KEDA's scale loop waits ``pollingInterval``
+  ``cmd/operator/main.go``; its bucket is taken as full at each poll) and deletes, one
+  call each, the finished Jobs beyond ``successfulJobsHistoryLimit`` (``history_limit``,
+  KEDA's default 100; ``executor/scale_jobs.go`` ``createJobs``, ``cleanUp``). KEDA's scale loop waits ``pollingInterval``
   from the start of a poll, but only once the poll has ended (``pkg/scaling/
   scale_handler.go`` ``startScaleLoop``), so the next poll comes ``max(pollingInterval,
   the poll's calls)`` later: on an API server that deletes a Job in 0.4 s (the test
